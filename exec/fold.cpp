@@ -1,0 +1,77 @@
+#include "exec/fold.h"
+
+#include <algorithm>
+
+#include "exec/kernel.h"
+
+namespace onnxdp {
+
+void infer_and_fold(Graph& g) {
+  std::vector<Node> kept;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    infer_node(g, int(ni));
+    Node& n = g.nodes[ni];
+    bool known = true;
+    // Shape and its kin need only the static shape of their input.
+    if (n.op != Op::Shape) {
+      for (ValueId in : n.inputs)
+        if (in != kNoValue && g.value(in).kind != ValueKind::constant) known = false;
+    }
+    // Training-mode Dropout draws fresh masks every step, never folded.
+    if (n.op == Op::Dropout) known = false;
+    if (!known) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    std::vector<Tensor> outs;
+    if (n.op == Op::Shape) {
+      const Shape& s = g.value(n.inputs[0]).shape;
+      int64_t r = int64_t(s.size());
+      int64_t start = n.i("start"), end = n.has("end") ? n.i("end") : r;
+      if (start < 0) start += r;
+      if (end < 0) end += r;
+      start = std::clamp<int64_t>(start, 0, r);
+      end = std::clamp<int64_t>(end, 0, r);
+      std::vector<int64_t> dims(s.begin() + start, s.begin() + std::max(start, end));
+      outs.push_back(Tensor::from_i64(dims, {int64_t(dims.size())}));
+    } else {
+      std::vector<const Tensor*> ins;
+      for (ValueId in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &g.value(in).data);
+      outs = run_node(g, n, ins);
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k] == kNoValue) continue;
+      Value& v = g.value(n.outputs[k]);
+      v.kind = ValueKind::constant;
+      v.data = std::move(outs[k]);
+      v.producer = -1;
+    }
+  }
+  g.nodes = std::move(kept);
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (ValueId o : g.nodes[ni].outputs)
+      if (o != kNoValue) g.value(o).producer = int(ni);
+}
+
+void remove_dead_nodes(Graph& g) {
+  std::vector<char> used(g.values.size(), 0);
+  for (ValueId o : g.outputs) used[size_t(o)] = 1;
+  std::vector<char> keep(g.nodes.size(), 0);
+  for (size_t ni = g.nodes.size(); ni-- > 0;) {
+    const Node& n = g.nodes[ni];
+    for (ValueId o : n.outputs)
+      if (o != kNoValue && used[size_t(o)]) keep[ni] = 1;
+    if (keep[ni])
+      for (ValueId in : n.inputs)
+        if (in != kNoValue) used[size_t(in)] = 1;
+  }
+  std::vector<Node> kept;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    if (keep[ni]) kept.push_back(std::move(g.nodes[ni]));
+  g.nodes = std::move(kept);
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (ValueId o : g.nodes[ni].outputs)
+      if (o != kNoValue) g.value(o).producer = int(ni);
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,56 @@
+// The CPU kernel interface. Every op of the op table has `void <Op>_forward(KernelCtx&)` in
+// exec/cpu/<category>.cpp; the dispatch table in exec/cpu/dispatch.cpp derives from the op table.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace onnxdp {
+
+// A view of a tensor living in the plan's arena (or a parameter / constant buffer).
+struct TensorRef {
+  void* data = nullptr;  // nullptr for an absent optional input or output
+  DType dtype = DType::f32;
+  const Shape* shape = nullptr;
+  int64_t numel = 0;
+
+  bool present() const { return shape != nullptr; }
+  int rank() const { return int(shape->size()); }
+  int64_t dim(int k) const { return (*shape)[size_t(k)]; }
+  template <class T> T* as() const { return static_cast<T*>(data); }
+};
+
+// Per-run state a kernel may need (Dropout's counter-based generator is keyed by these).
+struct RunState {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int64_t batch_offset = 0;  // index of this replica's first sample in the global batch
+};
+
+struct KernelCtx {
+  const Node& node;
+  std::vector<TensorRef> inputs;
+  std::vector<TensorRef> outputs;
+  const RunState& run;
+
+  const TensorRef& in(int k) const { return inputs.at(size_t(k)); }
+  const TensorRef& out(int k) const { return outputs.at(size_t(k)); }
+  bool has_in(int k) const { return k < int(inputs.size()) && inputs[size_t(k)].present(); }
+  bool has_out(int k) const { return k < int(outputs.size()) && outputs[size_t(k)].present(); }
+
+  template <class... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
+    throw Error(node.describe() + ": " + fmt::format(f, std::forward<Args>(args)...));
+  }
+};
+
+using Kernel = void (*)(KernelCtx&);
+Kernel cpu_kernel(Op op);
+
+// Runs one node's CPU kernel on owned tensors (constant folding, tests). Outputs are allocated
+// from the shapes the node's output values carry in g.
+std::vector<Tensor> run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs,
+                             const RunState& run = {});
+
+}  // namespace onnxdp

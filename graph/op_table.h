@@ -1,0 +1,95 @@
+// THE op table. One row per op; the enum, names, arity checks, attribute schemas and every
+// dispatch table (shape rules, ONNX import, CPU kernels) derive from it.
+//
+// Where an op's pieces live, by its category column C:
+//   import      importer/ops_C.cpp      import_<Op>
+//   shape rule  graph/shapes_C.cpp      shape_<Op>
+//   CPU kernel  exec/cpu/C.cpp          <Op>_forward
+//   tests       tests/ops/test_C.cpp
+//
+// Attribute schema: comma-separated `name:kind[=default]`, kind one of
+//   i (int64), f (float), s (string), ints, floats, t (tensor).
+// An attribute without a default is optional and read with Node::has().
+// Inputs: min..max (optional trailing inputs may be absent); outputs likewise.
+//
+//  X(Op,                        C,         in_min, in_max, out_min, out_max, attributes)
+#define ONNXDP_OPS(X)                                                                              \
+  X(Add,                        math,       2, 2, 1, 1, "")                                         \
+  X(Sub,                        math,       2, 2, 1, 1, "")                                         \
+  X(Mul,                        math,       2, 2, 1, 1, "")                                         \
+  X(Div,                        math,       2, 2, 1, 1, "")                                         \
+  X(Pow,                        math,       2, 2, 1, 1, "")                                         \
+  X(Min,                        math,       1, 64, 1, 1, "")                                        \
+  X(Max,                        math,       1, 64, 1, 1, "")                                        \
+  X(Sqrt,                       math,       1, 1, 1, 1, "")                                         \
+  X(Exp,                        math,       1, 1, 1, 1, "")                                         \
+  X(Log,                        math,       1, 1, 1, 1, "")                                         \
+  X(Neg,                        math,       1, 1, 1, 1, "")                                         \
+  X(Abs,                        math,       1, 1, 1, 1, "")                                         \
+  X(Reciprocal,                 math,       1, 1, 1, 1, "")                                         \
+  X(Relu,                       math,       1, 1, 1, 1, "")                                         \
+  X(LeakyRelu,                  math,       1, 1, 1, 1, "alpha:f=0.01")                             \
+  X(Sigmoid,                    math,       1, 1, 1, 1, "")                                         \
+  X(Tanh,                       math,       1, 1, 1, 1, "")                                         \
+  X(Erf,                        math,       1, 1, 1, 1, "")                                         \
+  X(Gelu,                       math,       1, 1, 1, 1, "approximate:s=none")                       \
+  X(Softplus,                   math,       1, 1, 1, 1, "")                                         \
+  X(Clip,                       math,       1, 3, 1, 1, "")                                         \
+  X(Softmax,                    math,       1, 1, 1, 1, "axis:i=-1")                                \
+  X(LogSoftmax,                 math,       1, 1, 1, 1, "axis:i=-1")                                \
+  X(MatMul,                     math,       2, 2, 1, 1, "")                                         \
+  X(Gemm,                       math,       2, 3, 1, 1,                                             \
+    "alpha:f=1,beta:f=1,transA:i=0,transB:i=0")                                                     \
+  X(Equal,                      logical,    2, 2, 1, 1, "")                                         \
+  X(Less,                       logical,    2, 2, 1, 1, "")                                         \
+  X(Greater,                    logical,    2, 2, 1, 1, "")                                         \
+  X(Not,                        logical,    1, 1, 1, 1, "")                                         \
+  X(Where,                      logical,    3, 3, 1, 1, "")                                         \
+  X(Conv,                       nn,         2, 3, 1, 1,                                             \
+    "auto_pad:s=NOTSET,dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")          \
+  X(ConvTranspose,              nn,         2, 3, 1, 1,                                             \
+    "auto_pad:s=NOTSET,dilations:ints,group:i=1,kernel_shape:ints,output_padding:ints,"             \
+    "output_shape:ints,pads:ints,strides:ints")                                                     \
+  X(MaxPool,                    nn,         1, 1, 1, 2,                                             \
+    "auto_pad:s=NOTSET,ceil_mode:i=0,dilations:ints,kernel_shape:ints,pads:ints,"                  \
+    "storage_order:i=0,strides:ints")                                                               \
+  X(AveragePool,                nn,         1, 1, 1, 1,                                             \
+    "auto_pad:s=NOTSET,ceil_mode:i=0,count_include_pad:i=0,dilations:ints,kernel_shape:ints,"      \
+    "pads:ints,strides:ints")                                                                       \
+  X(GlobalAveragePool,          nn,         1, 1, 1, 1, "")                                         \
+  X(BatchNormalization,         nn,         5, 5, 1, 3,                                             \
+    "epsilon:f=1e-05,momentum:f=0.9,training_mode:i=0")                                             \
+  X(LayerNormalization,         nn,         2, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05,stash_type:i=1") \
+  X(Dropout,                    nn,         1, 3, 1, 2, "seed:i,ratio:f=0.5,training_mode:i=0")     \
+  X(SoftmaxCrossEntropyLoss,    nn,         2, 3, 1, 2, "ignore_index:i,reduction:s=mean")          \
+  X(NegativeLogLikelihoodLoss,  nn,         2, 3, 1, 1, "ignore_index:i,reduction:s=mean")          \
+  X(Identity,                   tensor,     1, 1, 1, 1, "")                                         \
+  X(Cast,                       tensor,     1, 1, 1, 1, "saturate:i=1,to:i")                        \
+  X(Shape,                      tensor,     1, 1, 1, 1, "end:i,start:i=0")                          \
+  X(Flatten,                    tensor,     1, 1, 1, 1, "axis:i=1")                                 \
+  X(Reshape,                    tensor,     2, 2, 1, 1, "allowzero:i=0")                            \
+  X(Transpose,                  tensor,     1, 1, 1, 1, "perm:ints")                                \
+  X(Squeeze,                    tensor,     1, 2, 1, 1, "")                                         \
+  X(Unsqueeze,                  tensor,     2, 2, 1, 1, "")                                         \
+  X(Concat,                     tensor,     1, 1024, 1, 1, "axis:i")                                \
+  X(Split,                      tensor,     1, 2, 1, 1024, "axis:i=0,num_outputs:i")                \
+  X(Slice,                      tensor,     3, 5, 1, 1, "")                                         \
+  X(Gather,                     tensor,     2, 2, 1, 1, "axis:i=0")                                 \
+  X(Expand,                     tensor,     2, 2, 1, 1, "")                                         \
+  X(Tile,                       tensor,     2, 2, 1, 1, "")                                         \
+  X(Pad,                        tensor,     2, 4, 1, 1, "mode:s=constant")                          \
+  X(Trilu,                      tensor,     1, 2, 1, 1, "upper:i=1")                                \
+  X(Constant,                   generator,  0, 0, 1, 1, "value:t")                                  \
+  X(ConstantOfShape,            generator,  1, 1, 1, 1, "value:t")                                  \
+  X(Range,                      generator,  3, 3, 1, 1, "")                                         \
+  X(ReduceMean,                 reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
+  X(ReduceSum,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
+  X(ReduceMax,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")
+
+// The number of rows: adding an op means adding its row and updating this count, which makes the
+// compiler point at every table derived from the rows.
+#define ONNXDP_OP_COUNT 62
+
+// Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
+//   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as
+//   inputs 1/2.  Pad: pads input 1, constant_value input 2, axes input 3.

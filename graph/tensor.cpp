@@ -1,0 +1,177 @@
+#include "graph/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "graph/error.h"
+
+namespace onnxdp {
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) fail("shape {} has a negative dimension", shape_str(s));
+    if (d != 0 && n > (int64_t(1) << 62) / d) fail("shape {} has more than 2^62 elements", shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  numel_ = shape_numel(shape_);
+  size_t bytes = nbytes();
+  size_t alloc = (bytes + 63) / 64 * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (!p) fail("out of memory allocating a {} tensor of shape {}", dtype_name(dtype_), shape_str(shape_));
+  std::memset(p, 0, alloc);
+  data_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+Tensor Tensor::reshaped(Shape s) const {
+  if (shape_numel(s) != numel_) fail("cannot reshape {} to {}", shape_str(shape_), shape_str(s));
+  Tensor t = *this;
+  t.shape_ = std::move(s);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(dtype_, shape_);
+  if (nbytes()) std::memcpy(t.data(), data(), nbytes());
+  return t;
+}
+
+std::vector<int64_t> Tensor::to_i64() const {
+  std::vector<int64_t> r(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) {
+    switch (dtype_) {
+      case DType::i64: r[i] = as<int64_t>()[i]; break;
+      case DType::i32: r[i] = as<int32_t>()[i]; break;
+      case DType::i8: r[i] = as<int8_t>()[i]; break;
+      case DType::u8: r[i] = as<uint8_t>()[i]; break;
+      case DType::boolean: r[i] = as<bool>()[i]; break;
+      case DType::f32: r[i] = int64_t(as<float>()[i]); break;
+      case DType::f64: r[i] = int64_t(as<double>()[i]); break;
+      case DType::f16: r[i] = int64_t(f16_to_f32(as<uint16_t>()[i])); break;
+      case DType::bf16: r[i] = int64_t(bf16_to_f32(as<uint16_t>()[i])); break;
+    }
+  }
+  return r;
+}
+
+std::vector<double> Tensor::to_f64() const {
+  std::vector<double> r(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) {
+    switch (dtype_) {
+      case DType::i64: r[i] = double(as<int64_t>()[i]); break;
+      case DType::i32: r[i] = as<int32_t>()[i]; break;
+      case DType::i8: r[i] = as<int8_t>()[i]; break;
+      case DType::u8: r[i] = as<uint8_t>()[i]; break;
+      case DType::boolean: r[i] = as<bool>()[i]; break;
+      case DType::f32: r[i] = as<float>()[i]; break;
+      case DType::f64: r[i] = as<double>()[i]; break;
+      case DType::f16: r[i] = f16_to_f32(as<uint16_t>()[i]); break;
+      case DType::bf16: r[i] = bf16_to_f32(as<uint16_t>()[i]); break;
+    }
+  }
+  return r;
+}
+
+Tensor Tensor::scalar_f32(float v) {
+  Tensor t(DType::f32, {});
+  t.as<float>()[0] = v;
+  return t;
+}
+
+Tensor Tensor::scalar_i64(int64_t v) {
+  Tensor t(DType::i64, {});
+  t.as<int64_t>()[0] = v;
+  return t;
+}
+
+Tensor Tensor::from_i64(const std::vector<int64_t>& v, Shape s) {
+  if (s.empty()) s = {int64_t(v.size())};
+  Tensor t(DType::i64, s);
+  if (t.numel() != int64_t(v.size())) fail("from_i64: {} values for shape {}", v.size(), shape_str(s));
+  std::memcpy(t.data(), v.data(), v.size() * 8);
+  return t;
+}
+
+Tensor Tensor::from_f32(const std::vector<float>& v, Shape s) {
+  if (s.empty()) s = {int64_t(v.size())};
+  Tensor t(DType::f32, s);
+  if (t.numel() != int64_t(v.size())) fail("from_f32: {} values for shape {}", v.size(), shape_str(s));
+  std::memcpy(t.data(), v.data(), v.size() * 4);
+  return t;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t mant = x & 0x7fffff;
+  int32_t exp = int32_t((x >> 23) & 0xff);
+  if (exp == 0xff) return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));  // inf / nan
+  exp = exp - 127 + 15;
+  if (exp >= 0x1f) return uint16_t(sign | 0x7c00);  // overflow to inf
+  if (exp <= 0) {                                   // subnormal or zero
+    if (exp < -10) return uint16_t(sign);
+    mant |= 0x800000;
+    uint32_t shift = uint32_t(14 - exp);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t half = sign | (uint32_t(exp) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;  // may carry into exponent: correct
+  return uint16_t(half);
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t x;
+  if (exp == 0) {
+    if (mant == 0) {
+      x = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) { mant <<= 1; --exp; }
+      x = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 0x1f) {
+    x = sign | 0x7f800000 | (mant << 13);
+  } else {
+    x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return uint16_t((x >> 16) | 0x40);  // nan stays nan
+  x += 0x7fff + ((x >> 16) & 1);
+  return uint16_t(x >> 16);
+}
+
+float bf16_to_f32(uint16_t h) {
+  uint32_t x = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,194 @@
+#include "importer/importer.h"
+
+#include <set>
+
+#include "importer/onnx_io.h"
+
+namespace onnxdp {
+
+#define ONNXDP_X(op, ...) void import_##op(ImportCtx&);
+ONNXDP_OPS(ONNXDP_X)
+#undef ONNXDP_X
+
+ImportFn import_fn(Op op) {
+  static const ImportFn fns[] = {
+#define ONNXDP_X(op, ...) &import_##op,
+      ONNXDP_OPS(ONNXDP_X)
+#undef ONNXDP_X
+  };
+  return fns[size_t(op)];
+}
+
+ModelInfo model_info(const onnx::ModelProto& m, const std::string& path) {
+  ModelInfo info;
+  info.path = path;
+  info.ir_version = m.ir_version();
+  info.producer = m.producer_name() + (m.producer_version().empty() ? "" : " " + m.producer_version());
+  for (const auto& o : m.opset_import()) info.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+  return info;
+}
+
+ValueId ImportCtx::add_constant(Tensor t, const std::string& hint) {
+  std::string base = (node.name.empty() ? std::string(op_name(node.op)) : node.name) + "/" + hint;
+  std::string nm = base;
+  for (int k = 1; graph.find(nm) != kNoValue; ++k) nm = base + "_" + std::to_string(k);
+  Value v;
+  v.name = nm;
+  v.dtype = t.dtype();
+  v.shape = t.shape();
+  v.kind = ValueKind::constant;
+  v.data = std::move(t);
+  return graph.add_value(std::move(v));
+}
+
+void ImportCtx::attr_to_input(const std::string& attr, size_t index) {
+  auto it = node.attrs.find(attr);
+  if (it == node.attrs.end()) return;
+  auto* ints = std::get_if<std::vector<int64_t>>(&it->second);
+  if (!ints) fail("attribute '{}' must be a list of ints", attr);
+  ValueId c = add_constant(Tensor::from_i64(*ints), attr);
+  node.attrs.erase(it);
+  if (node.inputs.size() <= index) node.inputs.resize(index + 1, kNoValue);
+  node.inputs[index] = c;
+}
+
+namespace {
+
+Attr convert_attr(const onnx::AttributeProto& a, const std::string& model_dir, const ImportCtx& ctx) {
+  switch (a.type()) {
+    case onnx::AttributeProto::INT: return Attr(int64_t(a.i()));
+    case onnx::AttributeProto::FLOAT: return Attr(a.f());
+    case onnx::AttributeProto::STRING: return Attr(a.s());
+    case onnx::AttributeProto::INTS: return Attr(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+    case onnx::AttributeProto::FLOATS: return Attr(std::vector<float>(a.floats().begin(), a.floats().end()));
+    case onnx::AttributeProto::TENSOR: return Attr(tensor_from_proto(a.t(), model_dir));
+    default: ctx.fail("attribute '{}' has a type onnxdp does not support ({})", a.name(), int(a.type()));
+  }
+}
+
+Shape static_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt) {
+  auto it = opt.input_shapes.find(vi.name());
+  if (it != opt.input_shapes.end()) return it->second;
+  const auto& tt = vi.type().tensor_type();
+  if (!tt.has_shape()) fail("graph input '{}' has no shape in the model; give its shape", vi.name());
+  Shape s;
+  for (int k = 0; k < tt.shape().dim_size(); ++k) {
+    const auto& d = tt.shape().dim(k);
+    if (d.has_dim_value() && d.dim_value() >= 0) {
+      s.push_back(d.dim_value());
+    } else if (k == 0) {
+      s.push_back(opt.batch_size);
+    } else {
+      fail("graph input '{}' dim {} is symbolic ('{}'); onnxdp needs its size (from the data)", vi.name(), k,
+           d.dim_param());
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, const ImportOptions& opt) {
+  if (m.ir_version() < 3) fail("model IR version {} is older than 3, which onnxdp reads", m.ir_version());
+  int opset = -1;
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = int(o.version());
+  if (opset < 0) fail("model imports no default-domain (ai.onnx) opset");
+  if (opset < kMinOpset || opset > kMaxOpset)
+    fail("model uses default-domain opset {}, onnxdp imports opsets {} to {}", opset, kMinOpset, kMaxOpset);
+
+  const onnx::GraphProto& gp = m.graph();
+  Graph g;
+  g.name = gp.name();
+  std::map<std::string, ValueId> by_name;
+
+  for (const auto& init : gp.initializer()) {
+    if (init.name().empty()) fail("an initializer has no name");
+    if (by_name.count(init.name())) fail("initializer '{}' is defined more than once", init.name());
+    Value v;
+    v.name = init.name();
+    v.data = tensor_from_proto(init, model_dir);
+    v.dtype = v.data.dtype();
+    v.shape = v.data.shape();
+    // Floating initializers are parameters (trainable or running statistics); integer ones are
+    // fixed shape arithmetic and fold as constants.
+    v.kind = dtype_is_float(v.dtype) ? ValueKind::parameter : ValueKind::constant;
+    by_name[v.name] = g.add_value(std::move(v));
+  }
+  for (const auto& vi : gp.input()) {
+    if (by_name.count(vi.name())) continue;  // an initializer listed as input (IR < 4)
+    if (!vi.type().has_tensor_type()) fail("graph input '{}' is not a tensor; onnxdp handles tensors only", vi.name());
+    Value v;
+    v.name = vi.name();
+    int et = vi.type().tensor_type().elem_type();
+    if (!dtype_from_onnx(et, &v.dtype))
+      fail("graph input '{}' has element type {}, which onnxdp does not support", vi.name(), onnx_type_name(et));
+    auto ci = opt.constant_inputs.find(vi.name());
+    if (ci != opt.constant_inputs.end()) {
+      v.kind = ValueKind::constant;
+      v.data = ci->second;
+      v.shape = v.data.shape();
+      if (v.data.dtype() != v.dtype) fail("graph input '{}' is {}, the value bound to it is {}", vi.name(), dtype_name(v.dtype), dtype_name(v.data.dtype()));
+      by_name[v.name] = g.add_value(std::move(v));
+      continue;
+    }
+    v.shape = static_shape(vi, opt);
+    v.kind = ValueKind::input;
+    ValueId id = g.add_value(std::move(v));
+    by_name[vi.name()] = id;
+    g.inputs.push_back(id);
+  }
+
+  for (const auto& np : gp.node()) {
+    const std::string& domain = np.domain();
+    Node n;
+    n.name = np.name();
+    ImportCtx ctx{g, np, opset, n};
+    if (!(domain.empty() || domain == "ai.onnx"))
+      ctx.fail("domain '{}' is not supported (onnxdp imports the default ONNX domain)", domain);
+    auto op = op_from_name(np.op_type());
+    if (!op) ctx.fail("op {} is not supported by onnxdp", np.op_type());
+    n.op = *op;
+    for (const auto& in : np.input()) {
+      if (in.empty()) {
+        n.inputs.push_back(kNoValue);
+        continue;
+      }
+      auto it = by_name.find(in);
+      if (it == by_name.end())
+        ctx.fail("input '{}' is not produced by any earlier node, initializer or graph input (unknown name, "
+                 "nodes out of order, or a cycle)", in);
+      n.inputs.push_back(it->second);
+    }
+    while (!n.inputs.empty() && n.inputs.back() == kNoValue) n.inputs.pop_back();
+    for (const auto& a : np.attribute()) n.attrs[a.name()] = convert_attr(a, model_dir, ctx);
+    import_fn(n.op)(ctx);
+    const OpInfo& info = op_info(n.op);
+    for (const auto& [name, a] : n.attrs)
+      if (!info.find_attr(name)) ctx.fail("attribute '{}' is not supported", name);
+    int idx = int(g.nodes.size());
+    for (const auto& out : np.output()) {
+      if (out.empty()) {
+        n.outputs.push_back(kNoValue);
+        continue;
+      }
+      if (by_name.count(out)) ctx.fail("output '{}' is already defined elsewhere", out);
+      Value v;
+      v.name = out;
+      v.producer = idx;
+      ValueId id = g.add_value(std::move(v));
+      by_name[out] = id;
+      n.outputs.push_back(id);
+    }
+    while (!n.outputs.empty() && n.outputs.back() == kNoValue) n.outputs.pop_back();
+    g.nodes.push_back(std::move(n));
+  }
+  for (const auto& out : gp.output()) {
+    auto it = by_name.find(out.name());
+    if (it == by_name.end()) fail("graph output '{}' is not produced by any node", out.name());
+    g.outputs.push_back(it->second);
+  }
+  return g;
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,66 @@
+// ONNX -> Graph. One import function per ONNX op (importer/ops_<category>.cpp, named
+// import_<Op>), dispatched through the op table.
+#pragma once
+#include <map>
+#include <string>
+
+#include "graph/graph.h"
+#include "onnx/onnx_pb.h"
+
+namespace onnxdp {
+
+// Default-domain opsets onnxdp imports; each import function handles the differences between
+// versions of its op within this range.
+inline constexpr int kMinOpset = 7;
+inline constexpr int kMaxOpset = 27;
+
+struct ImportOptions {
+  int64_t batch_size = 1;                      // for the leading symbolic dim of graph inputs
+  std::map<std::string, Shape> input_shapes;   // exact shapes for inputs, overriding the model's
+  std::map<std::string, Tensor> constant_inputs;  // graph inputs bound to known values
+};
+
+// The model file's facts, for `onnxdp inspect`.
+struct ModelInfo {
+  std::string path;
+  int64_t ir_version = 0;
+  std::string producer;
+  std::map<std::string, int64_t> opsets;  // domain ("" is ai.onnx) -> version
+};
+
+ModelInfo model_info(const onnx::ModelProto& m, const std::string& path);
+
+// Imports a parsed model; `model_dir` resolves external data. Graph inputs get static shapes
+// (symbolic leading dims become options.batch_size). Node outputs are not yet typed: shapes are
+// inferred together with constant folding (exec/fold.h); onnxdp::load_graph (train/pipeline.h)
+// runs the whole sequence.
+Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, const ImportOptions& options);
+
+// Everything an import function sees. The generic part (inputs, outputs, attributes converted by
+// type) is done before it is called; the function checks and normalises.
+struct ImportCtx {
+  Graph& graph;
+  const onnx::NodeProto& proto;
+  int opset;      // the model's default-domain opset
+  Node& node;     // name, op, inputs and attributes already filled
+
+  // A new constant value (kind constant) holding t; returns its id.
+  ValueId add_constant(Tensor t, const std::string& hint);
+  // Moves an ints attribute of older opsets into input `index` as an i64 constant (Squeeze's
+  // axes, ReduceSum's axes, Split's split ...). No-op when the attribute is absent.
+  void attr_to_input(const std::string& attr, size_t index);
+  // Drops attributes onnxdp ignores by design (documented at the call).
+  void ignore_attr(const std::string& attr) { node.attrs.erase(attr); }
+
+  template <class... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
+    throw Error(fmt::format("node {} ({}, opset {}): ", proto.name().empty() ? "<unnamed>" : proto.name(),
+                            proto.op_type(), opset) +
+                fmt::format(f, std::forward<Args>(args)...));
+  }
+};
+
+using ImportFn = void (*)(ImportCtx&);
+ImportFn import_fn(Op op);
+
+}  // namespace onnxdp

@@ -1,0 +1,239 @@
+#include "importer/onnx_io.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "graph/error.h"
+
+namespace onnxdp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) fail("{} '{}' does not exist or is not a regular file", what, path);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot open {} '{}'", what, path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s;
+}
+
+// Validates an external-data location relative to model_dir and returns the full path.
+std::string external_path(const std::string& location, const std::string& model_dir, const std::string& tensor) {
+  if (location.empty()) fail("tensor '{}': external data has no location", tensor);
+  fs::path loc(location);
+  if (loc.is_absolute() || location[0] == '/' || location[0] == '\\')
+    fail("tensor '{}': external data location '{}' is an absolute path; it must be relative to the model's folder",
+         tensor, location);
+  for (const auto& part : loc)
+    if (part == "..")
+      fail("tensor '{}': external data location '{}' leaves the model's folder ('..')", tensor, location);
+  if (location.find('\\') != std::string::npos || location.find(':') != std::string::npos)
+    fail("tensor '{}': external data location '{}' has a '\\' or ':'", tensor, location);
+  fs::path full = fs::path(model_dir.empty() ? "." : model_dir) / loc;
+  // Refuse links anywhere under the model folder: a symlink or hard link can point outside it.
+  fs::path walk = fs::path(model_dir.empty() ? "." : model_dir);
+  for (const auto& part : loc) {
+    walk /= part;
+    struct stat st;
+    if (lstat(walk.c_str(), &st) != 0) fail("tensor '{}': external data file '{}' does not exist", tensor, full.string());
+    if (S_ISLNK(st.st_mode)) fail("tensor '{}': external data location '{}' is a symbolic link", tensor, location);
+  }
+  struct stat st;
+  if (lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    fail("tensor '{}': external data '{}' is not a regular file", tensor, full.string());
+  if (st.st_nlink > 1) fail("tensor '{}': external data '{}' is a hard link", tensor, full.string());
+  return full.string();
+}
+
+int64_t parse_i64(const std::string& s, const std::string& tensor, const char* key) {
+  try {
+    size_t pos = 0;
+    long long v = std::stoll(s, &pos);
+    if (pos != s.size() || v < 0) throw std::invalid_argument(s);
+    return v;
+  } catch (const std::exception&) {
+    fail("tensor '{}': external data {} '{}' is not a non-negative integer", tensor, key, s);
+  }
+}
+
+}  // namespace
+
+onnx::ModelProto load_model_proto(const std::string& path) {
+  std::string bytes = read_file(path, "model file");
+  if (bytes.size() > (size_t(2) << 30)) fail("model file '{}' is larger than protobuf's 2 GiB limit", path);
+  onnx::ModelProto m;
+  if (!m.ParseFromString(bytes))
+    fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
+  if (!m.has_graph()) fail("model file '{}' has no graph", path);
+  return m;
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_dir) {
+  const std::string& name = t.name();
+  DType dt;
+  if (!dtype_from_onnx(t.data_type(), &dt))
+    fail("tensor '{}' has element type {}, which onnxdp does not support", name, onnx_type_name(t.data_type()));
+  Shape shape(t.dims().begin(), t.dims().end());
+  for (int64_t d : shape)
+    if (d < 0) fail("tensor '{}' has a negative dimension in {}", name, shape_str(shape));
+  int64_t numel;
+  try {
+    numel = shape_numel(shape);
+  } catch (const Error&) {
+    fail("tensor '{}': dims {} multiply past 2^62 elements", name, shape_str(shape));
+  }
+  const size_t esize = dtype_size(dt);
+  if (numel > int64_t((size_t(1) << 40) / esize)) fail("tensor '{}' of shape {} is larger than 1 TiB", name, shape_str(shape));
+  const size_t want = size_t(numel) * esize;
+  Tensor out(dt, shape);
+  auto size_mismatch = [&](size_t got, const char* where) {
+    fail("tensor '{}': {} holds {} bytes, but {} {} needs {}", name, where, got, dtype_name(dt), shape_str(shape), want);
+  };
+
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : t.external_data()) {
+      if (kv.key() == "location") location = kv.value();
+      else if (kv.key() == "offset") offset = parse_i64(kv.value(), name, "offset");
+      else if (kv.key() == "length") length = parse_i64(kv.value(), name, "length");
+    }
+    std::string full = external_path(location, model_dir, name);
+    int64_t fsize = int64_t(fs::file_size(full));
+    if (offset > fsize) fail("tensor '{}': external data offset {} is past the end of '{}' ({} bytes)", name, offset, location, fsize);
+    if (length < 0) length = fsize - offset;
+    if (length > fsize - offset)
+      fail("tensor '{}': external data offset {} + length {} is past the end of '{}' ({} bytes)", name, offset, length, location, fsize);
+    if (size_t(length) != want) size_mismatch(size_t(length), "its external data");
+    std::ifstream f(full, std::ios::binary);
+    f.seekg(offset);
+    if (want && !f.read(static_cast<char*>(out.data()), std::streamsize(want)))
+      fail("tensor '{}': reading {} bytes of external data from '{}' failed", name, want, location);
+    return out;
+  }
+
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != want) size_mismatch(t.raw_data().size(), "raw_data");
+    if (want) std::memcpy(out.data(), t.raw_data().data(), want);
+    return out;
+  }
+  auto check_count = [&](int64_t got, const char* field) {
+    if (got != numel)
+      fail("tensor '{}': {} has {} values, but shape {} needs {}", name, field, got, shape_str(shape), numel);
+  };
+  switch (dt) {
+    case DType::f32:
+      check_count(t.float_data_size(), "float_data");
+      for (int64_t i = 0; i < numel; ++i) out.as<float>()[i] = t.float_data(int(i));
+      break;
+    case DType::f64:
+      check_count(t.double_data_size(), "double_data");
+      for (int64_t i = 0; i < numel; ++i) out.as<double>()[i] = t.double_data(int(i));
+      break;
+    case DType::i64:
+      check_count(t.int64_data_size(), "int64_data");
+      for (int64_t i = 0; i < numel; ++i) out.as<int64_t>()[i] = t.int64_data(int(i));
+      break;
+    case DType::i32:
+      check_count(t.int32_data_size(), "int32_data");
+      for (int64_t i = 0; i < numel; ++i) out.as<int32_t>()[i] = t.int32_data(int(i));
+      break;
+    case DType::i8: case DType::u8: case DType::boolean: case DType::f16: case DType::bf16:
+      check_count(t.int32_data_size(), "int32_data");
+      for (int64_t i = 0; i < numel; ++i) {
+        int32_t v = t.int32_data(int(i));
+        if (dt == DType::i8) out.as<int8_t>()[i] = int8_t(v);
+        else if (dt == DType::u8) out.as<uint8_t>()[i] = uint8_t(v);
+        else if (dt == DType::boolean) out.as<bool>()[i] = v != 0;
+        else out.as<uint16_t>()[i] = uint16_t(v);
+      }
+      break;
+  }
+  return out;
+}
+
+void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
+  p->clear_dims();
+  for (int64_t d : t.shape()) p->add_dims(d);
+  p->set_data_type(dtype_to_onnx(t.dtype()));
+  p->clear_float_data();
+  p->clear_double_data();
+  p->clear_int32_data();
+  p->clear_int64_data();
+  p->clear_external_data();
+  p->clear_data_location();
+  p->set_raw_data(std::string(static_cast<const char*>(t.data()), t.nbytes()));
+}
+
+Tensor load_tensor_pb(const std::string& path, std::string* name) {
+  std::string bytes = read_file(path, "tensor file");
+  onnx::TensorProto t;
+  if (!t.ParseFromString(bytes)) fail("tensor file '{}' is not a valid TensorProto", path);
+  if (name) *name = t.name();
+  return tensor_from_proto(t, fs::path(path).parent_path().string());
+}
+
+void export_model(const std::string& in_path, const std::string& out_path, const std::map<std::string, Tensor>& values) {
+  onnx::ModelProto m = load_model_proto(in_path);
+  fs::path out(out_path);
+  std::string data_name = out.filename().string() + ".data";
+  fs::path data_path = out.parent_path() / data_name;
+  std::ofstream data;
+  int64_t data_offset = 0;
+  std::string in_dir = fs::path(in_path).parent_path().string();
+  for (auto& init : *m.mutable_graph()->mutable_initializer()) {
+    auto it = values.find(init.name());
+    bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
+    if (it == values.end() && !external) continue;
+    // External initializers move to the new data file whether replaced or not, so the output
+    // never points back into the input's folder.
+    Tensor t = it != values.end() ? it->second : tensor_from_proto(init, in_dir);
+    if (it != values.end()) {
+      Shape dims(init.dims().begin(), init.dims().end());
+      if (dims != t.shape() || init.data_type() != dtype_to_onnx(t.dtype()))
+        fail("export: initializer '{}' is {} {} in the model but {} {} was given", init.name(),
+             onnx_type_name(init.data_type()), shape_str(dims), dtype_name(t.dtype()), shape_str(t.shape()));
+    }
+    if (!external) {
+      tensor_to_proto(t, &init);
+      continue;
+    }
+    if (!data.is_open()) {
+      data.open(data_path, std::ios::binary | std::ios::trunc);
+      if (!data) fail("export: cannot write '{}'", data_path.string());
+    }
+    std::string nm = init.name();
+    tensor_to_proto(t, &init);
+    init.clear_raw_data();
+    init.set_data_location(onnx::TensorProto::EXTERNAL);
+    auto add = [&](const char* k, const std::string& v) {
+      auto* e = init.add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    add("location", data_name);
+    add("offset", std::to_string(data_offset));
+    add("length", std::to_string(t.nbytes()));
+    data.write(static_cast<const char*>(t.data()), std::streamsize(t.nbytes()));
+    data_offset += int64_t(t.nbytes());
+  }
+  for (const auto& [name, t] : values) {
+    bool found = false;
+    for (const auto& init : m.graph().initializer()) found |= init.name() == name;
+    if (!found) fail("export: the model has no initializer named '{}'", name);
+  }
+  std::string tmp = out_path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f || !m.SerializeToOstream(&f)) fail("export: cannot write '{}'", tmp);
+  }
+  fs::rename(tmp, out_path);
+}
+
+}  // namespace onnxdp
