@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "exec/kernel.h"
+#include "graph/shape_helpers.h"
 
 namespace onnxdp {
 
@@ -25,15 +26,9 @@ void infer_and_fold(Graph& g) {
     }
     std::vector<Tensor> outs;
     if (n.op == Op::Shape) {
-      const Shape& s = g.value(n.inputs[0]).shape;
-      int64_t r = int64_t(s.size());
-      int64_t start = n.i("start"), end = n.has("end") ? n.i("end") : r;
-      if (start < 0) start += r;
-      if (end < 0) end += r;
-      start = std::clamp<int64_t>(start, 0, r);
-      end = std::clamp<int64_t>(end, 0, r);
-      std::vector<int64_t> dims(s.begin() + start, s.begin() + std::max(start, end));
-      outs.push_back(Tensor::from_i64(dims, {int64_t(dims.size())}));
+      // The input may be an activation without data: Shape's kernel would see no shape, so the
+      // shared helper reads the static shape from the graph.
+      outs.push_back(Tensor::from_i64(shape_op_dims(g.value(n.inputs[0]).shape, n)));
     } else {
       std::vector<const Tensor*> ins;
       for (ValueId in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &g.value(in).data);

@@ -66,7 +66,7 @@ TensorRef Plan::ref(ValueId id) {
   fail("value '{}' has no storage in the plan", v.name);
 }
 
-std::map<std::string, Tensor> Plan::run(const std::map<std::string, Tensor>& inputs, const RunState& state) {
+void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& state) {
   for (ValueId i : graph_.inputs) {
     const Value& v = graph_.value(i);
     auto it = inputs.find(v.name);
@@ -84,6 +84,10 @@ std::map<std::string, Tensor> Plan::run(const std::map<std::string, Tensor>& inp
     for (ValueId o : n.outputs) ctx.outputs.push_back(ref(o));
     cpu_kernel(n.op)(ctx);
   }
+}
+
+std::map<std::string, Tensor> Plan::run(const std::map<std::string, Tensor>& inputs, const RunState& state) {
+  execute(inputs, state);
   std::map<std::string, Tensor> out;
   for (ValueId o : graph_.outputs) {
     const Value& v = graph_.value(o);

@@ -23,8 +23,10 @@ class Plan {
   // Bytes of all activations if none shared memory: the plan's saving is the difference.
   size_t unshared_bytes() const { return unshared_bytes_; }
 
-  // Feeds every graph input by name (dtype and shape must match exactly), runs, and returns the
-  // graph outputs by name.
+  // Feeds every graph input by name (dtype and shape must match exactly) and runs; the outputs
+  // stay in the arena, read them with ref().
+  void execute(const std::map<std::string, Tensor>& inputs, const RunState& state = {});
+  // execute(), then copies of the graph outputs by name.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, const RunState& state = {});
 
   // The tensor of a value after run(): parameters, constants and activations still in the arena.

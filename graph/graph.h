@@ -1,5 +1,6 @@
 // The IR: Op (from the op table), typed attributes, Value, Node, Graph.
 #pragma once
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -89,7 +90,7 @@ struct Node {
 
 struct Graph {
   std::string name;
-  std::vector<Value> values;
+  std::deque<Value> values;     // a deque: references stay valid while passes append values
   std::vector<Node> nodes;       // topological order
   std::vector<ValueId> inputs;   // graph inputs fed each run
   std::vector<ValueId> outputs;

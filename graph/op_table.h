@@ -4,6 +4,7 @@
 // Where an op's pieces live, by its category column C:
 //   import      importer/ops_C.cpp      import_<Op>
 //   shape rule  graph/shapes_C.cpp      shape_<Op>
+//   gradient    graph/gradients_C.cpp   grad_<Op>   (no_gradient / gradient_missing say so explicitly)
 //   CPU kernel  exec/cpu/C.cpp          <Op>_forward
 //   tests       tests/ops/test_C.cpp
 //

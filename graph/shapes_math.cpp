@@ -1,32 +1,183 @@
 // Shape rules of the math ops (see graph/op_table.h).
+#include <initializer_list>
+
 #include "graph/graph.h"
 
 namespace onnxdp {
 
-void shape_Add(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Sub(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Mul(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Div(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Pow(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Min(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Max(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Sqrt(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Exp(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Log(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Neg(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Abs(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Reciprocal(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Relu(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_LeakyRelu(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Sigmoid(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Tanh(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Erf(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Gelu(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Softplus(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Clip(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Softmax(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_LogSoftmax(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_MatMul(ShapeCtx& c) { c.fail("shape rule not written yet"); }
-void shape_Gemm(ShapeCtx& c) { c.fail("shape rule not written yet"); }
+namespace {
+
+// The dtypes each family of ops computes in (the ONNX type constraints, cut to the dtypes onnxdp
+// holds). Elementwise ops also take f16 / bf16 (the CPU computes them in float); softmax and the
+// matrix products reject them by name.
+const std::initializer_list<DType> kFloat = {DType::f32, DType::f64, DType::f16, DType::bf16};
+const std::initializer_list<DType> kSigned = {DType::f32, DType::f64, DType::f16, DType::bf16,
+                                              DType::i64, DType::i32, DType::i8};
+const std::initializer_list<DType> kNumeric = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64,
+                                               DType::i32, DType::i8,  DType::u8};
+const std::initializer_list<DType> kFloatWide = {DType::f32, DType::f64};
+const std::initializer_list<DType> kNumericWide = {DType::f32, DType::f64, DType::i64,
+                                                   DType::i32, DType::i8,  DType::u8};
+const std::initializer_list<DType> kBlas = {DType::f32, DType::f64, DType::i64, DType::i32};
+
+std::string dtype_list(std::initializer_list<DType> ok) {
+  std::string s;
+  for (DType t : ok) s += (s.empty() ? "" : ", ") + std::string(dtype_name(t));
+  return s;
+}
+
+DType check_dtype(const ShapeCtx& c, int k, std::initializer_list<DType> ok) {
+  DType t = c.dtype(k);
+  for (DType o : ok)
+    if (o == t) return t;
+  c.fail("input {} ('{}') is {}; onnxdp runs this op on {}", k, c.in(k).name, dtype_name(t), dtype_list(ok));
+}
+
+void same_dtype(const ShapeCtx& c, int a, int b) {
+  if (c.dtype(a) != c.dtype(b))
+    c.fail("inputs {} and {} have different dtypes ({} and {})", a, b, dtype_name(c.dtype(a)),
+           dtype_name(c.dtype(b)));
+}
+
+Shape broadcast_or_fail(const ShapeCtx& c, const Shape& a, const Shape& b) {
+  try {
+    return broadcast_shapes(a, b);
+  } catch (const Error& e) {
+    c.fail("{}", e.what());
+  }
+}
+
+// Binary numpy-broadcasting op, both inputs of one dtype from `ok`.
+void binary(ShapeCtx& c, std::initializer_list<DType> ok) {
+  DType t = check_dtype(c, 0, ok);
+  same_dtype(c, 0, 1);
+  c.set(0, t, broadcast_or_fail(c, c.shape(0), c.shape(1)));
+}
+
+void unary(ShapeCtx& c, std::initializer_list<DType> ok) {
+  c.set(0, check_dtype(c, 0, ok), c.shape(0));
+}
+
+// Min / Max: 1..n inputs of one dtype, broadcast together.
+void variadic(ShapeCtx& c) {
+  DType t = check_dtype(c, 0, kNumeric);
+  Shape s = c.shape(0);
+  for (int k = 1; k < c.num_inputs(); ++k) {
+    same_dtype(c, 0, k);
+    s = broadcast_or_fail(c, s, c.shape(k));
+  }
+  c.set(0, t, s);
+}
+
+void softmax_like(ShapeCtx& c) {
+  DType t = check_dtype(c, 0, kFloatWide);
+  int64_t rank = int64_t(c.shape(0).size());
+  if (rank == 0) c.fail("input 0 is a scalar; softmax needs at least one dim");
+  normalize_axis(c.node.i("axis"), rank, c.node);
+  c.set(0, t, c.shape(0));
+}
+
+}  // namespace
+
+void shape_Add(ShapeCtx& c) { binary(c, kNumeric); }
+void shape_Sub(ShapeCtx& c) { binary(c, kNumeric); }
+void shape_Mul(ShapeCtx& c) { binary(c, kNumeric); }
+void shape_Div(ShapeCtx& c) { binary(c, kNumeric); }
+
+// Pow: the result has the base's dtype; the exponent may be any numeric dtype (Pow-12+).
+void shape_Pow(ShapeCtx& c) {
+  DType t = check_dtype(c, 0, kBlas);
+  check_dtype(c, 1, kNumericWide);
+  c.set(0, t, broadcast_or_fail(c, c.shape(0), c.shape(1)));
+}
+
+void shape_Min(ShapeCtx& c) { variadic(c); }
+void shape_Max(ShapeCtx& c) { variadic(c); }
+
+void shape_Sqrt(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Exp(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Log(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Neg(ShapeCtx& c) { unary(c, kSigned); }
+void shape_Abs(ShapeCtx& c) { unary(c, kNumeric); }
+void shape_Reciprocal(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Relu(ShapeCtx& c) { unary(c, kSigned); }
+void shape_LeakyRelu(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Sigmoid(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Tanh(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Erf(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Softplus(ShapeCtx& c) { unary(c, kFloat); }
+
+void shape_Gelu(ShapeCtx& c) {
+  const std::string& a = c.node.s("approximate");
+  if (a != "none" && a != "tanh") c.fail("approximate = '{}'; it must be 'none' or 'tanh'", a);
+  unary(c, kFloat);
+}
+
+// Clip: min (input 1) and max (input 2) are optional one-element tensors. Their dtype is the
+// input's, or f32 for the bounds the importer made from Clip-6's float attributes.
+void shape_Clip(ShapeCtx& c) {
+  DType t = check_dtype(c, 0, kNumericWide);
+  for (int k = 1; k <= 2; ++k) {
+    if (!c.has(k)) continue;
+    if (shape_numel(c.shape(k)) != 1)
+      c.fail("input {} ('{}', the {} bound) has shape {}; it must be a scalar", k, c.in(k).name,
+             k == 1 ? "min" : "max", shape_str(c.shape(k)));
+    if (c.dtype(k) != t && !(c.dtype(k) == DType::f32 && dtype_is_float(t)))
+      c.fail("input {} ('{}') is {}, input 0 is {}", k, c.in(k).name, dtype_name(c.dtype(k)), dtype_name(t));
+  }
+  c.set(0, t, c.shape(0));
+}
+
+// Softmax / LogSoftmax with Softmax-13 semantics: normalised along `axis` only. (The importer
+// rewrites the older "flatten to 2-D at axis" form.)
+void shape_Softmax(ShapeCtx& c) { softmax_like(c); }
+void shape_LogSoftmax(ShapeCtx& c) { softmax_like(c); }
+
+// MatMul as numpy.matmul: a [..., M, K] x b [..., K, N] -> [..., M, N] with the batch dims
+// broadcast; a 1-D a is [1, K] and a 1-D b is [K, 1], their added dim removed from the result.
+void shape_MatMul(ShapeCtx& c) {
+  DType t = check_dtype(c, 0, kBlas);
+  same_dtype(c, 0, 1);
+  Shape a = c.shape(0), b = c.shape(1);
+  if (a.empty() || b.empty()) c.fail("MatMul of a scalar (shapes {} and {})", shape_str(a), shape_str(b));
+  bool a1 = a.size() == 1, b1 = b.size() == 1;
+  if (a1) a.insert(a.begin(), 1);
+  if (b1) b.push_back(1);
+  int64_t m = a[a.size() - 2], ka = a.back(), kb = b[b.size() - 2], n = b.back();
+  if (ka != kb)
+    c.fail("inner dims differ: {} x {} (K = {} and {})", shape_str(c.shape(0)), shape_str(c.shape(1)), ka, kb);
+  Shape batch = broadcast_or_fail(c, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  Shape out = batch;
+  if (!a1) out.push_back(m);
+  if (!b1) out.push_back(n);
+  c.set(0, t, out);
+}
+
+// Gemm: Y [M, N] = alpha * A' [M, K] x B' [K, N] + beta * C, A' = transA ? A^T : A (likewise B);
+// C (optional) broadcasts to [M, N] one way.
+void shape_Gemm(ShapeCtx& c) {
+  DType t = check_dtype(c, 0, kBlas);
+  same_dtype(c, 0, 1);
+  const Shape &a = c.shape(0), &b = c.shape(1);
+  if (a.size() != 2 || b.size() != 2)
+    c.fail("A and B must be 2-D, they are {} and {}", shape_str(a), shape_str(b));
+  bool ta = c.node.i("transA") != 0, tb = c.node.i("transB") != 0;
+  int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
+  int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+  if (ka != kb)
+    c.fail("inner dims differ: A {} (transA={}) and B {} (transB={})", shape_str(a), int(ta), shape_str(b), int(tb));
+  Shape y{m, n};
+  if (c.has(2)) {
+    same_dtype(c, 0, 2);
+    const Shape& cs = c.shape(2);
+    bool ok = cs.size() <= 2;
+    for (size_t d = 0; ok && d < cs.size(); ++d) {
+      int64_t want = y[d + 2 - cs.size()];
+      ok = cs[d] == want || cs[d] == 1;
+    }
+    if (!ok) c.fail("C has shape {}, which does not broadcast to the result {}", shape_str(cs), shape_str(y));
+  }
+  c.set(0, t, y);
+}
 
 }  // namespace onnxdp

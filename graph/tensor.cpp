@@ -34,6 +34,17 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   data_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
+Tensor Tensor::view(const Tensor& base, size_t byte_offset, DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = shape_numel(t.shape_);
+  if (byte_offset + t.nbytes() > base.nbytes())
+    fail("view of {} bytes at offset {} exceeds its base of {} bytes", t.nbytes(), byte_offset, base.nbytes());
+  t.data_ = std::shared_ptr<uint8_t>(base.data_, base.data_.get() + byte_offset);
+  return t;
+}
+
 Tensor Tensor::reshaped(Shape s) const {
   if (shape_numel(s) != numel_) fail("cannot reshape {} to {}", shape_str(shape_), shape_str(s));
   Tensor t = *this;

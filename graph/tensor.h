@@ -32,6 +32,8 @@ class Tensor {
   template <class T> T* as() { return static_cast<T*>(data()); }
   template <class T> const T* as() const { return static_cast<const T*>(data()); }
 
+  // A tensor sharing `base`'s bytes from byte_offset on (keeps base alive).
+  static Tensor view(const Tensor& base, size_t byte_offset, DType dtype, Shape shape);
   // Same bytes, another shape of equal numel.
   Tensor reshaped(Shape s) const;
   Tensor clone() const;

@@ -113,7 +113,9 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
     // Floating initializers are parameters (trainable or running statistics); integer ones are
     // fixed shape arithmetic and fold as constants.
     v.kind = dtype_is_float(v.dtype) ? ValueKind::parameter : ValueKind::constant;
-    by_name[v.name] = g.add_value(std::move(v));
+    // (C++17 evaluates the right side of `=` first: take the id before v's name is moved out.)
+    ValueId id = g.add_value(std::move(v));
+    by_name[init.name()] = id;
   }
   for (const auto& vi : gp.input()) {
     if (by_name.count(vi.name())) continue;  // an initializer listed as input (IR < 4)
@@ -129,7 +131,8 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
       v.data = ci->second;
       v.shape = v.data.shape();
       if (v.data.dtype() != v.dtype) fail("graph input '{}' is {}, the value bound to it is {}", vi.name(), dtype_name(v.dtype), dtype_name(v.data.dtype()));
-      by_name[v.name] = g.add_value(std::move(v));
+      ValueId id = g.add_value(std::move(v));
+      by_name[vi.name()] = id;
       continue;
     }
     v.shape = static_shape(vi, opt);

@@ -181,59 +181,79 @@ Tensor load_tensor_pb(const std::string& path, std::string* name) {
 
 void export_model(const std::string& in_path, const std::string& out_path, const std::map<std::string, Tensor>& values) {
   onnx::ModelProto m = load_model_proto(in_path);
+  // Every replacement is checked before anything is written: a refused export writes nothing.
+  for (const auto& [name, t] : values) {
+    const onnx::TensorProto* init = nullptr;
+    for (const auto& i : m.graph().initializer())
+      if (i.name() == name) init = &i;
+    if (!init) fail("export: the model has no initializer named '{}'", name);
+    Shape dims(init->dims().begin(), init->dims().end());
+    if (dims != t.shape() || init->data_type() != dtype_to_onnx(t.dtype()))
+      fail("export: initializer '{}' is {} {} in the model but {} {} was given", name,
+           onnx_type_name(init->data_type()), shape_str(dims), dtype_name(t.dtype()), shape_str(t.shape()));
+  }
   fs::path out(out_path);
   std::string data_name = out.filename().string() + ".data";
   fs::path data_path = out.parent_path() / data_name;
+  // Both files are written under temporary names and renamed at the end: the output's data file
+  // may be the one the input reads from (export in place), which must stay whole until then.
+  std::string tmp = out_path + ".tmp", data_tmp = data_path.string() + ".tmp";
   std::ofstream data;
+  bool wrote_data = false;
   int64_t data_offset = 0;
   std::string in_dir = fs::path(in_path).parent_path().string();
-  for (auto& init : *m.mutable_graph()->mutable_initializer()) {
-    auto it = values.find(init.name());
-    bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
-    if (it == values.end() && !external) continue;
-    // External initializers move to the new data file whether replaced or not, so the output
-    // never points back into the input's folder.
-    Tensor t = it != values.end() ? it->second : tensor_from_proto(init, in_dir);
-    if (it != values.end()) {
-      Shape dims(init.dims().begin(), init.dims().end());
-      if (dims != t.shape() || init.data_type() != dtype_to_onnx(t.dtype()))
-        fail("export: initializer '{}' is {} {} in the model but {} {} was given", init.name(),
-             onnx_type_name(init.data_type()), shape_str(dims), dtype_name(t.dtype()), shape_str(t.shape()));
-    }
-    if (!external) {
+  try {
+    for (auto& init : *m.mutable_graph()->mutable_initializer()) {
+      auto it = values.find(init.name());
+      bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
+      if (it == values.end() && !external) continue;
+      // External initializers move to the new data file whether replaced or not, so the output
+      // never points back into the input's folder.
+      Tensor t = it != values.end() ? it->second : tensor_from_proto(init, in_dir);
       tensor_to_proto(t, &init);
-      continue;
+      if (!external) continue;
+      if (!data.is_open()) {
+        data.open(data_tmp, std::ios::binary | std::ios::trunc);
+        if (!data) fail("export: cannot write '{}'", data_tmp);
+      }
+      init.clear_raw_data();
+      init.set_data_location(onnx::TensorProto::EXTERNAL);
+      auto add = [&](const char* k, const std::string& v) {
+        auto* e = init.add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      };
+      add("location", data_name);
+      add("offset", std::to_string(data_offset));
+      add("length", std::to_string(t.nbytes()));
+      if (!data.write(static_cast<const char*>(t.data()), std::streamsize(t.nbytes())))
+        fail("export: writing '{}' failed", data_tmp);
+      data_offset += int64_t(t.nbytes());
     }
-    if (!data.is_open()) {
-      data.open(data_path, std::ios::binary | std::ios::trunc);
-      if (!data) fail("export: cannot write '{}'", data_path.string());
+    if (data.is_open()) {
+      wrote_data = true;
+      data.close();
+      if (!data) fail("export: writing '{}' failed", data_tmp);
     }
-    std::string nm = init.name();
-    tensor_to_proto(t, &init);
-    init.clear_raw_data();
-    init.set_data_location(onnx::TensorProto::EXTERNAL);
-    auto add = [&](const char* k, const std::string& v) {
-      auto* e = init.add_external_data();
-      e->set_key(k);
-      e->set_value(v);
-    };
-    add("location", data_name);
-    add("offset", std::to_string(data_offset));
-    add("length", std::to_string(t.nbytes()));
-    data.write(static_cast<const char*>(t.data()), std::streamsize(t.nbytes()));
-    data_offset += int64_t(t.nbytes());
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      if (!f || !m.SerializeToOstream(&f)) fail("export: cannot write '{}'", tmp);
+      f.close();
+      if (!f) fail("export: writing '{}' failed", tmp);
+    }
+    std::error_code ec;
+    if (wrote_data) {
+      fs::rename(data_tmp, data_path, ec);
+      if (ec) fail("export: cannot rename '{}' to '{}': {}", data_tmp, data_path.string(), ec.message());
+    }
+    fs::rename(tmp, out_path, ec);
+    if (ec) fail("export: cannot rename '{}' to '{}': {}", tmp, out_path, ec.message());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    fs::remove(data_tmp, ec);
+    throw;
   }
-  for (const auto& [name, t] : values) {
-    bool found = false;
-    for (const auto& init : m.graph().initializer()) found |= init.name() == name;
-    if (!found) fail("export: the model has no initializer named '{}'", name);
-  }
-  std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f || !m.SerializeToOstream(&f)) fail("export: cannot write '{}'", tmp);
-  }
-  fs::rename(tmp, out_path);
 }
 
 }  // namespace onnxdp

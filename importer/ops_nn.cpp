@@ -1,17 +1,70 @@
 // ONNX import of the nn ops: one function per op (see graph/op_table.h).
+//
+// Conv, ConvTranspose, the pools, LayerNormalization and the losses have had one meaning across
+// opsets 7..27 (later versions only widened the type lists or added attributes with defaults that
+// keep the old behaviour), so their import functions only check. BatchNormalization and Dropout
+// changed form and are normalised to the newest one here.
 #include "importer/importer.h"
 
 namespace onnxdp {
 
-void import_Conv(ImportCtx& c) { c.fail("import not written yet"); }
-void import_ConvTranspose(ImportCtx& c) { c.fail("import not written yet"); }
-void import_MaxPool(ImportCtx& c) { c.fail("import not written yet"); }
-void import_AveragePool(ImportCtx& c) { c.fail("import not written yet"); }
-void import_GlobalAveragePool(ImportCtx& c) { c.fail("import not written yet"); }
-void import_BatchNormalization(ImportCtx& c) { c.fail("import not written yet"); }
-void import_LayerNormalization(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Dropout(ImportCtx& c) { c.fail("import not written yet"); }
-void import_SoftmaxCrossEntropyLoss(ImportCtx& c) { c.fail("import not written yet"); }
-void import_NegativeLogLikelihoodLoss(ImportCtx& c) { c.fail("import not written yet"); }
+namespace {
+
+// The number of outputs the proto names, not counting trailing empty names.
+int named_outputs(const ImportCtx& c) {
+  int n = c.proto.output_size();
+  while (n > 0 && c.proto.output(n - 1).empty()) --n;
+  return n;
+}
+
+}  // namespace
+
+void import_Conv(ImportCtx& c) {}
+void import_ConvTranspose(ImportCtx& c) {}
+void import_MaxPool(ImportCtx& c) {}
+void import_AveragePool(ImportCtx& c) {}
+void import_GlobalAveragePool(ImportCtx& c) {}
+
+// Opsets 7..13 chose training by the outputs: with running mean/var outputs (and saved mean/var)
+// the op trained, with Y alone it inferred. Opset 14 made that the training_mode attribute and
+// dropped the saved mean/var outputs. Opsets 7/8 also had `spatial` (1: per-channel statistics).
+void import_BatchNormalization(ImportCtx& c) {
+  if (c.opset >= 14) return;
+  if (c.node.has("spatial")) {
+    auto* spatial = std::get_if<int64_t>(&c.node.attrs["spatial"]);
+    if (!spatial || *spatial != 1)
+      c.fail("spatial=0 (statistics per activation, not per channel) is not supported; onnxdp normalises per channel");
+    c.ignore_attr("spatial");  // 1 is the only meaning later opsets kept
+  }
+  int outs = named_outputs(c);
+  if (outs > 3)
+    c.fail("the saved_mean/saved_var outputs of opset < 14 training are not supported; re-export with opset >= 14 "
+           "(or without those outputs)");
+  if (outs > 1) c.node.attrs["training_mode"] = int64_t(1);
+}
+
+void import_LayerNormalization(ImportCtx& c) {}
+
+// Opset 12 turned the `ratio` attribute into input 1 and added input 2 (training_mode). Older
+// models get their ratio as a constant input; without a training_mode input the op infers (a copy)
+// until the training pass turns it on. Opsets 7..9 typed the mask like the data; onnxdp gives
+// bool masks (opset 10 on) and rejects the older form when the mask is used.
+void import_Dropout(ImportCtx& c) {
+  if (c.opset >= 12) return;
+  if (c.opset < 10 && named_outputs(c) > 1)
+    c.fail("the mask output of opset < 10 Dropout (typed like the data) is not supported; re-export with opset >= 10");
+  if (c.node.has("ratio")) {
+    auto* ratio = std::get_if<float>(&c.node.attrs["ratio"]);
+    if (!ratio) c.fail("attribute 'ratio' must be a float");
+    if (!(*ratio >= 0.0f && *ratio < 1.0f)) c.fail("ratio {} is outside [0, 1)", *ratio);
+    ValueId r = c.add_constant(Tensor::scalar_f32(*ratio), "ratio");
+    c.node.attrs.erase("ratio");
+    c.node.inputs.resize(1);
+    c.node.inputs.push_back(r);
+  }
+}
+
+void import_SoftmaxCrossEntropyLoss(ImportCtx& c) {}
+void import_NegativeLogLikelihoodLoss(ImportCtx& c) {}
 
 }  // namespace onnxdp

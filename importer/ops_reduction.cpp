@@ -3,8 +3,15 @@
 
 namespace onnxdp {
 
-void import_ReduceMean(ImportCtx& c) { c.fail("import not written yet"); }
-void import_ReduceSum(ImportCtx& c) { c.fail("import not written yet"); }
-void import_ReduceMax(ImportCtx& c) { c.fail("import not written yet"); }
+// The axes moved from an attribute to input 1 in opset 18 (ReduceSum: opset 13).
+void import_ReduceMean(ImportCtx& c) {
+  if (c.opset < 18) c.attr_to_input("axes", 1);
+}
+void import_ReduceSum(ImportCtx& c) {
+  if (c.opset < 13) c.attr_to_input("axes", 1);
+}
+void import_ReduceMax(ImportCtx& c) {
+  if (c.opset < 18) c.attr_to_input("axes", 1);
+}
 
 }  // namespace onnxdp

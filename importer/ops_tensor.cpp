@@ -1,23 +1,80 @@
 // ONNX import of the tensor ops: one function per op (see graph/op_table.h).
+// Older opsets' attribute forms become the inputs of the newest form (op_table.h notes).
 #include "importer/importer.h"
 
 namespace onnxdp {
 
-void import_Identity(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Cast(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Shape(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Flatten(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Reshape(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Transpose(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Squeeze(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Unsqueeze(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Concat(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Split(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Slice(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Gather(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Expand(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Tile(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Pad(ImportCtx& c) { c.fail("import not written yet"); }
-void import_Trilu(ImportCtx& c) { c.fail("import not written yet"); }
+void import_Identity(ImportCtx& c) {}
+
+void import_Cast(ImportCtx& c) {
+  if (!c.node.has("to")) c.fail("attribute 'to' is required");
+  const int64_t to = c.node.i("to");
+  DType t;
+  if (!dtype_from_onnx(int(to), &t))
+    c.fail("cast to {} is not supported; onnxdp holds f32, f64, f16, bf16, i64, i32, i8, u8 and bool",
+           onnx_type_name(int(to)));
+  // Opset 24+: round_mode only concerns casts to float8e8m0, which onnxdp rejects above.
+  c.ignore_attr("round_mode");
+}
+
+void import_Shape(ImportCtx& c) {}
+void import_Flatten(ImportCtx& c) {}
+void import_Reshape(ImportCtx& c) {}
+void import_Transpose(ImportCtx& c) {}
+
+// Opsets < 13 give the axes as an attribute.
+void import_Squeeze(ImportCtx& c) {
+  if (c.opset < 13) c.attr_to_input("axes", 1);
+}
+void import_Unsqueeze(ImportCtx& c) {
+  if (c.opset < 13) c.attr_to_input("axes", 1);
+  if (!c.node.has_input(1)) c.fail("the axes are required (attribute before opset 13, input 1 since)");
+}
+
+void import_Concat(ImportCtx& c) {
+  if (!c.node.has("axis")) c.fail("attribute 'axis' is required");
+}
+
+// Opsets < 13 give the split sizes as an attribute; opset 18 adds num_outputs (kept as is).
+void import_Split(ImportCtx& c) {
+  if (c.opset < 13) c.attr_to_input("split", 1);
+}
+
+// Opsets < 10 give starts, ends and axes as attributes (no steps).
+void import_Slice(ImportCtx& c) {
+  if (c.opset < 10) {
+    if (!c.node.has("starts") || !c.node.has("ends")) c.fail("attributes 'starts' and 'ends' are required");
+    c.attr_to_input("starts", 1);
+    c.attr_to_input("ends", 2);
+    c.attr_to_input("axes", 3);
+  }
+}
+
+void import_Gather(ImportCtx& c) {}
+void import_Expand(ImportCtx& c) {}
+void import_Tile(ImportCtx& c) {}
+
+// Opsets < 11 give pads (ints) and value (float, default 0) as attributes. The value becomes an
+// f32 scalar input; the kernel converts it to the data's dtype (the data's dtype is not known yet
+// when importing).
+void import_Pad(ImportCtx& c) {
+  if (c.opset < 11) {
+    if (!c.node.has("pads")) c.fail("attribute 'pads' is required");
+    c.attr_to_input("pads", 1);
+    if (c.node.has("value")) {
+      auto* v = std::get_if<float>(&c.node.attrs["value"]);
+      if (!v) c.fail("attribute 'value' must be a float");
+      ValueId id = c.add_constant(Tensor::scalar_f32(*v), "value");
+      c.node.inputs.resize(3, kNoValue);
+      c.node.inputs[2] = id;
+      c.ignore_attr("value");
+    }
+  }
+  const std::string& mode = c.node.s("mode");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+    c.fail("mode '{}' is not one of constant, reflect, edge, wrap", mode);
+}
+
+void import_Trilu(ImportCtx& c) {}
 
 }  // namespace onnxdp

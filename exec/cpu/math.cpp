@@ -1,32 +1,308 @@
-// CPU kernels of the math ops (see graph/op_table.h).
+// CPU kernels of the math ops (see graph/op_table.h). The elementwise arithmetic lives in
+// exec/functors.h (shared with other backends); numpy broadcasting in exec/cpu/broadcast.h;
+// f32/f64 matrix products go to OpenBLAS.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "exec/cpu/broadcast.h"
+#include "exec/functors.h"
 #include "exec/kernel.h"
 
 namespace onnxdp {
 
-void Add_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Sub_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Mul_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Div_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Pow_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Min_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Max_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Sqrt_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Exp_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Log_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Neg_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Abs_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Reciprocal_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Relu_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void LeakyRelu_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Sigmoid_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Tanh_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Erf_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Gelu_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Softplus_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Clip_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Softmax_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void LogSoftmax_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void MatMul_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Gemm_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
+namespace {
+
+template <class T>
+inline constexpr bool kIsFloat = std::is_same_v<T, float> || std::is_same_v<T, double>;
+// uint16_t is the storage of f16 / bf16, which these kernels do not run; bool is not a number.
+template <class T>
+inline constexpr bool kIsNumber = !std::is_same_v<T, bool> && !std::is_same_v<T, uint16_t>;
+
+[[noreturn]] void unsupported(const KernelCtx& c, DType t) {
+  c.fail("the CPU kernel does not run on {} (input 0)", dtype_name(t));
+}
+
+// out = f(in0, in1), both inputs of the output's dtype, broadcast.
+template <class F>
+void binary_numeric(KernelCtx& c, const F& f) {
+  if (half_map<uint16_t>(c.in(0).dtype, c.out(0), f, c.in(0), c.in(1))) return;
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsNumber<T>) broadcast_map<T, T, T>(c.out(0), f, c.in(0), c.in(1));
+    else unsupported(c, c.in(0).dtype);
+  });
+}
+
+// out = f(in0) for the float dtypes (f16 / bf16 computed in float).
+template <class F>
+void unary_float(KernelCtx& c, const F& f) {
+  if (half_map<uint16_t>(c.in(0).dtype, c.out(0), f, c.in(0))) return;
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsFloat<T>) broadcast_map<T, T>(c.out(0), f, c.in(0));
+    else unsupported(c, c.in(0).dtype);
+  });
+}
+
+// out = f(in0) for every number dtype (the shape rule narrowed the set per op).
+template <class F>
+void unary_numeric(KernelCtx& c, const F& f) {
+  if (half_map<uint16_t>(c.in(0).dtype, c.out(0), f, c.in(0))) return;
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsNumber<T>) broadcast_map<T, T>(c.out(0), f, c.in(0));
+    else unsupported(c, c.in(0).dtype);
+  });
+}
+
+// Min / Max over 1..n inputs: out = in0 broadcast, then out = f(out, in_k) in place (out already
+// has the full shape, so each element is read and written at its own index only).
+template <class F>
+void variadic(KernelCtx& c, const F& f) {
+  const DType t = c.in(0).dtype;
+  const TensorRef& out = c.out(0);
+  if (t == DType::f16 || t == DType::bf16) {
+    broadcast_map<uint16_t, uint16_t>(out, fn::Identity{}, c.in(0));
+    for (size_t k = 1; k < c.inputs.size(); ++k) half_map<uint16_t>(t, out, f, out, c.in(int(k)));
+    return;
+  }
+  dispatch_dtype(t, [&]<class T>() {
+    if constexpr (kIsNumber<T>) {
+      broadcast_map<T, T>(out, fn::Identity{}, c.in(0));
+      for (size_t k = 1; k < c.inputs.size(); ++k) broadcast_map<T, T, T>(out, f, out, c.in(int(k)));
+    } else {
+      unsupported(c, t);
+    }
+  });
+}
+
+// One-element bound of Clip as T (the bound may be f32 for an f64 input, see shape_Clip).
+template <class T>
+T clip_bound(const KernelCtx& c, int k, T dflt) {
+  if (!c.has_in(k)) return dflt;
+  const TensorRef& b = c.in(k);
+  if (b.dtype == DType::f32) return T(*b.as<float>());
+  return *b.as<T>();
+}
+
+// Softmax / LogSoftmax of x viewed as [outer, n, inner] along n; max-subtracted so exp never
+// overflows. Threads split the outer dim.
+template <class T, bool Log>
+void softmax_along(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
+#pragma omp parallel for if (outer * n * inner > kParallelMinElements && outer > 1) schedule(static)
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* xo = x + o * n * inner;
+    T* yo = y + o * n * inner;
+    if (inner == 1) {
+      T mx = xo[0];
+      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, xo[j]);
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        T e = fn::m::exp(T(xo[j] - mx));
+        if constexpr (!Log) yo[j] = e;
+        sum += double(e);
+      }
+      if constexpr (Log) {  // (x - max) - log(sum): adding max to log(sum) first would round it
+        T ls = T(std::log(sum));
+        for (int64_t j = 0; j < n; ++j) yo[j] = (xo[j] - mx) - ls;
+      } else {
+        T inv = T(1.0 / sum);
+        for (int64_t j = 0; j < n; ++j) yo[j] *= inv;
+      }
+      continue;
+    }
+    // inner > 1: walk the [n, inner] slab row by row, keeping per-column max and sum.
+    std::vector<T> mx(xo, xo + inner);
+    for (int64_t j = 1; j < n; ++j)
+      for (int64_t i = 0; i < inner; ++i) mx[size_t(i)] = std::max(mx[size_t(i)], xo[j * inner + i]);
+    std::vector<double> sum(size_t(inner), 0.0);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < inner; ++i) {
+        T e = fn::m::exp(T(xo[j * inner + i] - mx[size_t(i)]));
+        if constexpr (!Log) yo[j * inner + i] = e;
+        sum[size_t(i)] += double(e);
+      }
+    for (int64_t i = 0; i < inner; ++i) sum[size_t(i)] = Log ? std::log(sum[size_t(i)]) : 1.0 / sum[size_t(i)];
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < inner; ++i) {
+        if constexpr (Log) yo[j * inner + i] = (xo[j * inner + i] - mx[size_t(i)]) - T(sum[size_t(i)]);
+        else yo[j * inner + i] *= T(sum[size_t(i)]);
+      }
+  }
+}
+
+template <bool Log>
+void softmax_forward(KernelCtx& c) {
+  const TensorRef& x = c.in(0);
+  int64_t axis = normalize_axis(c.node.i("axis"), x.rank(), c.node);
+  int64_t outer = 1, inner = 1, n = x.dim(int(axis));
+  for (int d = 0; d < axis; ++d) outer *= x.dim(d);
+  for (int d = int(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
+  if (x.numel == 0) return;
+  dispatch_dtype(x.dtype, [&]<class T>() {
+    if constexpr (kIsFloat<T>) softmax_along<T, Log>(x.as<const T>(), c.out(0).as<T>(), outer, n, inner);
+    else unsupported(c, x.dtype);
+  });
+}
+
+// ---- matrix products --------------------------------------------------------------------------
+
+// C [m, n] = alpha * op(A) [m, k] x op(B) [k, n] + beta * C, row-major; lda / ldb are the row
+// lengths of A and B as stored. f32 / f64 through BLAS, integers by a plain loop. beta == 0 means
+// C is not read.
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, double beta, T* y) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // nothing to multiply (and BLAS rejects lda = 0): y = beta * y
+    for (int64_t i = 0; i < m * n; ++i) y[i] = beta == 0 ? T(0) : T(beta * double(y[i]));
+    return;
+  }
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), float(alpha), a, int(lda), b, int(ldb),
+                float(beta), y, int(n));
+  } else if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, y, int(n));
+  } else {
+#pragma omp parallel for if (m * n * k > kParallelMinElements) schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        T acc = T(0);
+        for (int64_t p = 0; p < k; ++p) {
+          T av = ta ? a[p * lda + i] : a[i * lda + p];
+          T bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+          acc = T(acc + av * bv);
+        }
+        T prod = alpha == 1 ? acc : T(alpha * double(acc));
+        y[i * n + j] = beta == 0 ? prod : T(prod + (beta == 1 ? y[i * n + j] : T(beta * double(y[i * n + j]))));
+      }
+    }
+  }
+}
+
+bool blas_int_ok(int64_t v) { return v <= int64_t(std::numeric_limits<int>::max()); }
+
+template <class T>
+void matmul(KernelCtx& c) {
+  const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
+  Shape a = *ra.shape, b = *rb.shape;
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  for (int64_t v : {m, n, k})
+    if (!blas_int_ok(v)) c.fail("matrix dim {} is too large for BLAS", v);
+  const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+  const Shape batch = broadcast_shapes(a_batch, b_batch);
+  const int64_t nbatch = shape_numel(batch);
+  const T* pa = ra.as<const T>();
+  const T* pb = rb.as<const T>();
+  T* py = ry.as<T>();
+  if (ry.numel == 0) return;
+
+  // b shared by every batch and a's batches contiguous: one product [nbatch * m, k] x [k, n].
+  if (shape_numel(b_batch) == 1 && a_batch == batch && blas_int_ok(nbatch * m)) {
+    gemm<T>(false, false, nbatch * m, n, k, 1, pa, k, pb, n, 0, py);
+    return;
+  }
+  const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
+  for (int64_t bi = 0; bi < nbatch; ++bi) {
+    int64_t rest = bi, oa = 0, ob = 0;
+    for (size_t d = batch.size(); d-- > 0;) {
+      int64_t coord = rest % batch[d];
+      rest /= batch[d];
+      oa += coord * sa[d];
+      ob += coord * sb[d];
+    }
+    gemm<T>(false, false, m, n, k, 1, pa + oa * m * k, k, pb + ob * k * n, n, 0, py + bi * m * n);
+  }
+}
+
+template <class T>
+void gemm_op(KernelCtx& c) {
+  const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
+  const bool ta = c.node.i("transA") != 0, tb = c.node.i("transB") != 0;
+  const double alpha = c.node.f("alpha"), beta = c.node.f("beta");
+  const int64_t m = ry.dim(0), n = ry.dim(1), k = ta ? ra.dim(0) : ra.dim(1);
+  for (int64_t v : {m, n, k})
+    if (!blas_int_ok(v)) c.fail("matrix dim {} is too large for BLAS", v);
+  const bool with_c = c.has_in(2) && beta != 0;
+  if (with_c) broadcast_map<T, T>(ry, fn::Identity{}, c.in(2));  // y = C broadcast to [m, n]
+  gemm<T>(ta, tb, m, n, k, alpha, ra.as<const T>(), ra.dim(1), rb.as<const T>(), rb.dim(1), with_c ? beta : 0.0,
+          ry.as<T>());
+}
+
+}  // namespace
+
+void Add_forward(KernelCtx& c) { binary_numeric(c, fn::Add{}); }
+void Sub_forward(KernelCtx& c) { binary_numeric(c, fn::Sub{}); }
+void Mul_forward(KernelCtx& c) { binary_numeric(c, fn::Mul{}); }
+void Div_forward(KernelCtx& c) { binary_numeric(c, fn::Div{}); }
+
+// Pow: base dtype T (the output's), exponent dtype E (any number).
+void Pow_forward(KernelCtx& c) {
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsNumber<T>) {
+      dispatch_dtype(c.in(1).dtype, [&]<class E>() {
+        if constexpr (kIsNumber<E>) broadcast_map<T, T, E>(c.out(0), fn::Pow{}, c.in(0), c.in(1));
+        else c.fail("the CPU kernel does not run on exponent dtype {}", dtype_name(c.in(1).dtype));
+      });
+    } else {
+      unsupported(c, c.in(0).dtype);
+    }
+  });
+}
+
+void Min_forward(KernelCtx& c) { variadic(c, fn::Min{}); }
+void Max_forward(KernelCtx& c) { variadic(c, fn::Max{}); }
+void Sqrt_forward(KernelCtx& c) { unary_float(c, fn::Sqrt{}); }
+void Exp_forward(KernelCtx& c) { unary_float(c, fn::Exp{}); }
+void Log_forward(KernelCtx& c) { unary_float(c, fn::Log{}); }
+void Neg_forward(KernelCtx& c) { unary_numeric(c, fn::Neg{}); }
+void Abs_forward(KernelCtx& c) { unary_numeric(c, fn::Abs{}); }
+void Reciprocal_forward(KernelCtx& c) { unary_float(c, fn::Reciprocal{}); }
+void Relu_forward(KernelCtx& c) { unary_numeric(c, fn::Relu{}); }
+void LeakyRelu_forward(KernelCtx& c) { unary_float(c, fn::LeakyRelu{c.node.f("alpha")}); }
+void Sigmoid_forward(KernelCtx& c) { unary_float(c, fn::Sigmoid{}); }
+void Tanh_forward(KernelCtx& c) { unary_float(c, fn::Tanh{}); }
+void Erf_forward(KernelCtx& c) { unary_float(c, fn::Erf{}); }
+
+void Gelu_forward(KernelCtx& c) {
+  if (c.node.s("approximate") == "tanh") unary_float(c, fn::GeluTanh{});
+  else unary_float(c, fn::Gelu{});
+}
+
+void Softplus_forward(KernelCtx& c) { unary_float(c, fn::Softplus{}); }
+
+void Clip_forward(KernelCtx& c) {
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsNumber<T>) {
+      fn::Clip<T> f{clip_bound<T>(c, 1, std::numeric_limits<T>::lowest()),
+                    clip_bound<T>(c, 2, std::numeric_limits<T>::max())};
+      broadcast_map<T, T>(c.out(0), f, c.in(0));
+    } else {
+      unsupported(c, c.in(0).dtype);
+    }
+  });
+}
+
+void Softmax_forward(KernelCtx& c) { softmax_forward<false>(c); }
+void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
+
+void MatMul_forward(KernelCtx& c) {
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsNumber<T>) matmul<T>(c);
+    else unsupported(c, c.in(0).dtype);
+  });
+}
+
+void Gemm_forward(KernelCtx& c) {
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsNumber<T>) gemm_op<T>(c);
+    else unsupported(c, c.in(0).dtype);
+  });
+}
 
 }  // namespace onnxdp

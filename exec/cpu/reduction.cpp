@@ -1,10 +1,173 @@
 // CPU kernels of the reduction ops (see graph/op_table.h).
+//
+// The input's dims are split into kept dims (K) and reduced dims (R), after dropping size-1 dims
+// and merging neighbours of the same kind (reducing the last two dims of [B, C, H, W] walks
+// K = [B*C], R = [H*W]). Output element o reduces the R-space at the input offset of o's K
+// coordinates. Floats accumulate in double, integers and bools in int64. Many outputs are split
+// over OpenMP threads; few outputs with a large R-space split the R-space instead, and combine the
+// per-thread partial results in a fixed order (so a run is reproducible for a thread count).
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "exec/cpu/broadcast.h"  // kParallelMinElements
 #include "exec/kernel.h"
+#include "graph/shape_helpers.h"
 
 namespace onnxdp {
 
-void ReduceMean_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void ReduceSum_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void ReduceMax_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
+namespace {
+
+enum class ReduceKind { sum, mean, max };
+
+struct Dims {
+  std::vector<int64_t> size, stride;
+};
+
+// Splits the input's dims into kept and reduced groups (see the file comment).
+void split_dims(const Shape& shape, const std::vector<char>& red, Dims& kept, Dims& reduced) {
+  std::vector<int64_t> st(shape.size());
+  int64_t acc = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    st[d] = acc;
+    acc *= shape[d];
+  }
+  int last = -1;  // kind of the previous group: 0 kept, 1 reduced
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    Dims& g = red[d] ? reduced : kept;
+    if (last == int(red[d])) {  // contiguous neighbours of the same kind: one dim
+      g.size.back() *= shape[d];
+      g.stride.back() = st[d];
+    } else {
+      g.size.push_back(shape[d]);
+      g.stride.push_back(st[d]);
+    }
+    last = int(red[d]);
+  }
+}
+
+template <class E, ReduceKind K>
+void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& red) {
+  using T = typename E::T;
+  using A = std::conditional_t<E::kind == ElemKind::floating, double, int64_t>;
+  const T* src = in.as<const T>();
+  T* dst = out.as<T>();
+
+  A init;
+  if constexpr (K != ReduceKind::max) init = A(0);
+  else if constexpr (E::kind == ElemKind::floating) init = -std::numeric_limits<double>::infinity();
+  else init = int64_t(std::numeric_limits<T>::lowest());
+  auto load = [](T v) -> A {
+    if constexpr (E::kind == ElemKind::floating) return E::to_f64(v);
+    else return E::to_i64(v);
+  };
+  auto combine = [](A a, A b) -> A {
+    if constexpr (K != ReduceKind::max) return a + b;
+    else if constexpr (E::kind == ElemKind::floating) return (b > a || b != b) ? b : a;  // NaN wins
+    else return b > a ? b : a;
+  };
+
+  Dims kd, rd;
+  split_dims(*in.shape, red, kd, rd);
+  int64_t n_out = 1, n_red = 1;
+  for (int64_t s : kd.size) n_out *= s;
+  for (int64_t s : rd.size) n_red *= s;
+  if (rd.size.empty()) {  // nothing left to reduce over: one element per output
+    rd.size.push_back(1);
+    rd.stride.push_back(0);
+  }
+  const int nr = int(rd.size.size());
+  const int64_t row = rd.size[size_t(nr - 1)], row_stride = rd.stride[size_t(nr - 1)];
+
+  auto base_of = [&](int64_t o) {
+    int64_t off = 0;
+    for (size_t d = kd.size.size(); d-- > 0;) {
+      off += (o % kd.size[d]) * kd.stride[d];
+      o /= kd.size[d];
+    }
+    return off;
+  };
+  // The reduction of flat R-positions [rb, re) at input offset `base`, walking whole rows.
+  auto partial = [&](int64_t base, int64_t rb, int64_t re) {
+    A acc = init;
+    int64_t q = rb / row, col = rb % row, j = rb;
+    while (j < re) {
+      int64_t off = base, rest = q;
+      for (int d = nr - 2; d >= 0; --d) {
+        off += (rest % rd.size[size_t(d)]) * rd.stride[size_t(d)];
+        rest /= rd.size[size_t(d)];
+      }
+      const int64_t len = std::min(row - col, re - j);
+      const T* p = src + off + col * row_stride;
+      if (row_stride == 1) {
+        for (int64_t t = 0; t < len; ++t) acc = combine(acc, load(p[t]));
+      } else {
+        for (int64_t t = 0; t < len; ++t) acc = combine(acc, load(p[t * row_stride]));
+      }
+      j += len;
+      ++q;
+      col = 0;
+    }
+    return acc;
+  };
+  auto store = [&](int64_t o, A acc) {
+    if constexpr (K == ReduceKind::mean) {
+      dst[o] = E::from_f64(double(acc) / double(n_red));  // empty set: 0 / 0 = NaN (floats)
+    } else if constexpr (E::kind == ElemKind::floating) {
+      dst[o] = E::from_f64(acc);
+    } else {
+      dst[o] = E::from_i64(acc);
+    }
+  };
+
+  const bool parallel = n_out * n_red > kParallelMinElements;
+  const int threads = omp_get_max_threads();
+  if (!parallel || n_out >= 4 * int64_t(threads) || threads == 1) {
+#pragma omp parallel for if (parallel) schedule(static)
+    for (int64_t o = 0; o < n_out; ++o) store(o, partial(base_of(o), 0, n_red));
+    return;
+  }
+  // Few outputs, much to reduce: split each output's R-space into one chunk per thread.
+  std::vector<A> parts(static_cast<size_t>(threads));
+  for (int64_t o = 0; o < n_out; ++o) {
+    const int64_t base = base_of(o), chunk = (n_red + threads - 1) / threads;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < threads; ++t)
+      parts[size_t(t)] = partial(base, std::min(n_red, t * chunk), std::min(n_red, (t + 1) * chunk));
+    A acc = init;
+    for (A p : parts) acc = combine(acc, p);
+    store(o, acc);
+  }
+}
+
+template <ReduceKind K>
+void reduce_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  std::vector<int64_t> axes;
+  if (c.has_in(1)) {
+    const TensorRef& a = c.in(1);
+    dispatch_elem(a.dtype, [&]<class E>() {
+      for (int64_t i = 0; i < a.numel; ++i) axes.push_back(E::to_i64(a.as<const typename E::T>()[i]));
+    });
+  }
+  std::vector<char> red = reduced_dims(in.rank(), c.has_in(1) ? &axes : nullptr,
+                                       c.node.i("noop_with_empty_axes") != 0, c.node);
+  bool any = false;
+  for (char r : red) any = any || r;
+  if (!any && in.numel == out.numel) {  // noop_with_empty_axes (or a scalar): the identity
+    if (in.data != out.data && out.numel) std::memcpy(out.data, in.data, size_t(out.numel) * dtype_size(out.dtype));
+    return;
+  }
+  dispatch_elem(in.dtype, [&]<class E>() { reduce<E, K>(in, out, red); });
+}
+
+}  // namespace
+
+void ReduceMean_forward(KernelCtx& c) { reduce_forward<ReduceKind::mean>(c); }
+void ReduceSum_forward(KernelCtx& c) { reduce_forward<ReduceKind::sum>(c); }
+void ReduceMax_forward(KernelCtx& c) { reduce_forward<ReduceKind::max>(c); }
 
 }  // namespace onnxdp

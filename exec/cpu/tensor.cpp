@@ -1,23 +1,363 @@
 // CPU kernels of the tensor ops (see graph/op_table.h).
+//
+// Most of these ops only move elements: they copy them as unsigned integers of the element's
+// size (dispatch_bytes), whatever the dtype. The output shapes come from the shape rules; the
+// per-dim arithmetic a kernel needs beyond them (Slice's starts, Pad's amounts ...) comes from the
+// helpers the shape rules use (graph/shape_helpers.h). No exception is thrown inside an OpenMP
+// region: arguments are checked before the parallel loops.
+#include <cstring>
+
+#include "exec/cpu/broadcast.h"
 #include "exec/kernel.h"
+#include "graph/shape_helpers.h"
 
 namespace onnxdp {
 
-void Identity_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Cast_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Shape_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Flatten_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Reshape_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Transpose_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Squeeze_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Unsqueeze_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Concat_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Split_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Slice_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Gather_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Expand_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Tile_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Pad_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
-void Trilu_forward(KernelCtx& c) { c.fail("CPU kernel not written yet"); }
+namespace {
+
+size_t nbytes(const TensorRef& t) { return size_t(t.numel) * dtype_size(t.dtype); }
+
+// The values of a (small, integer) argument tensor, e.g. Slice's starts or Pad's pads.
+std::vector<int64_t> ref_ints(const TensorRef& t) {
+  std::vector<int64_t> v(size_t(t.numel));
+  dispatch_elem(t.dtype, [&]<class E>() {
+    const auto* p = static_cast<const typename E::T*>(t.data);
+    for (int64_t i = 0; i < t.numel; ++i) v[size_t(i)] = E::to_i64(p[i]);
+  });
+  return v;
+}
+
+std::vector<int64_t> row_major_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (size_t d = s.size(); d-- > 0;) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+// The output as a contiguous copy of the input (same bytes, another shape or the same one).
+void copy_all(const TensorRef& in, const TensorRef& out) {
+  if (in.data != out.data && nbytes(out)) std::memcpy(out.data, in.data, nbytes(out));
+}
+
+// out[i] = in[base + sum_d idx_d(i) * strides[d]] for every element i of a row-major tensor of
+// shape `shape` (strides in elements, possibly 0 or negative). Transpose, Slice and Tile are this
+// one loop with different strides.
+template <class U>
+void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides, int64_t base) {
+  const int64_t numel = shape_numel(shape);
+  if (numel == 0) return;
+  // Drop size-1 dims and merge dims d-1, d the input reads as one (stride[d-1] == stride[d] * dim[d]),
+  // so the innermost loop is as long as possible.
+  Shape dims;
+  std::vector<int64_t> st;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!dims.empty() && st.back() == strides[d] * shape[d]) {
+      dims.back() *= shape[d];
+      st.back() = strides[d];
+    } else {
+      dims.push_back(shape[d]);
+      st.push_back(strides[d]);
+    }
+  }
+  if (dims.empty()) {
+    out[0] = in[base];
+    return;
+  }
+  const int r = int(dims.size());
+  const int64_t row = dims[size_t(r - 1)], inner = st[size_t(r - 1)], rows = numel / row;
+#pragma omp parallel for if (numel > kParallelMinElements) schedule(static)
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t rest = i, off = base;
+    for (int d = r - 2; d >= 0; --d) {
+      off += (rest % dims[size_t(d)]) * st[size_t(d)];
+      rest /= dims[size_t(d)];
+    }
+    U* o = out + i * row;
+    if (inner == 1) {
+      std::memcpy(o, in + off, size_t(row) * sizeof(U));
+    } else {
+      for (int64_t j = 0; j < row; ++j) o[j] = in[off + j * inner];
+    }
+  }
+}
+
+void strided_copy(const TensorRef& in, const TensorRef& out, const Shape& shape, const std::vector<int64_t>& strides,
+                  int64_t base) {
+  dispatch_bytes(dtype_size(in.dtype), [&]<class U>() {
+    strided_copy(in.as<const U>(), out.as<U>(), shape, strides, base);
+  });
+}
+
+// Element type conversion: integers and bools go through int64 (exact), floats through double.
+template <class S, class D>
+void cast_elems(const typename S::T* in, typename D::T* out, int64_t n) {
+#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (S::kind == ElemKind::floating)
+      out[i] = D::from_f64(S::to_f64(in[i]));
+    else
+      out[i] = D::from_i64(S::to_i64(in[i]));
+  }
+}
+
+}  // namespace
+
+void Identity_forward(KernelCtx& c) { copy_all(c.in(0), c.out(0)); }
+
+void Cast_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  if (in.dtype == out.dtype) return copy_all(in, out);
+  dispatch_elem(in.dtype, [&]<class S>() {
+    dispatch_elem(out.dtype, [&]<class D>() {
+      cast_elems<S, D>(in.as<const typename S::T>(), out.as<typename D::T>(), in.numel);
+    });
+  });
+}
+
+void Shape_forward(KernelCtx& c) {
+  std::vector<int64_t> dims = shape_op_dims(*c.in(0).shape, c.node);
+  if (!dims.empty()) std::memcpy(c.out(0).data, dims.data(), dims.size() * sizeof(int64_t));
+}
+
+void Flatten_forward(KernelCtx& c) { copy_all(c.in(0), c.out(0)); }
+void Reshape_forward(KernelCtx& c) { copy_all(c.in(0), c.out(0)); }
+void Squeeze_forward(KernelCtx& c) { copy_all(c.in(0), c.out(0)); }
+void Unsqueeze_forward(KernelCtx& c) { copy_all(c.in(0), c.out(0)); }
+
+// out[.., j, ..] = in[.., perm[j], ..]: read the input with its strides permuted.
+void Transpose_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  const int r = in.rank();
+  std::vector<int64_t> perm;
+  if (c.node.has("perm")) {
+    perm = c.node.ints("perm");
+  } else {
+    for (int d = r - 1; d >= 0; --d) perm.push_back(d);
+  }
+  std::vector<int64_t> in_st = row_major_strides(*in.shape), st(static_cast<size_t>(r));
+  for (int d = 0; d < r; ++d) st[size_t(d)] = in_st[size_t(perm[size_t(d)])];
+  strided_copy(in, out, *out.shape, st, 0);
+}
+
+// Output [outer, sum of the inputs' axis dims, inner]: each input contributes one block per outer index.
+void Concat_forward(KernelCtx& c) {
+  const TensorRef& out = c.out(0);
+  const int r = out.rank();
+  const int64_t axis = normalize_axis(c.node.i("axis"), r, c.node);
+  const size_t es = dtype_size(out.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < r; ++d) {
+    if (d < axis) outer *= out.dim(d);
+    if (d > axis) inner *= out.dim(d);
+  }
+  const size_t out_block = size_t(out.dim(int(axis)) * inner) * es;
+  size_t offset = 0;
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    const TensorRef& in = c.in(int(k));
+    const size_t block = size_t(in.dim(int(axis)) * inner) * es;
+    const auto* src = static_cast<const uint8_t*>(in.data);
+    auto* dst = static_cast<uint8_t*>(out.data) + offset;
+#pragma omp parallel for if (out.numel > kParallelMinElements) schedule(static)
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + size_t(o) * out_block, src + size_t(o) * block, block);
+    offset += block;
+  }
+}
+
+// The reverse of Concat; each output's size along the axis is in its shape.
+void Split_forward(KernelCtx& c) {
+  const TensorRef& in = c.in(0);
+  const int r = in.rank();
+  const int64_t axis = normalize_axis(c.node.i("axis"), r, c.node);
+  const size_t es = dtype_size(in.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < r; ++d) {
+    if (d < axis) outer *= in.dim(d);
+    if (d > axis) inner *= in.dim(d);
+  }
+  const size_t in_block = size_t(in.dim(int(axis)) * inner) * es;
+  size_t offset = 0;
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    const TensorRef& out = c.out(int(k));
+    if (!out.present()) continue;  // (Split's outputs are not optional; kept for safety)
+    const size_t block = size_t(out.dim(int(axis)) * inner) * es;
+    const auto* src = static_cast<const uint8_t*>(in.data) + offset;
+    auto* dst = static_cast<uint8_t*>(out.data);
+#pragma omp parallel for if (in.numel > kParallelMinElements) schedule(static)
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + size_t(o) * block, src + size_t(o) * in_block, block);
+    offset += block;
+  }
+}
+
+// Output element j along dim d reads input index start_d + j * step_d.
+void Slice_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  std::vector<int64_t> starts = ref_ints(c.in(1)), ends = ref_ints(c.in(2)), axes, steps;
+  if (c.has_in(3)) axes = ref_ints(c.in(3));
+  if (c.has_in(4)) steps = ref_ints(c.in(4));
+  auto plan = slice_plan(*in.shape, starts, ends, c.has_in(3) ? &axes : nullptr, c.has_in(4) ? &steps : nullptr, c.node);
+  std::vector<int64_t> in_st = row_major_strides(*in.shape), st(plan.size());
+  int64_t base = 0;
+  for (size_t d = 0; d < plan.size(); ++d) {
+    base += plan[d].start * in_st[d];
+    st[d] = plan[d].step * in_st[d];
+  }
+  strided_copy(in, out, *out.shape, st, base);
+}
+
+// data [outer, dim, inner], indices [n] (any shape) -> out [outer, n, inner].
+void Gather_forward(KernelCtx& c) {
+  const TensorRef &data = c.in(0), &out = c.out(0);
+  const int r = data.rank();
+  const int64_t axis = normalize_axis(c.node.i("axis"), r, c.node);
+  const int64_t dim = data.dim(int(axis));
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < r; ++d) {
+    if (d < axis) outer *= data.dim(d);
+    if (d > axis) inner *= data.dim(d);
+  }
+  std::vector<int64_t> idx = ref_ints(c.in(1));
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] < -dim || idx[i] >= dim)
+      c.fail("index {} (element {} of the indices) is out of range for axis {} of size {}", idx[i], i, axis, dim);
+    if (idx[i] < 0) idx[i] += dim;
+  }
+  const int64_t n = int64_t(idx.size());
+  const size_t row = size_t(inner) * dtype_size(data.dtype);
+  const auto* src = static_cast<const uint8_t*>(data.data);
+  auto* dst = static_cast<uint8_t*>(out.data);
+#pragma omp parallel for if (out.numel > kParallelMinElements) schedule(static)
+  for (int64_t k = 0; k < outer * n; ++k) {
+    const int64_t o = k / n, i = k % n;
+    std::memcpy(dst + size_t(k) * row, src + size_t(o * dim + idx[size_t(i)]) * row, row);
+  }
+}
+
+void Expand_forward(KernelCtx& c) {
+  dispatch_bytes(dtype_size(c.in(0).dtype), [&]<class U>() {
+    broadcast_map<U, U>(c.out(0), [](U v) { return v; }, c.in(0));
+  });
+}
+
+// Tile's output [r0*d0, r1*d1, ...] is, row-major, the tensor [r0, d0, r1, d1, ...] whose
+// element (k0, j0, k1, j1, ...) is in[j0, j1, ...]: a strided copy with stride 0 on the k dims.
+void Tile_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  const int r = in.rank();
+  std::vector<int64_t> in_st = row_major_strides(*in.shape);
+  Shape shape;
+  std::vector<int64_t> st;
+  for (int d = 0; d < r; ++d) {
+    const int64_t reps = in.dim(d) == 0 ? 0 : out.dim(d) / in.dim(d);
+    shape.insert(shape.end(), {reps, in.dim(d)});
+    st.insert(st.end(), {0, in_st[size_t(d)]});
+  }
+  strided_copy(in, out, shape, st, 0);
+}
+
+// Each output coordinate maps to an input coordinate per dim (or to the constant value, -1):
+// constant: the padded border is the value; edge: the nearest element; reflect: mirrored without
+// repeating the edge element; wrap: periodic. Negative pads crop.
+void Pad_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  const int r = in.rank();
+  const std::string& mode = c.node.s("mode");
+  std::vector<int64_t> pads = ref_ints(c.in(1)), axes;
+  if (c.has_in(3)) axes = ref_ints(c.in(3));
+  std::vector<int64_t> amounts = pad_amounts(r, pads, c.has_in(3) ? &axes : nullptr, c.node);
+
+  // The constant as the data's element bytes (opsets < 11 give an f32 value for any data dtype).
+  uint64_t value_bits = 0;
+  if (mode == "constant" && c.has_in(2) && c.in(2).numel > 0) {
+    const TensorRef& v = c.in(2);
+    if (v.dtype == in.dtype) {
+      std::memcpy(&value_bits, v.data, dtype_size(in.dtype));
+    } else {
+      double x = dispatch_elem(v.dtype, [&]<class E>() { return E::to_f64(*static_cast<const typename E::T*>(v.data)); });
+      dispatch_elem(in.dtype, [&]<class E>() {
+        typename E::T t = E::from_f64(x);
+        std::memcpy(&value_bits, &t, sizeof(t));
+      });
+    }
+  }
+
+  // map[d][o]: input index along dim d read by output index o, or -1 for the constant.
+  std::vector<std::vector<int64_t>> map(static_cast<size_t>(r));
+  for (int d = 0; d < r; ++d) {
+    const int64_t n = in.dim(d), begin = amounts[size_t(d)];
+    auto& m = map[size_t(d)];
+    m.resize(size_t(out.dim(d)));
+    for (int64_t o = 0; o < out.dim(d); ++o) {
+      int64_t x = o - begin;
+      if (x < 0 || x >= n) {
+        if (mode == "constant") x = -1;
+        else if (mode == "edge") x = x < 0 ? 0 : n - 1;
+        else if (mode == "wrap") x = ((x % n) + n) % n;
+        else if (n == 1) x = 0;  // reflect
+        else {
+          const int64_t period = 2 * (n - 1);
+          x = ((x % period) + period) % period;
+          if (x >= n) x = period - x;
+        }
+      }
+      m[size_t(o)] = x;
+    }
+  }
+  if (r == 0) return copy_all(in, out);
+  const int64_t row = out.dim(r - 1);
+  if (out.numel == 0) return;
+  const int64_t rows = out.numel / row;
+  const std::vector<int64_t> in_st = row_major_strides(*in.shape);
+  dispatch_bytes(dtype_size(in.dtype), [&]<class U>() {
+    U value;
+    std::memcpy(&value, &value_bits, sizeof(U));
+    const U* src = in.as<const U>();
+    U* dst = out.as<U>();
+    const auto& last = map[size_t(r - 1)];
+#pragma omp parallel for if (out.numel > kParallelMinElements) schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      U* o = dst + i * row;
+      int64_t rest = i, off = 0;
+      bool border = false;
+      for (int d = r - 2; d >= 0; --d) {
+        const int64_t x = map[size_t(d)][size_t(rest % out.dim(d))];
+        rest /= out.dim(d);
+        if (x < 0) border = true;
+        off += x * in_st[size_t(d)];
+      }
+      if (border) {
+        for (int64_t j = 0; j < row; ++j) o[j] = value;
+        continue;
+      }
+      for (int64_t j = 0; j < row; ++j) o[j] = last[size_t(j)] < 0 ? value : src[off + last[size_t(j)]];
+    }
+  });
+}
+
+// Keeps element (i, j) of each trailing [N, M] matrix where j - i >= k (upper) or j - i <= k
+// (lower); the rest become 0.
+void Trilu_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  const int r = in.rank();
+  const int64_t k = c.has_in(1) ? ref_ints(c.in(1)).at(0) : 0;
+  const bool upper = c.node.i("upper") != 0;
+  const int64_t rows = in.dim(r - 2), cols = in.dim(r - 1);
+  const int64_t mats = rows * cols == 0 ? 0 : in.numel / (rows * cols);
+  dispatch_bytes(dtype_size(in.dtype), [&]<class U>() {
+    const U* src = in.as<const U>();
+    U* dst = out.as<U>();
+#pragma omp parallel for if (in.numel > kParallelMinElements) schedule(static)
+    for (int64_t m = 0; m < mats * rows; ++m) {
+      const int64_t i = m % rows;
+      for (int64_t j = 0; j < cols; ++j) {
+        const bool keep = upper ? j - i >= k : j - i <= k;
+        dst[m * cols + j] = keep ? src[m * cols + j] : U(0);
+      }
+    }
+  });
+}
 
 }  // namespace onnxdp

@@ -1,0 +1,60 @@
+// `onnxdp train MODEL ...`: the training issue's CLI, names exactly as documented in README.md.
+#include "cli/commands.h"
+#include "train/trainer.h"
+
+namespace onnxdp::cli {
+
+Command add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train an ONNX model on .npz data");
+  auto o = std::make_shared<TrainOptions>();
+  auto loss = std::make_shared<std::string>("cross_entropy");
+  auto optimizer = std::make_shared<std::string>("adamw");
+  auto schedule = std::make_shared<std::string>("constant");
+  auto devices = std::make_shared<std::string>("cpu");
+  cmd->add_option("model", o->model, "The .onnx model")->required();
+  cmd->add_option("--data", o->data, "Training data (.npz; default: the .npz beside the model)");
+  cmd->add_option("--label", o->label, "Name of the target array in the data")->capture_default_str();
+  cmd->add_option("--loss", *loss, "cross_entropy | mse | bce_with_logits | l1 | none")->capture_default_str();
+  cmd->add_option("--class-axis", o->class_axis, "cross_entropy: axis of the classes (-1: last; 1: ONNX-style [N, C, ...])")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", *optimizer, "sgd | momentum | adam | adamw")->capture_default_str();
+  cmd->add_option("--lr", o->optimizer.lr, "Learning rate (default: sgd/momentum 0.01, adam/adamw 0.001)");
+  cmd->add_option("--momentum", o->optimizer.momentum, "Momentum of the momentum optimizer")->capture_default_str();
+  cmd->add_flag("--nesterov", o->optimizer.nesterov, "Nesterov momentum");
+  cmd->add_option("--weight-decay", o->optimizer.weight_decay, "Weight decay (default: adamw 0.01, others 0)");
+  cmd->add_option("--max-grad-norm", o->optimizer.max_grad_norm, "Clip the global gradient norm (0: off)");
+  cmd->add_option("--lr-schedule", *schedule, "constant | linear | cosine")->capture_default_str();
+  cmd->add_option("--warmup-steps", o->warmup_steps, "Linear warmup steps")->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size, "Global batch size")->capture_default_str();
+  auto* epochs = cmd->add_option("--epochs", o->epochs, "Epochs")->capture_default_str();
+  auto* steps = cmd->add_option("--steps", o->steps, "Optimizer steps (cross epochs); instead of --epochs");
+  epochs->excludes(steps);
+  cmd->add_flag("--drop-last", o->drop_last, "Drop the last partial batch of each epoch");
+  auto no_shuffle = std::make_shared<bool>(false);
+  cmd->add_flag("--no-shuffle", *no_shuffle, "Keep the data's order");
+  cmd->add_option("--seed", o->seed, "Seed for shuffling and dropout")->capture_default_str();
+  cmd->add_option("--freeze", o->freeze, "Do not train initializers whose name matches this regex (repeatable)");
+  cmd->add_option("--metrics", o->metrics, "Write one JSON object per step to this file");
+  cmd->add_option("--save", o->save, "Write the trained model to this .onnx file");
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "Write checkpoint-STEP/ folders here");
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "Steps between checkpoints (0: at the end only)");
+  cmd->add_flag("--resume", o->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
+  cmd->add_option("--eval-data", o->eval_data, "Evaluate on this .npz after training (loss, accuracy)");
+  cmd->add_option("--devices", *devices, "cpu (data-parallel devices come with the parallel backend)")
+      ->capture_default_str();
+  cmd->add_flag("--quiet", o->quiet, "Print nothing but errors");
+  auto action = [=]() {
+    TrainOptions opts = *o;
+    opts.shuffle = !*no_shuffle;
+    opts.loss = loss_kind_from_name(*loss);
+    opts.optimizer.kind = optimizer_kind_from_name(*optimizer);
+    opts.schedule = schedule_kind_from_name(*schedule);
+    if (*devices != "cpu" && *devices != "cpu:1" && *devices != "auto")
+      fail("--devices {}: this build trains on one CPU device; use --devices cpu", *devices);
+    train(opts);
+    return 0;
+  };
+  return Command{cmd, action};
+}
+
+}  // namespace onnxdp::cli

@@ -1,0 +1,161 @@
+// CPU kernels of BatchNormalization and LayerNormalization. Statistics are accumulated in double
+// (two passes: mean, then the mean of squared deviations) whatever the tensor dtype.
+#include <cmath>
+#include <vector>
+
+#include "exec/kernel.h"
+
+namespace onnxdp {
+
+namespace {
+
+// A small float tensor (per-channel parameters) as doubles.
+std::vector<double> to_doubles(const KernelCtx& c, int k) {
+  const TensorRef& t = c.in(k);
+  std::vector<double> v(size_t(t.numel));
+  switch (t.dtype) {
+    case DType::f32:
+      for (int64_t i = 0; i < t.numel; ++i) v[size_t(i)] = t.as<float>()[i];
+      break;
+    case DType::f64:
+      for (int64_t i = 0; i < t.numel; ++i) v[size_t(i)] = t.as<double>()[i];
+      break;
+    default: c.fail("input {} is {}; expected float32 or float64", k, dtype_name(t.dtype));
+  }
+  return v;
+}
+
+void store(const TensorRef& t, int64_t i, double v) {
+  if (t.dtype == DType::f64) t.as<double>()[i] = v;
+  else t.as<float>()[i] = float(v);
+}
+
+// x [N, C, S] (S = product of the spatial dims, 1 for [N, C]).
+//   inference: y = (x - mean) / sqrt(var + eps) * scale + bias with the running mean/var inputs;
+//   training:  the same with the batch mean and biased (population) variance per channel, and
+//              outputs 1/2 = running * momentum + batch * (1 - momentum).
+template <class T>
+void batch_norm(KernelCtx& c) {
+  const TensorRef& xr = c.in(0);
+  const int64_t N = xr.dim(0), C = xr.dim(1), S = N * C != 0 ? xr.numel / (N * C) : 0;
+  const double eps = c.node.f("epsilon"), momentum = c.node.f("momentum");
+  const bool training = c.node.i("training_mode") != 0;
+  const std::vector<double> scale = to_doubles(c, 1), bias = to_doubles(c, 2);
+  std::vector<double> mean = to_doubles(c, 3), var = to_doubles(c, 4);
+  const T* x = xr.as<T>();
+  T* y = c.out(0).as<T>();
+
+  if (training) {
+    std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double s = 0, ss = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) s += double(x[(n * C + ch) * S + i]);
+      double m = s / double(N * S);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) {
+          double d = double(x[(n * C + ch) * S + i]) - m;
+          ss += d * d;
+        }
+      batch_mean[size_t(ch)] = m;
+      batch_var[size_t(ch)] = ss / double(N * S);
+    }
+    for (int64_t ch = 0; ch < C; ++ch) {
+      if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)] * momentum + batch_mean[size_t(ch)] * (1 - momentum));
+      if (c.has_out(2)) store(c.out(2), ch, var[size_t(ch)] * momentum + batch_var[size_t(ch)] * (1 - momentum));
+    }
+    mean = batch_mean;
+    var = batch_var;
+  } else {
+    // Outputs 1/2 only make sense in training; pass the running statistics through if asked.
+    for (int64_t ch = 0; ch < C; ++ch) {
+      if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)]);
+      if (c.has_out(2)) store(c.out(2), ch, var[size_t(ch)]);
+    }
+  }
+
+#pragma omp parallel for schedule(static)
+  for (int64_t nc = 0; nc < N * C; ++nc) {
+    const size_t ch = size_t(nc % C);
+    const double a = scale[ch] / std::sqrt(var[ch] + eps);
+    const double b = bias[ch] - mean[ch] * a;
+    for (int64_t i = 0; i < S; ++i) y[nc * S + i] = T(double(x[nc * S + i]) * a + b);
+  }
+}
+
+// Element j of the normalised block [inner] from a tensor that broadcasts to `norm` (Scale, B).
+std::vector<double> expand_to(const KernelCtx& c, int k, const Shape& norm) {
+  std::vector<double> v = to_doubles(c, k);
+  const Shape& s = *c.in(k).shape;
+  const int64_t inner = shape_numel(norm);
+  std::vector<double> out(static_cast<size_t>(inner));
+  const size_t r = norm.size(), off = r - s.size();
+  for (int64_t j = 0; j < inner; ++j) {
+    int64_t rem = j, src = 0, stride = 1;
+    for (size_t i = r; i-- > 0;) {
+      int64_t coord = rem % norm[i];
+      rem /= norm[i];
+      if (i >= off) {
+        int64_t d = s[i - off];
+        src += (d == 1 ? 0 : coord) * stride;
+        stride *= d;
+      }
+    }
+    out[size_t(j)] = v[size_t(src)];
+  }
+  return out;
+}
+
+// X viewed as [outer, inner] with inner = prod(X.shape[axis:]): each row normalised with its own
+// mean and biased variance; Mean / InvStdDev [outer] (shaped [.., 1, ..1] by the shape rule).
+template <class T>
+void layer_norm(KernelCtx& c) {
+  const TensorRef& xr = c.in(0);
+  const Shape& xs = *xr.shape;
+  const int64_t axis = normalize_axis(c.node.i("axis"), xr.rank(), c.node);
+  const Shape norm(xs.begin() + axis, xs.end());
+  const int64_t inner = shape_numel(norm), outer = inner ? xr.numel / inner : 0;
+  const double eps = c.node.f("epsilon");
+  const std::vector<double> scale = expand_to(c, 1, norm);
+  const std::vector<double> bias = c.has_in(2) ? expand_to(c, 2, norm) : std::vector<double>(size_t(inner), 0.0);
+  const T* x = xr.as<T>();
+  T* y = c.out(0).as<T>();
+
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < outer; ++r) {
+    const T* xrow = x + r * inner;
+    double s = 0, ss = 0;
+    for (int64_t j = 0; j < inner; ++j) s += double(xrow[j]);
+    const double mean = s / double(inner);
+    for (int64_t j = 0; j < inner; ++j) {
+      double d = double(xrow[j]) - mean;
+      ss += d * d;
+    }
+    const double inv_std = 1.0 / std::sqrt(ss / double(inner) + eps);
+    for (int64_t j = 0; j < inner; ++j)
+      y[r * inner + j] = T((double(xrow[j]) - mean) * inv_std * scale[size_t(j)] + bias[size_t(j)]);
+    if (c.has_out(1)) store(c.out(1), r, mean);
+    if (c.has_out(2)) store(c.out(2), r, inv_std);
+  }
+}
+
+}  // namespace
+
+void BatchNormalization_forward(KernelCtx& c) {
+  switch (c.in(0).dtype) {
+    case DType::f32: return batch_norm<float>(c);
+    case DType::f64: return batch_norm<double>(c);
+    default: c.fail("input 0 is {}; BatchNormalization runs on float32 and float64", dtype_name(c.in(0).dtype));
+  }
+}
+
+void LayerNormalization_forward(KernelCtx& c) {
+  switch (c.in(0).dtype) {
+    case DType::f32: return layer_norm<float>(c);
+    case DType::f64: return layer_norm<double>(c);
+    default: c.fail("input 0 is {}; LayerNormalization runs on float32 and float64", dtype_name(c.in(0).dtype));
+  }
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,205 @@
+// Elementwise math, written once (DESIGN.md convention 6): small functor structs whose
+// operator() compiles for the host and, under nvcc, for the device, so the CPU kernels and a CUDA
+// backend run the same arithmetic and the CPU tests cover both.
+//
+// Conventions: functors are stateless unless they carry an attribute (LeakyRelu's alpha, Clip's
+// bounds); operator() is a template over the element type T, and float math goes through the
+// overloads in fn::m (expf for float, exp for double ...) so that float stays float on both sides.
+// Integer arithmetic follows C++ (and numpy): wrap-around, division truncating toward zero.
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define ONNXDP_HD __host__ __device__
+#else
+#define ONNXDP_HD
+#endif
+
+namespace onnxdp::fn {
+
+// Float math by overload; double versions for f64. (std:: overloads are not all device-callable.)
+namespace m {
+ONNXDP_HD inline float exp(float x) { return ::expf(x); }
+ONNXDP_HD inline double exp(double x) { return ::exp(x); }
+ONNXDP_HD inline float log(float x) { return ::logf(x); }
+ONNXDP_HD inline double log(double x) { return ::log(x); }
+ONNXDP_HD inline float log1p(float x) { return ::log1pf(x); }
+ONNXDP_HD inline double log1p(double x) { return ::log1p(x); }
+ONNXDP_HD inline float sqrt(float x) { return ::sqrtf(x); }
+ONNXDP_HD inline double sqrt(double x) { return ::sqrt(x); }
+ONNXDP_HD inline float tanh(float x) { return ::tanhf(x); }
+ONNXDP_HD inline double tanh(double x) { return ::tanh(x); }
+ONNXDP_HD inline float erf(float x) { return ::erff(x); }
+ONNXDP_HD inline double erf(double x) { return ::erf(x); }
+ONNXDP_HD inline float pow(float x, float y) { return ::powf(x, y); }
+ONNXDP_HD inline double pow(double x, double y) { return ::pow(x, y); }
+}  // namespace m
+
+// ---- binary arithmetic ------------------------------------------------------------------------
+
+struct Add {
+  template <class T> ONNXDP_HD T operator()(T a, T b) const { return T(a + b); }
+};
+struct Sub {
+  template <class T> ONNXDP_HD T operator()(T a, T b) const { return T(a - b); }
+};
+struct Mul {
+  template <class T> ONNXDP_HD T operator()(T a, T b) const { return T(a * b); }
+};
+// Integer division truncates toward zero (C++, ONNX's test_div_int32_trunc). Division by zero and
+// the one overflowing case (lowest / -1) give 0 instead of trapping.
+struct Div {
+  template <class T> ONNXDP_HD T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>)
+        if (b == T(-1)) return T(T(0) - a);
+    }
+    return T(a / b);
+  }
+};
+// Pow: the base's type is the result's type; the exponent may be of another type (ONNX Pow-12+).
+// Integer base with integer exponent is exact (square and multiply); any float is involved: pow in
+// double, then cast to the base's type.
+struct Pow {
+  template <class T, class E> ONNXDP_HD T operator()(T a, E b) const {
+    if constexpr (std::is_integral_v<T> && std::is_integral_v<E>) {
+      if (b < E(0)) {  // integer a^-n: only |a| == 1 stays non-zero
+        if (a == T(1)) return T(1);
+        if constexpr (std::is_signed_v<T>)
+          if (a == T(-1)) return (b % 2 == 0) ? T(1) : T(-1);
+        return T(0);
+      }
+      T r = T(1), base = a;
+      for (uint64_t e = uint64_t(b); e; e >>= 1) {
+        if (e & 1) r = T(r * base);
+        base = T(base * base);
+      }
+      return r;
+    } else if constexpr (std::is_same_v<T, float> && std::is_same_v<E, float>) {
+      return m::pow(a, b);
+    } else {
+      return T(m::pow(double(a), double(b)));
+    }
+  }
+};
+// Min / Max propagate NaN like numpy's minimum / maximum (and ONNX's reference).
+struct Min {
+  template <class T> ONNXDP_HD T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return b < a ? b : a;
+  }
+};
+struct Max {
+  template <class T> ONNXDP_HD T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return b > a ? b : a;
+  }
+};
+
+// ---- unary math -------------------------------------------------------------------------------
+
+struct Identity {
+  template <class T> ONNXDP_HD T operator()(T x) const { return x; }
+};
+struct Sqrt {
+  template <class T> ONNXDP_HD T operator()(T x) const { return m::sqrt(x); }
+};
+struct Exp {
+  template <class T> ONNXDP_HD T operator()(T x) const { return m::exp(x); }
+};
+struct Log {
+  template <class T> ONNXDP_HD T operator()(T x) const { return m::log(x); }
+};
+struct Neg {
+  template <class T> ONNXDP_HD T operator()(T x) const { return T(-x); }
+};
+struct Abs {
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? T(-x) : x;
+  }
+};
+struct Reciprocal {
+  template <class T> ONNXDP_HD T operator()(T x) const { return T(1) / x; }
+};
+struct Relu {
+  template <class T> ONNXDP_HD T operator()(T x) const { return x > T(0) ? x : T(0); }
+};
+struct LeakyRelu {
+  float alpha = 0.01f;
+  template <class T> ONNXDP_HD T operator()(T x) const { return x >= T(0) ? x : T(alpha) * x; }
+};
+// 1 / (1 + e^-x), evaluated so that no exp overflows: for x < 0, e^x / (1 + e^x).
+struct Sigmoid {
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    if (x >= T(0)) return T(1) / (T(1) + m::exp(-x));
+    T e = m::exp(x);
+    return e / (T(1) + e);
+  }
+};
+struct Tanh {
+  template <class T> ONNXDP_HD T operator()(T x) const { return m::tanh(x); }
+};
+struct Erf {
+  template <class T> ONNXDP_HD T operator()(T x) const { return m::erf(x); }
+};
+// Gelu, approximate = "none": x/2 (1 + erf(x / sqrt 2)).
+struct Gelu {
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    return T(0.5) * x * (T(1) + m::erf(x * T(0.70710678118654752440)));
+  }
+};
+// Gelu, approximate = "tanh": x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct GeluTanh {
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    return T(0.5) * x * (T(1) + m::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+  }
+};
+// log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
+struct Softplus {
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    T ax = x < T(0) ? -x : x;
+    return (x > T(0) ? x : T(0)) + m::log1p(m::exp(-ax));
+  }
+};
+// Clip to [lo, hi] (ONNX: min(max(x, lo), hi), so hi wins when lo > hi). NaN passes through.
+template <class T>
+struct Clip {
+  T lo, hi;
+  ONNXDP_HD T operator()(T x) const {
+    if (x < lo) x = lo;
+    if (x > hi) x = hi;
+    return x;
+  }
+};
+
+// ---- comparisons and logic (bool results) -----------------------------------------------------
+
+struct Equal {
+  template <class T> ONNXDP_HD bool operator()(T a, T b) const { return a == b; }
+};
+struct Less {
+  template <class T> ONNXDP_HD bool operator()(T a, T b) const { return a < b; }
+};
+struct Greater {
+  template <class T> ONNXDP_HD bool operator()(T a, T b) const { return a > b; }
+};
+struct Not {
+  ONNXDP_HD bool operator()(bool x) const { return !x; }
+};
+// Where: cond ? x : y.
+struct Select {
+  template <class T> ONNXDP_HD T operator()(bool cond, T x, T y) const { return cond ? x : y; }
+};
+
+}  // namespace onnxdp::fn

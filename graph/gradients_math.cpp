@@ -1,0 +1,171 @@
+// Gradient rules of the math ops (see graph/autodiff.h). Each rule emits ordinary nodes.
+#include <cmath>
+
+#include "graph/autodiff.h"
+
+namespace onnxdp {
+
+namespace {
+DType dt(GradCtx& c) { return c.in(0).dtype; }
+// Gradient of a broadcasting binary op's input k, given the full-shape gradient g.
+void add_reduced(GradCtx& c, int k, ValueId g) { c.add(k, c.reduce_to(g, c.in(k).shape)); }
+// Transposes the last two axes.
+ValueId swap_last2(GradCtx& c, ValueId v) {
+  size_t r = c.graph.value(v).shape.size();
+  std::vector<int64_t> perm(r);
+  for (size_t i = 0; i < r; ++i) perm[i] = int64_t(i);
+  std::swap(perm[r - 1], perm[r - 2]);
+  return c.emit(Op::Transpose, {v}, {{"perm", Attr(perm)}});
+}
+}  // namespace
+
+void grad_Add(GradCtx& c) {
+  for (int k = 0; k < 2; ++k)
+    if (c.needs(k)) add_reduced(c, k, c.dy());
+}
+
+void grad_Sub(GradCtx& c) {
+  if (c.needs(0)) add_reduced(c, 0, c.dy());
+  if (c.needs(1)) add_reduced(c, 1, c.emit(Op::Neg, {c.dy()}));
+}
+
+void grad_Mul(GradCtx& c) {
+  if (c.needs(0)) add_reduced(c, 0, c.emit(Op::Mul, {c.dy(), c.in_id(1)}));
+  if (c.needs(1)) add_reduced(c, 1, c.emit(Op::Mul, {c.dy(), c.in_id(0)}));
+}
+
+void grad_Div(GradCtx& c) {
+  // y = a / b: da = dy / b, db = -dy * y / b
+  if (c.needs(0)) add_reduced(c, 0, c.emit(Op::Div, {c.dy(), c.in_id(1)}));
+  if (c.needs(1)) {
+    ValueId t = c.emit(Op::Div, {c.emit(Op::Mul, {c.dy(), c.out_id(0)}), c.in_id(1)});
+    add_reduced(c, 1, c.emit(Op::Neg, {t}));
+  }
+}
+
+void grad_Pow(GradCtx& c) {
+  // y = a ^ b: da = dy * b * a^(b-1), db = dy * y * log(a)
+  if (c.in(1).dtype != c.in(0).dtype) c.fail("exponent dtype differs from the base's");
+  if (c.needs(0)) {
+    ValueId bm1 = c.emit(Op::Sub, {c.in_id(1), c.scalar(1, dt(c))});
+    ValueId d = c.emit(Op::Mul, {c.emit(Op::Mul, {c.dy(), c.in_id(1)}), c.emit(Op::Pow, {c.in_id(0), bm1})});
+    add_reduced(c, 0, d);
+  }
+  if (c.needs(1)) {
+    ValueId d = c.emit(Op::Mul, {c.emit(Op::Mul, {c.dy(), c.out_id(0)}), c.emit(Op::Log, {c.in_id(0)})});
+    add_reduced(c, 1, d);
+  }
+}
+
+void grad_Min(GradCtx& c) { gradient_missing(c); }
+void grad_Max(GradCtx& c) { gradient_missing(c); }
+
+void grad_Sqrt(GradCtx& c) {  // dx = dy / (2 y)
+  c.add(0, c.emit(Op::Div, {c.dy(), c.emit(Op::Mul, {c.out_id(0), c.scalar(2, dt(c))})}));
+}
+
+void grad_Exp(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.out_id(0)})); }
+void grad_Log(GradCtx& c) { c.add(0, c.emit(Op::Div, {c.dy(), c.in_id(0)})); }
+void grad_Neg(GradCtx& c) { c.add(0, c.emit(Op::Neg, {c.dy()})); }
+
+void grad_Abs(GradCtx& c) {  // sign(x) * dy, with sign(0) = 0 as PyTorch
+  ValueId zero = c.scalar(0, dt(c));
+  ValueId neg = c.emit(Op::Where, {c.emit(Op::Less, {c.in_id(0), zero}), c.emit(Op::Neg, {c.dy()}), zero});
+  c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {c.in_id(0), zero}), c.dy(), neg}));
+}
+
+void grad_Reciprocal(GradCtx& c) {  // y = 1/x: dx = -dy * y^2
+  ValueId y2 = c.emit(Op::Mul, {c.out_id(0), c.out_id(0)});
+  c.add(0, c.emit(Op::Neg, {c.emit(Op::Mul, {c.dy(), y2})}));
+}
+
+void grad_Relu(GradCtx& c) {  // dy where x > 0 (PyTorch: 0 at x == 0)
+  ValueId zero = c.scalar(0, dt(c));
+  c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {c.in_id(0), zero}), c.dy(), zero}));
+}
+
+void grad_LeakyRelu(GradCtx& c) {
+  ValueId zero = c.scalar(0, dt(c));
+  ValueId scaled = c.emit(Op::Mul, {c.dy(), c.scalar(c.node.f("alpha"), dt(c))});
+  c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {c.in_id(0), zero}), c.dy(), scaled}));
+}
+
+void grad_Sigmoid(GradCtx& c) {  // dy * y * (1 - y)
+  ValueId one_minus = c.emit(Op::Sub, {c.scalar(1, dt(c)), c.out_id(0)});
+  c.add(0, c.emit(Op::Mul, {c.emit(Op::Mul, {c.dy(), c.out_id(0)}), one_minus}));
+}
+
+void grad_Tanh(GradCtx& c) {  // dy * (1 - y^2)
+  ValueId y2 = c.emit(Op::Mul, {c.out_id(0), c.out_id(0)});
+  c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Sub, {c.scalar(1, dt(c)), y2})}));
+}
+
+void grad_Erf(GradCtx& c) {  // dy * 2/sqrt(pi) * exp(-x^2)
+  ValueId x2 = c.emit(Op::Mul, {c.in_id(0), c.in_id(0)});
+  ValueId e = c.emit(Op::Exp, {c.emit(Op::Neg, {x2})});
+  ValueId k = c.scalar(float(2.0 / std::sqrt(M_PI)), dt(c));
+  c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Mul, {e, k})}));
+}
+
+void grad_Gelu(GradCtx& c) {  // exact form: dy * (Phi(x) + x * phi(x))
+  if (c.node.s("approximate") != "none") gradient_missing(c);
+  DType t = dt(c);
+  ValueId x = c.in_id(0);
+  ValueId erf = c.emit(Op::Erf, {c.emit(Op::Mul, {x, c.scalar(float(M_SQRT1_2), t)})});
+  ValueId cdf = c.emit(Op::Mul, {c.emit(Op::Add, {erf, c.scalar(1, t)}), c.scalar(0.5f, t)});
+  ValueId x2h = c.emit(Op::Mul, {c.emit(Op::Mul, {x, x}), c.scalar(-0.5f, t)});
+  ValueId pdf = c.emit(Op::Mul, {c.emit(Op::Exp, {x2h}), c.scalar(float(0.5 * M_2_SQRTPI * M_SQRT1_2), t)});
+  ValueId d = c.emit(Op::Add, {cdf, c.emit(Op::Mul, {x, pdf})});
+  c.add(0, c.emit(Op::Mul, {c.dy(), d}));
+}
+
+void grad_Softplus(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Sigmoid, {c.in_id(0)})})); }
+
+void grad_Clip(GradCtx& c) {  // dy where min <= x <= max (PyTorch's clamp passes the bounds through)
+  ValueId zero = c.scalar(0, dt(c));
+  ValueId g = c.dy();
+  if (c.node.has_input(1)) g = c.emit(Op::Where, {c.emit(Op::Less, {c.in_id(0), c.in_id(1)}), zero, g});
+  if (c.node.has_input(2)) g = c.emit(Op::Where, {c.emit(Op::Greater, {c.in_id(0), c.in_id(2)}), zero, g});
+  c.add(0, g);
+}
+
+void grad_Softmax(GradCtx& c) {  // dx = y * (dy - sum(dy * y, axis))
+  int64_t axis = normalize_axis(c.node.i("axis"), int64_t(c.in(0).shape.size()), c.node);
+  ValueId dyy = c.emit(Op::Mul, {c.dy(), c.out_id(0)});
+  ValueId s = c.emit(Op::ReduceSum, {dyy, c.ints({axis})}, {{"keepdims", Attr(int64_t(1))}});
+  c.add(0, c.emit(Op::Mul, {c.out_id(0), c.emit(Op::Sub, {c.dy(), s})}));
+}
+
+void grad_LogSoftmax(GradCtx& c) {  // dx = dy - exp(y) * sum(dy, axis)
+  int64_t axis = normalize_axis(c.node.i("axis"), int64_t(c.in(0).shape.size()), c.node);
+  ValueId s = c.emit(Op::ReduceSum, {c.dy(), c.ints({axis})}, {{"keepdims", Attr(int64_t(1))}});
+  ValueId p = c.emit(Op::Exp, {c.out_id(0)});
+  c.add(0, c.emit(Op::Sub, {c.dy(), c.emit(Op::Mul, {p, s})}));
+}
+
+void grad_MatMul(GradCtx& c) {
+  // y = a @ b over the last two axes, batch axes broadcast: da = dy @ b^T, db = a^T @ dy, each
+  // summed over the batch axes its input was broadcast along.
+  if (c.in(0).shape.size() < 2 || c.in(1).shape.size() < 2) gradient_missing(c);
+  if (c.needs(0)) add_reduced(c, 0, c.emit(Op::MatMul, {c.dy(), swap_last2(c, c.in_id(1))}));
+  if (c.needs(1)) add_reduced(c, 1, c.emit(Op::MatMul, {swap_last2(c, c.in_id(0)), c.dy()}));
+}
+
+void grad_Gemm(GradCtx& c) {
+  // y = alpha * A' B' + beta * C, with A' = transA ? A^T : A and B' = transB ? B^T : B.
+  int64_t ta = c.node.i("transA"), tb = c.node.i("transB");
+  float alpha = c.node.f("alpha"), beta = c.node.f("beta");
+  auto gemm = [&](ValueId a, ValueId b, int64_t t_a, int64_t t_b) {
+    return c.emit(Op::Gemm, {a, b}, {{"alpha", Attr(alpha)}, {"transA", Attr(t_a)}, {"transB", Attr(t_b)}});
+  };
+  if (c.needs(0))  // dA' = dy B'^T; dA = transA ? (dA')^T = B' dy^T : dA'
+    c.add(0, ta ? gemm(c.in_id(1), c.dy(), tb, 1) : gemm(c.dy(), c.in_id(1), 0, 1 - tb));
+  if (c.needs(1))  // dB' = A'^T dy; dB = transB ? dy^T A' : dB'
+    c.add(1, tb ? gemm(c.dy(), c.in_id(0), 1, ta) : gemm(c.in_id(0), c.dy(), 1 - ta, 0));
+  if (c.needs(2)) {
+    ValueId g = beta == 1.0f ? c.dy() : c.emit(Op::Mul, {c.dy(), c.scalar(beta, dt(c))});
+    add_reduced(c, 2, g);
+  }
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,24 @@
+// Appends the training loss to a forward graph, built from ordinary ops so that autodiff and
+// every backend handle it like the rest of the model.
+#pragma once
+#include <string>
+
+#include "graph/graph.h"
+
+namespace onnxdp {
+
+enum class LossKind { cross_entropy, mse, bce_with_logits, l1, none };
+LossKind loss_kind_from_name(const std::string& s);
+
+struct LossOptions {
+  LossKind kind = LossKind::cross_entropy;
+  std::string label_name = "label";  // the new graph input holding the targets
+  DType label_dtype = DType::i64;    // as the data gives it
+  int64_t class_axis = -1;           // cross_entropy: -1 = class-last [..., C]; 1 = ONNX-style [N, C, d1...]
+};
+
+// Adds the label input (not for `none`) and the loss nodes on the graph's first output; returns
+// the scalar loss value: the mean over every position (cross_entropy) or element.
+ValueId add_loss(Graph& g, const LossOptions& options);
+
+}  // namespace onnxdp

@@ -1,0 +1,422 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/plan.h"
+#include "graph/autodiff.h"
+#include "graph/passes/inference_mode.h"
+#include "importer/onnx_io.h"
+#include "train/checkpoint.h"
+#include "train/npz.h"
+#include "train/pipeline.h"
+
+namespace onnxdp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Dataset {
+  std::map<std::string, Tensor> arrays;  // graph inputs + label, axis 0 = sample
+  int64_t samples = 0;
+};
+
+// Checks the arrays the model needs before step 1 and returns them.
+Dataset load_dataset(const std::string& path, const onnx::ModelProto& m, const std::string& label, bool need_label) {
+  std::map<std::string, Tensor> all = read_npz(path);
+  Dataset d;
+  std::vector<std::string> names;
+  std::map<std::string, bool> initializer;
+  for (const auto& i : m.graph().initializer()) initializer[i.name()] = true;
+  for (const auto& vi : m.graph().input()) {
+    if (initializer.count(vi.name())) continue;
+    auto it = all.find(vi.name());
+    if (it == all.end()) {
+      std::string have;
+      for (const auto& [k, v] : all) have += (have.empty() ? "" : ", ") + k;
+      fail("data '{}' has no array '{}' for the model input of that name (arrays: {})", path, vi.name(), have);
+    }
+    DType want;
+    int et = vi.type().tensor_type().elem_type();
+    if (!dtype_from_onnx(et, &want)) fail("model input '{}' has unsupported type {}", vi.name(), onnx_type_name(et));
+    if (it->second.dtype() != want)
+      fail("data '{}': array '{}' is {}, the model input expects {}", path, vi.name(), dtype_name(it->second.dtype()), dtype_name(want));
+    const auto& shp = vi.type().tensor_type().shape();
+    if (it->second.rank() != shp.dim_size())
+      fail("data '{}': array '{}' has shape {} (rank {}), the model input has rank {}", path, vi.name(),
+           shape_str(it->second.shape()), it->second.rank(), shp.dim_size());
+    for (int k = 1; k < shp.dim_size(); ++k)
+      if (shp.dim(k).has_dim_value() && shp.dim(k).dim_value() != it->second.shape()[size_t(k)])
+        fail("data '{}': array '{}' has shape {}, the model input needs dim {} = {}", path, vi.name(),
+             shape_str(it->second.shape()), k, shp.dim(k).dim_value());
+    names.push_back(vi.name());
+  }
+  if (need_label) {
+    if (!all.count(label)) fail("data '{}' has no label array '{}' (use --label NAME)", path, label);
+    names.push_back(label);
+  }
+  for (const auto& n : names) {
+    const Tensor& t = all.at(n);
+    if (t.rank() == 0) fail("data '{}': array '{}' is a scalar; axis 0 must index samples", path, n);
+    if (d.arrays.empty()) d.samples = t.shape()[0];
+    else if (t.shape()[0] != d.samples)
+      fail("data '{}': array '{}' has {} samples, others have {}", path, n, t.shape()[0], d.samples);
+    d.arrays[n] = t;
+  }
+  if (d.samples == 0) fail("data '{}' has no samples", path);
+  return d;
+}
+
+// Rows `idx` of every array.
+std::map<std::string, Tensor> take_rows(const Dataset& d, const std::vector<int64_t>& idx) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : d.arrays) {
+    Shape s = t.shape();
+    s[0] = int64_t(idx.size());
+    Tensor b(t.dtype(), s);
+    size_t row = t.nbytes() / size_t(t.shape()[0]);
+    for (size_t i = 0; i < idx.size(); ++i)
+      std::memcpy(b.as<uint8_t>() + i * row, t.as<uint8_t>() + size_t(idx[i]) * row, row);
+    out[name] = std::move(b);
+  }
+  return out;
+}
+
+ImportOptions shapes_for(const Dataset& d, int64_t batch) {
+  ImportOptions io;
+  io.batch_size = batch;
+  for (const auto& [name, t] : d.arrays) {
+    Shape s = t.shape();
+    s[0] = batch;
+    io.input_shapes[name] = s;
+  }
+  return io;
+}
+
+// A graph's parameters take the master tensors' bytes, so every plan updates the same buffers.
+void share_parameters(Graph& g, const std::map<std::string, Tensor>& master) {
+  for (ValueId p : g.parameters()) {
+    auto it = master.find(g.value(p).name);
+    if (it != master.end()) g.value(p).data = it->second;
+  }
+}
+
+struct TrainPlan {
+  std::unique_ptr<Plan> plan;
+  ValueId loss;
+  std::vector<ValueId> grads;  // per trainable parameter
+  std::vector<std::pair<ValueId, std::string>> running_stats;  // BN outputs -> parameter name
+};
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o) {
+  TrainResult result;
+  onnx::ModelProto proto = load_model_proto(o.model);
+  std::string data_path = o.data;
+  if (data_path.empty()) data_path = (fs::path(o.model).parent_path() / fs::path(o.model).stem()).string() + ".npz";
+  const bool need_label = o.loss != LossKind::none;
+  Dataset data = load_dataset(data_path, proto, o.label, need_label);
+  if (o.batch_size <= 0) fail("--batch-size must be positive");
+  const int64_t batch = std::min(o.batch_size, data.samples);
+  const std::string model_dir = fs::path(o.model).parent_path().string();
+
+  std::vector<std::regex> freeze;
+  for (const auto& f : o.freeze) {
+    try {
+      freeze.emplace_back(f);
+    } catch (const std::regex_error& e) {
+      fail("--freeze '{}' is not a valid regular expression: {}", f, e.what());
+    }
+  }
+
+  LossOptions lo;
+  lo.kind = o.loss;
+  lo.label_name = o.label;
+  lo.class_axis = o.class_axis;
+  if (need_label) lo.label_dtype = data.arrays.at(o.label).dtype();
+
+  // Master parameters: trainable ones are views into one flat buffer.
+  std::map<std::string, Tensor> master;
+  std::vector<std::string> trainable;
+  std::vector<size_t> offset;  // element offset of each trainable parameter in the flat buffer
+  Tensor flat_params, flat_grads;
+
+  auto build = [&](int64_t b) {
+    TrainPlan tp;
+    Graph g = load_graph(proto, model_dir, shapes_for(data, b));
+    // Running statistics: BatchNormalization inputs 3/4, updated from its training-mode outputs.
+    std::map<ValueId, bool> stats;
+    for (const Node& n : g.nodes)
+      if (n.op == Op::BatchNormalization) {
+        for (int k = 3; k < 5; ++k) stats[n.inputs[size_t(k)]] = true;
+        if (n.i("training_mode"))
+          for (int k = 1; k < 3; ++k)
+            if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
+              tp.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
+      }
+    ValueId loss = add_loss(g, lo);
+    if (master.empty()) {  // first build decides the trainable set and makes the flat buffer
+      std::vector<ValueId> candidates;
+      for (ValueId p : g.parameters()) {
+        const Value& v = g.value(p);
+        bool frozen = stats.count(p) || v.dtype != DType::f32;
+        for (const auto& re : freeze) frozen |= std::regex_search(v.name, re);
+        if (frozen) result.frozen.push_back(v.name);
+        else candidates.push_back(p);
+      }
+      // Parameters that do not reach the loss are not trained.
+      Graph probe = g;
+      std::vector<ValueId> probe_grads = autodiff(probe, loss, candidates);
+      size_t total = 0;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const Value& v = g.value(candidates[i]);
+        if (probe_grads[i] == kNoValue) {
+          result.frozen.push_back(v.name);
+          continue;
+        }
+        trainable.push_back(v.name);
+        offset.push_back(total);
+        total += size_t(v.data.numel());
+      }
+      if (trainable.empty()) fail("the model has no trainable parameters that reach the loss");
+      flat_params = Tensor(DType::f32, {int64_t(total)});
+      flat_grads = Tensor(DType::f32, {int64_t(total)});
+      for (size_t i = 0; i < trainable.size(); ++i) {
+        const Value& v = g.value(g.find(trainable[i]));
+        Tensor view = Tensor::view(flat_params, offset[i] * 4, DType::f32, v.shape);
+        std::memcpy(view.data(), v.data.data(), v.data.nbytes());
+        master[v.name] = view;
+      }
+      for (ValueId p : g.parameters())
+        if (!master.count(g.value(p).name)) master[g.value(p).name] = g.value(p).data;
+      result.trainable = trainable;
+    }
+    share_parameters(g, master);
+    std::vector<ValueId> wrt;
+    for (const auto& n : trainable) wrt.push_back(g.find(n));
+    tp.grads = autodiff(g, loss, wrt);
+    tp.loss = loss;
+    g.outputs = {loss};
+    for (ValueId gr : tp.grads) g.outputs.push_back(gr);
+    for (auto& [v, name] : tp.running_stats) g.outputs.push_back(v);
+    verify(g);
+    tp.plan = std::make_unique<Plan>(std::move(g));
+    return tp;
+  };
+
+  std::map<int64_t, TrainPlan> plans;
+  auto plan_for = [&](int64_t b) -> TrainPlan& {
+    auto it = plans.find(b);
+    if (it == plans.end()) it = plans.emplace(b, build(b)).first;
+    return it->second;
+  };
+  plan_for(batch);
+
+  const int64_t per_epoch = o.drop_last ? data.samples / batch : (data.samples + batch - 1) / batch;
+  if (per_epoch == 0) fail("--drop-last with batch size {} leaves no batch of the {} samples", batch, data.samples);
+  const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
+  Optimizer opt(o.optimizer, flat_params.numel());
+  const float base_lr = opt.options().lr;
+
+  std::ofstream metrics;
+  if (!o.metrics.empty()) {
+    metrics.open(o.metrics, o.resume ? std::ios::app : std::ios::trunc);
+    if (!metrics) fail("cannot write metrics file '{}'", o.metrics);
+  }
+  const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, total_steps / 10);
+  if (!o.quiet)
+    fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}, {} steps\n",
+               trainable.size(), flat_params.numel(), result.frozen.size(), data.samples, batch, total_steps);
+
+  std::vector<int64_t> order(static_cast<size_t>(data.samples));
+  auto shuffle_for = [&](int64_t ep) {
+    std::iota(order.begin(), order.end(), 0);
+    if (o.shuffle) {
+      std::mt19937_64 rng(o.seed * 1000003ull + uint64_t(ep));
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+  };
+  int64_t epoch = -1, cursor = data.samples, first_step = 1;
+  std::string last_checkpoint;
+  if (o.resume) {
+    if (o.checkpoint_dir.empty()) fail("--resume needs --checkpoint-dir");
+    last_checkpoint = latest_checkpoint(o.checkpoint_dir);
+    if (last_checkpoint.empty()) {
+      if (!o.quiet) fmt::print("no checkpoint in {} yet: starting from step 1\n", o.checkpoint_dir);
+    } else {
+      Checkpoint c = load_checkpoint(last_checkpoint);
+      for (auto& [name, t] : master) {
+        auto it = c.model.find(name);
+        if (it == c.model.end() || it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
+          fail("checkpoint '{}' does not match the model: initializer '{}' is missing or has another shape", last_checkpoint, name);
+        std::memcpy(t.data(), it->second.data(), t.nbytes());
+      }
+      auto restore = [&](const char* key, std::vector<float>& dst) {
+        if (dst.empty()) return;
+        auto it = c.optimizer.find(key);
+        if (it == c.optimizer.end() || it->second.numel() != int64_t(dst.size()))
+          fail("checkpoint '{}': optimizer state '{}' is missing or of another size (another --optimizer?)", last_checkpoint, key);
+        std::memcpy(dst.data(), it->second.data(), dst.size() * 4);
+      };
+      restore("m", opt.m());
+      restore("v", opt.v());
+      opt.set_steps_done(c.state.at("optimizer_steps").get<int64_t>());
+      first_step = c.state.at("step").get<int64_t>() + 1;
+      epoch = c.state.at("epoch").get<int64_t>();
+      cursor = c.state.at("cursor").get<int64_t>();
+      if (epoch >= 0) shuffle_for(epoch);
+      if (!o.quiet) fmt::print("resumed from {} (step {})\n", last_checkpoint, first_step - 1);
+    }
+  }
+  result.first_step = first_step;
+  auto write_checkpoint = [&](int64_t step) {
+    Checkpoint c;
+    c.model = master;
+    if (!opt.m().empty()) c.optimizer["m"] = Tensor::from_f32(opt.m());
+    if (!opt.v().empty()) c.optimizer["v"] = Tensor::from_f32(opt.v());
+    c.state = {{"step", step}, {"epoch", epoch}, {"cursor", cursor}, {"seed", o.seed}, {"shuffle", o.shuffle},
+               {"batch_size", batch}, {"total_steps", total_steps}, {"optimizer_steps", opt.steps_done()},
+               {"base_lr", base_lr}, {"model", o.model}};
+    last_checkpoint = save_checkpoint(o.checkpoint_dir, step, c);
+  };
+  auto t_start = std::chrono::steady_clock::now();
+  int64_t samples_seen = 0;
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    int64_t left = data.samples - cursor;
+    if (left <= 0 || (o.drop_last && left < batch)) {
+      ++epoch;
+      cursor = 0;
+      shuffle_for(epoch);
+      left = data.samples;
+    }
+    int64_t b = std::min(batch, left);
+    std::vector<int64_t> idx(order.begin() + cursor, order.begin() + cursor + b);
+    cursor += b;
+    auto t0 = std::chrono::steady_clock::now();
+    TrainPlan& tp = plan_for(b);
+    RunState rs;
+    rs.seed = o.seed;
+    rs.step = uint64_t(step);
+    tp.plan->execute(take_rows(data, idx), rs);
+    float loss = tp.plan->ref(tp.loss).as<float>()[0];
+    if (!std::isfinite(loss))
+      fail("the loss is {} at step {} (epoch {}); training stopped. {}", loss, step, epoch + 1,
+           last_checkpoint.empty() ? std::string("No checkpoint was written.")
+                                   : "The last good checkpoint is " + last_checkpoint + " (--resume continues from it).");
+    for (size_t i = 0; i < trainable.size(); ++i) {
+      TensorRef g = tp.plan->ref(tp.grads[i]);
+      std::memcpy(flat_grads.as<float>() + offset[i], g.data, size_t(g.numel) * 4);
+    }
+    for (auto& [v, name] : tp.running_stats) {
+      TensorRef r = tp.plan->ref(v);
+      std::memcpy(master.at(name).data(), r.data, master.at(name).nbytes());
+    }
+    float lr = scheduled_lr(o.schedule, base_lr, step, o.warmup_steps, total_steps);
+    float gnorm = opt.step(flat_params.as<float>(), flat_grads.as<float>(), lr);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    samples_seen += b;
+    result.losses.push_back(loss);
+    if (metrics.is_open()) {
+      nlohmann::json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                          {"samples_per_s", dt > 0 ? double(b) / dt : 0.0}, {"epoch", epoch + 1}};
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+    if (!o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == total_steps))
+      write_checkpoint(step);
+    if (!o.quiet && (step % log_every == 0 || step == total_steps || step == 1))
+      fmt::print("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.3g}\n", step, total_steps, epoch + 1, loss, lr);
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  result.steps = total_steps;
+  result.samples_per_s = secs > 0 ? double(samples_seen) / secs : 0;
+
+  if (!o.save.empty()) {
+    std::map<std::string, Tensor> values;
+    for (const auto& [name, t] : master) values[name] = t;
+    export_model(o.model, o.save, values);
+    if (!o.quiet) fmt::print("trained model written to {}\n", o.save);
+  }
+
+  if (!o.eval_data.empty()) {
+    Dataset ev = load_dataset(o.eval_data, proto, o.label, need_label);
+    int64_t eb = std::min<int64_t>(256, ev.samples);
+    double loss_sum = 0;
+    int64_t correct = 0, positions = 0;
+    bool classifier = o.loss == LossKind::cross_entropy;
+    std::map<int64_t, std::unique_ptr<Plan>> eplans;
+    std::map<int64_t, std::pair<ValueId, ValueId>> eouts;
+    for (int64_t start = 0; start < ev.samples; start += eb) {
+      int64_t b = std::min(eb, ev.samples - start);
+      if (!eplans.count(b)) {
+        Graph g = load_graph(proto, model_dir, shapes_for(ev, b));
+        inference_mode(g);
+        ValueId out = g.outputs[0];
+        ValueId loss = need_label ? add_loss(g, lo) : out;
+        share_parameters(g, master);
+        g.outputs = {out, loss};
+        verify(g);
+        eplans[b] = std::make_unique<Plan>(std::move(g));
+        eouts[b] = {out, loss};
+      }
+      std::vector<int64_t> idx(static_cast<size_t>(b));
+      std::iota(idx.begin(), idx.end(), start);
+      Plan& p = *eplans[b];
+      p.execute(take_rows(ev, idx), {});
+      loss_sum += double(p.ref(eouts[b].second).as<float>()[0]) * double(b);
+      if (classifier) {
+        TensorRef logits = p.ref(eouts[b].first);
+        const Tensor& labels = ev.arrays.at(o.label);
+        std::vector<int64_t> lab = labels.to_i64();
+        int64_t r = logits.rank();
+        int64_t axis = o.class_axis < 0 ? r - 1 : o.class_axis;
+        int64_t C = logits.dim(int(axis)), inner = 1;
+        for (int64_t k = axis + 1; k < r; ++k) inner *= logits.dim(int(k));
+        int64_t outer = logits.numel / (C * inner);
+        int64_t per_sample = outer * inner / b;
+        const float* x = logits.as<float>();
+        for (int64_t q = 0; q < outer; ++q)
+          for (int64_t in = 0; in < inner; ++in) {
+            int64_t best = 0;
+            for (int64_t c = 1; c < C; ++c)
+              if (x[(q * C + c) * inner + in] > x[(q * C + best) * inner + in]) best = c;
+            int64_t pos = q * inner + in;
+            correct += best == lab[size_t(start * per_sample + pos)];
+            ++positions;
+          }
+      }
+    }
+    result.evaluated = true;
+    result.eval_loss = loss_sum / double(ev.samples);
+    if (classifier) result.eval_accuracy = double(correct) / double(positions);
+  }
+
+  if (!o.quiet) {
+    if (!result.losses.empty())
+      fmt::print("done: {} steps, final loss {:.4f}, {:.0f} samples/s\n", total_steps, result.losses.back(),
+                 result.samples_per_s);
+    if (!last_checkpoint.empty()) fmt::print("last checkpoint: {}\n", last_checkpoint);
+    if (result.evaluated) {
+      if (result.eval_accuracy >= 0)
+        fmt::print("eval on {}: loss {:.4f}, accuracy {:.2f} %\n", o.eval_data, result.eval_loss, 100 * result.eval_accuracy);
+      else
+        fmt::print("eval on {}: loss {:.4f}\n", o.eval_data, result.eval_loss);
+    }
+  }
+  return result;
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,51 @@
+// The training loop on one device (the world of size 1 of the data-parallel design): data from
+// .npz, the training graph (forward + loss + autodiff), one Plan per batch size, the optimizer
+// over the flat parameter buffer, metrics, evaluation and the trained model out.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "graph/passes/loss.h"
+#include "train/optimizer.h"
+
+namespace onnxdp {
+
+struct TrainOptions {
+  std::string model;
+  std::string data;            // empty: the .npz beside the model (model.npz for model.onnx)
+  std::string label = "label";
+  LossKind loss = LossKind::cross_entropy;
+  int64_t class_axis = -1;
+  OptimizerOptions optimizer;
+  ScheduleKind schedule = ScheduleKind::constant;
+  int64_t warmup_steps = 0;
+  int64_t batch_size = 32;     // the global batch
+  int64_t epochs = 1;
+  int64_t steps = 0;           // > 0: this many optimizer steps, crossing epochs
+  bool shuffle = true;
+  bool drop_last = false;
+  uint64_t seed = 0;
+  std::vector<std::string> freeze;  // regexes over initializer names
+  std::string metrics;         // jsonl file, one object per step
+  std::string save;            // trained .onnx out
+  std::string eval_data;       // .npz evaluated after training (loss, accuracy)
+  std::string checkpoint_dir;  // checkpoint-STEP/ folders go here
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, when a dir is given)
+  bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
+  bool quiet = false;
+  int64_t log_every = 0;       // 0: about 10 lines per run
+};
+
+struct TrainResult {
+  std::vector<float> losses;   // per step run by this call
+  int64_t first_step = 1;      // > 1 when resumed
+  int64_t steps = 0;
+  double samples_per_s = 0;
+  std::vector<std::string> trainable, frozen;
+  bool evaluated = false;
+  double eval_loss = 0, eval_accuracy = -1;  // accuracy < 0: not a classifier
+};
+
+TrainResult train(const TrainOptions& options);
+
+}  // namespace onnxdp
