@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -99,6 +100,66 @@ std::string bytes_text(int64_t b) {
   return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
+// Which values carry a gradient back from the graph outputs, read from the proto alone (the
+// model may hold ops onnxdp cannot import). A value carries one when it is floating point and a
+// consumer that carries one takes it at a differentiable input. Ops whose outputs are integer or
+// bool (Shape, Equal, ArgMax, Cast to int ...) and index/shape inputs (Reshape's shape, Gather's
+// indices, Where's condition ...) stop the path, as they do in autodiff: a causal-mask buffer
+// feeding only Equal does not train.
+std::set<std::string> gradient_values(const onnx::GraphProto& gp) {
+  static const std::set<std::string> int_outputs = {
+      "Shape", "Size", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor",
+      "IsNaN", "IsInf", "ArgMax", "ArgMin", "NonZero", "NonMaxSuppression"};
+  // op -> its inputs that take no gradient (shapes, indices, axes, conditions, running stats)
+  static const std::map<std::string, std::set<int>> no_grad_inputs = {
+      {"Reshape", {1}}, {"Expand", {1}}, {"Tile", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}}, {"Split", {1}},
+      {"Slice", {1, 2, 3, 4}}, {"Gather", {1}}, {"GatherElements", {1}}, {"GatherND", {1}},
+      {"ScatterElements", {1}}, {"ScatterND", {1}}, {"Pad", {1, 2, 3}}, {"Resize", {1, 2, 3}}, {"Upsample", {1}},
+      {"ReduceSum", {1}}, {"ReduceMean", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
+      {"ReduceL1", {1}}, {"ReduceL2", {1}}, {"ReduceLogSumExp", {1}}, {"ReduceSumSquare", {1}}, {"Clip", {1, 2}},
+      {"Dropout", {1, 2}}, {"BatchNormalization", {3, 4}}, {"Where", {0}}, {"Range", {0, 1, 2}},
+      {"ConstantOfShape", {0}}, {"TopK", {1}}, {"OneHot", {0, 1}}, {"CumSum", {1}}, {"Trilu", {1}},
+      {"Compress", {1}}, {"SoftmaxCrossEntropyLoss", {1}}, {"NegativeLogLikelihoodLoss", {1}}};
+
+  // Floating-point-ness of every value: declared types where the proto has them, else by op.
+  std::map<std::string, bool> is_float;
+  for (const auto& t : gp.initializer()) is_float[t.name()] = is_float_type(t.data_type());
+  auto declared = [&](const onnx::ValueInfoProto& vi) {
+    if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type() != 0)
+      is_float[vi.name()] = is_float_type(vi.type().tensor_type().elem_type());
+  };
+  for (const auto& vi : gp.input()) declared(vi);
+  for (const auto& n : gp.node()) {
+    bool cast_to_int = false;
+    if (n.op_type() == "Cast")
+      for (const auto& a : n.attribute())
+        if (a.name() == "to") cast_to_int = !is_float_type(int(a.i()));
+    for (int k = 0; k < n.output_size(); ++k) {
+      bool index_out = (k == 1 && (n.op_type() == "MaxPool" || n.op_type() == "TopK" || n.op_type() == "Dropout")) ||
+                       (k >= 1 && n.op_type() == "Unique");
+      is_float[n.output(k)] = !(int_outputs.count(n.op_type()) || cast_to_int || index_out);
+    }
+  }
+  for (const auto& vi : gp.value_info()) declared(vi);
+  for (const auto& vi : gp.output()) declared(vi);
+
+  std::set<std::string> needed;
+  for (const auto& o : gp.output())
+    if (is_float[o.name()]) needed.insert(o.name());
+  for (int i = gp.node_size() - 1; i >= 0; --i) {
+    const auto& n = gp.node(i);
+    bool carries = false;
+    for (const auto& o : n.output()) carries |= needed.count(o) && is_float[o];
+    if (!carries) continue;
+    auto skip = no_grad_inputs.find(n.op_type());
+    for (int k = 0; k < n.input_size(); ++k) {
+      if (n.input(k).empty() || (skip != no_grad_inputs.end() && skip->second.count(k))) continue;
+      if (is_float[n.input(k)]) needed.insert(n.input(k));
+    }
+  }
+  return needed;
+}
+
 json inspect_model(const std::string& path) {
   onnx::ModelProto m = load_model_proto(path);
   ModelInfo info = model_info(m, path);
@@ -145,6 +206,7 @@ json inspect_model(const std::string& path) {
     }
   }
   for (const auto& o : gp.output()) ++uses[o.name()];
+  const std::set<std::string> grad = gradient_values(gp);
 
   struct Sum {
     int64_t tensors = 0, elements = 0, bytes = 0;
@@ -168,6 +230,8 @@ json inspect_model(const std::string& path) {
     if (!is_float_type(t.data_type())) reason = dtype_str(t.data_type()) + " (not floating point)";
     else if (frozen_by_use.count(t.name())) reason = frozen_by_use[t.name()];
     else if (!uses.count(t.name())) reason = "unused";
+    else if (t.data_type() != 1) reason = dtype_str(t.data_type()) + " (onnxdp trains f32 parameters)";
+    else if (!grad.count(t.name())) reason = "no gradient path to an output";
     DType d;
     if (!dtype_from_onnx(t.data_type(), &d))
       problems.push_back(fmt::format("initializer '{}' has element type {}, which onnxdp does not support", t.name(),

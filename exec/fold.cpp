@@ -1,7 +1,5 @@
 #include "exec/fold.h"
 
-#include <algorithm>
-
 #include "exec/kernel.h"
 #include "graph/shape_helpers.h"
 

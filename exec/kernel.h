@@ -21,11 +21,14 @@ struct TensorRef {
   template <class T> T* as() const { return static_cast<T*>(data); }
 };
 
+class Communicator;  // parallel/communicator.h
+
 // Per-run state a kernel may need (Dropout's counter-based generator is keyed by these).
 struct RunState {
   uint64_t seed = 0;
   uint64_t step = 0;
-  int64_t batch_offset = 0;  // index of this replica's first sample in the global batch
+  int64_t batch_offset = 0;       // index of this replica's first sample in the global batch
+  Communicator* comm = nullptr;   // this replica's world; nullptr: a world of one
 };
 
 struct KernelCtx {

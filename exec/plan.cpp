@@ -1,5 +1,7 @@
 #include "exec/plan.h"
 
+#include "parallel/communicator.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -84,6 +86,8 @@ void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& 
     for (ValueId o : n.outputs) ctx.outputs.push_back(ref(o));
     cpu_kernel(n.op)(ctx);
   }
+  // Asynchronous all-reduces (gradient buckets) finish before the caller reads any output.
+  if (state.comm) state.comm->wait_all();
 }
 
 std::map<std::string, Tensor> Plan::run(const std::map<std::string, Tensor>& inputs, const RunState& state) {

@@ -57,8 +57,31 @@ void grad_Pow(GradCtx& c) {
   }
 }
 
-void grad_Min(GradCtx& c) { gradient_missing(c); }
-void grad_Max(GradCtx& c) { gradient_missing(c); }
+// y = Min / Max(x_0, .., x_{n-1}), broadcasting: dy goes to the inputs equal to y, split evenly
+// among ties (as torch.maximum / torch.minimum do for two), summed back to each input's shape.
+static void grad_min_max(GradCtx& c) {
+  const int n = int(c.node.inputs.size());
+  if (n == 1) {
+    c.add(0, c.dy());
+    return;
+  }
+  const DType t = c.graph.value(c.out_id(0)).dtype;
+  const int64_t onnx_t = dtype_to_onnx(t);
+  std::vector<ValueId> hit(static_cast<size_t>(n));
+  ValueId count = kNoValue;  // how many inputs equal y, per element of y
+  for (int k = 0; k < n; ++k) {
+    hit[size_t(k)] = c.emit(Op::Equal, {c.in_id(k), c.out_id(0)});
+    ValueId one = c.emit(Op::Cast, {hit[size_t(k)]}, {{"to", Attr(onnx_t)}});
+    count = count == kNoValue ? one : c.emit(Op::Add, {count, one});
+  }
+  ValueId share = c.emit(Op::Div, {c.dy(), count});
+  ValueId zero = c.scalar(0, t);
+  for (int k = 0; k < n; ++k)
+    if (c.needs(k)) add_reduced(c, k, c.emit(Op::Where, {hit[size_t(k)], share, zero}));
+}
+
+void grad_Min(GradCtx& c) { grad_min_max(c); }
+void grad_Max(GradCtx& c) { grad_min_max(c); }
 
 void grad_Sqrt(GradCtx& c) {  // dx = dy / (2 y)
   c.add(0, c.emit(Op::Div, {c.dy(), c.emit(Op::Mul, {c.out_id(0), c.scalar(2, dt(c))})}));

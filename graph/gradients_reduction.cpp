@@ -31,6 +31,34 @@ void grad_ReduceMean(GradCtx& c) {
   c.add(0, g);
 }
 
-void grad_ReduceMax(GradCtx& c) { gradient_missing(c); }
+// dy goes to the elements equal to the maximum, split evenly among ties (as torch.amax):
+// dx = Where(x == y, dy / count, 0) with y, dy and count kept as [.., 1, ..] over the reduced axes.
+void grad_ReduceMax(GradCtx& c) {
+  const Shape& s = c.in(0).shape;
+  const int64_t r = int64_t(s.size());
+  std::vector<int64_t> axes;
+  if (c.node.has_input(1)) axes = c.graph.value(c.in_id(1)).data.to_i64();
+  if (axes.empty() && c.node.i("noop_with_empty_axes")) {
+    c.add(0, c.dy());
+    return;
+  }
+  Shape kept = s;
+  if (axes.empty()) {
+    for (auto& d : kept) d = 1;
+    for (int64_t a = 0; a < r; ++a) axes.push_back(a);
+  } else {
+    for (int64_t& a : axes) {
+      a = normalize_axis(a, r, c.node);
+      kept[size_t(a)] = 1;
+    }
+  }
+  const DType t = c.in(0).dtype;
+  auto keep = [&](ValueId v) { return c.graph.value(v).shape == kept ? v : c.emit(Op::Reshape, {v, c.ints(kept)}); };
+  ValueId hit = c.emit(Op::Equal, {c.in_id(0), keep(c.out_id(0))});
+  ValueId ones = c.emit(Op::Cast, {hit}, {{"to", Attr(int64_t(dtype_to_onnx(t)))}});
+  ValueId count = c.emit(Op::ReduceSum, {ones, c.ints(axes)}, {{"keepdims", Attr(int64_t(1))}});
+  ValueId share = c.emit(Op::Div, {keep(c.dy()), count});
+  c.add(0, c.emit(Op::Where, {hit, share, c.scalar(0, t)}));
+}
 
 }  // namespace onnxdp

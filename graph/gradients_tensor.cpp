@@ -1,7 +1,9 @@
 // Gradient rules of the tensor ops (see graph/autodiff.h).
 #include <algorithm>
+#include <limits>
 
 #include "graph/autodiff.h"
+#include "graph/shape_helpers.h"
 
 namespace onnxdp {
 
@@ -57,33 +59,86 @@ void grad_Split(GradCtx& c) {  // concatenation of the outputs' gradients, zeros
   c.add(0, parts.size() == 1 ? parts[0] : c.emit(Op::Concat, parts, {{"axis", Attr(axis)}}));
 }
 
+// Output element j along dim d read input index start_d + j * step_d (graph/shape_helpers.h): dy
+// goes back to those positions, zeros elsewhere. Per dim: a negative step reverses dy (then the
+// positions ascend from the last one read); a step s > 1 interleaves s - 1 zeros after each row
+// (Reshape to [.., n, 1, ..], Pad to [.., n, s, ..], Reshape to [.., n*s, ..]); one Pad then
+// places the rows at their first position (negative trailing pads crop the excess zeros).
 void grad_Slice(GradCtx& c) {
-  // Unit steps: dy padded with zeros back to the input's shape. Other steps: not yet.
   const Shape& s = c.in(0).shape;
-  const Shape& o = c.graph.value(c.out_id(0)).shape;
-  int64_t r = int64_t(s.size());
-  std::vector<int64_t> starts = c.graph.value(c.in_id(1)).data.to_i64();
-  std::vector<int64_t> axes;
-  if (c.node.has_input(3)) axes = c.graph.value(c.in_id(3)).data.to_i64();
-  else for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-  if (c.node.has_input(4))
-    for (int64_t st : c.graph.value(c.in_id(4)).data.to_i64())
-      if (st != 1) gradient_missing(c);
+  const int64_t r = int64_t(s.size());
+  auto values = [&](int k) { return c.graph.value(c.in_id(k)).data.to_i64(); };
+  const std::vector<int64_t> starts = values(1), ends = values(2);
+  std::vector<int64_t> axes, steps;
+  if (c.node.has_input(3)) axes = values(3);
+  if (c.node.has_input(4)) steps = values(4);
+  const std::vector<SliceDim> plan = slice_plan(s, starts, ends, c.node.has_input(3) ? &axes : nullptr,
+                                                c.node.has_input(4) ? &steps : nullptr, c.node);
+  for (const SliceDim& p : plan)
+    if (p.count == 0) {  // nothing was read: the gradient is zero
+      c.add(0, c.constant(Tensor(c.in(0).dtype, s)));
+      return;
+    }
+  ValueId g = c.dy();
   std::vector<int64_t> pads(size_t(2 * r), 0);
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = normalize_axis(axes[i], r, c.node);
-    int64_t b = starts[i] < 0 ? starts[i] + s[size_t(a)] : starts[i];
-    b = std::clamp<int64_t>(b, 0, s[size_t(a)]);
-    pads[size_t(a)] = b;
-    pads[size_t(a + r)] = s[size_t(a)] - b - o[size_t(a)];
+  for (int64_t d = 0; d < r; ++d) {
+    const SliceDim& p = plan[size_t(d)];
+    int64_t first = p.start, step = p.step, len = p.count;
+    if (step < 0) {
+      if (p.count > 1)
+        g = c.emit(Op::Slice, {g, c.ints({-1}), c.ints({std::numeric_limits<int64_t>::min()}), c.ints({d}),
+                               c.ints({-1})});
+      first = p.start + (p.count - 1) * step;
+      step = -step;
+    }
+    if (step > 1 && p.count > 1) {
+      const Shape gs = c.graph.value(g).shape;
+      Shape split = gs;
+      split.insert(split.begin() + d + 1, 1);
+      std::vector<int64_t> interleave(size_t(2 * (r + 1)), 0);
+      interleave[size_t(r + 1 + d + 1)] = step - 1;
+      g = c.emit(Op::Pad, {c.emit(Op::Reshape, {g, c.ints(split)}), c.ints(interleave)});
+      Shape merged = gs;
+      merged[size_t(d)] = p.count * step;
+      g = c.emit(Op::Reshape, {g, c.ints(merged)});
+      len = p.count * step;
+    }
+    pads[size_t(d)] = first;
+    pads[size_t(d + r)] = s[size_t(d)] - first - len;
   }
-  c.add(0, c.emit(Op::Pad, {c.dy(), c.ints(pads)}));
+  if (std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v != 0; })) g = c.emit(Op::Pad, {g, c.ints(pads)});
+  c.add(0, g);
 }
 
-void grad_Gather(GradCtx& c) { gradient_missing(c); }
+// GatherGrad adds each row of dy into the row of data its index picked (repeats accumulate).
+void grad_Gather(GradCtx& c) {
+  if (!c.needs(0)) return;
+  c.add(0, c.emit(Op::GatherGrad, {c.dy(), c.in_id(1), c.ints(c.in(0).shape)}, {{"axis", Attr(c.node.i("axis"))}}));
+}
 
 void grad_Expand(GradCtx& c) { c.add(0, c.reduce_to(c.dy(), c.in(0).shape)); }
-void grad_Tile(GradCtx& c) { gradient_missing(c); }
+// y [r0*d0, r1*d1, ..] is, row-major, [r0, d0, r1, d1, ..] with y[k0, j0, ..] = x[j0, ..]: dy
+// viewed so is summed over the repeat axes (dims repeated once are left unsplit).
+void grad_Tile(GradCtx& c) {
+  if (!c.needs(0)) return;
+  const Shape& xs = c.in(0).shape;
+  const std::vector<int64_t> repeats = c.graph.value(c.in_id(1)).data.to_i64();
+  Shape split;
+  std::vector<int64_t> axes;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    if (repeats[d] != 1) {
+      axes.push_back(int64_t(split.size()));
+      split.push_back(repeats[d]);
+    }
+    split.push_back(xs[d]);
+  }
+  if (axes.empty()) {
+    c.add(0, c.dy());
+    return;
+  }
+  ValueId g = c.emit(Op::Reshape, {c.dy(), c.ints(split)}, {{"allowzero", Attr(int64_t(1))}});
+  c.add(0, c.emit(Op::ReduceSum, {g, c.ints(axes)}, {{"keepdims", Attr(int64_t(0))}}));
+}
 
 void grad_Pad(GradCtx& c) {  // constant mode: the interior slice of dy
   if (c.node.s("mode") != "constant" || c.node.has_input(3)) gradient_missing(c);

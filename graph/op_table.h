@@ -85,11 +85,43 @@
   X(Range,                      generator,  3, 3, 1, 1, "")                                         \
   X(ReduceMean,                 reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceSum,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
-  X(ReduceMax,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")
+  X(ReduceMax,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
+  /* Collectives (domain onnxdp), inserted by the data-parallel pass (parallel/data_parallel.h): */ \
+  /* Scatter: this replica's `rows` rows of the global batch, from row RunState::batch_offset.   */ \
+  X(Scatter,                    collective, 1, 1, 1, 1, "rows:i")                                   \
+  /* AllReduce: elementwise sum over all replicas of each input (a bucket: k inputs, k outputs); */ \
+  /* async=1: started on the communication thread, finished by the end of the run (gradients).  */ \
+  X(AllReduce,                  collective, 1, 1024, 1, 1024, "async:i=0")                          \
+  /* AllGather: the replicas' shards concatenated along axis 0 (`rows` = the global batch).    */ \
+  X(AllGather,                  collective, 1, 1, 1, 1, "rows:i")                                   \
+  /* ---- internal gradient ops: emitted by gradient rules, not ONNX, not importable ---------- */ \
+  /* ConvGradFilter (x [N,C,D..], dy [N,M,O..]) -> dW [M, C/group, k..]; explicit pads       */ \
+  /* (begins, ends), kernel_shape required. Conv's weight gradient (ConvTranspose's, swapped). */ \
+  X(ConvGradFilter,             grad,       2, 2, 1, 1,                                             \
+    "dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")                            \
+  /* MaxPoolGrad (x, dy) -> dx: dy routed to each window's first maximum; MaxPool's attrs.    */ \
+  X(MaxPoolGrad,                grad,       2, 2, 1, 1,                                             \
+    "auto_pad:s=NOTSET,ceil_mode:i=0,dilations:ints,kernel_shape:ints,pads:ints,strides:ints")     \
+  /* AveragePoolGrad (dy, x_shape: int64 constant) -> dx: dy spread over each window.        */ \
+  X(AveragePoolGrad,            grad,       2, 2, 1, 1,                                             \
+    "auto_pad:s=NOTSET,ceil_mode:i=0,count_include_pad:i=0,dilations:ints,kernel_shape:ints,"      \
+    "pads:ints,strides:ints")                                                                       \
+  /* BatchNormalizationGrad (dy, x, scale) -> (dx, dscale, dbias): training mode, batch mean  */ \
+  /* and biased variance recomputed.                                                          */ \
+  X(BatchNormalizationGrad,     grad,       3, 3, 1, 3, "epsilon:f=1e-05")                          \
+  /* LayerNormalizationGrad (dy, x, scale) -> (dx, dscale, dbias), the last two shaped        */ \
+  /* x.shape[axis:]; statistics recomputed.                                                   */ \
+  X(LayerNormalizationGrad,     grad,       3, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05")                \
+  /* GatherGrad (dy, indices, data_shape: int64 constant) -> ddata: scatter-add along axis.   */ \
+  X(GatherGrad,                 grad,       3, 3, 1, 1, "axis:i=0")                                 \
+  /* SoftmaxCrossEntropyLossGrad (dy, scores, labels, weights?) -> dscores.                   */ \
+  X(SoftmaxCrossEntropyLossGrad, grad,      3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
+  /* NegativeLogLikelihoodLossGrad (dy, labels, x_shape: int64 constant, weights?) -> dx.     */ \
+  X(NegativeLogLikelihoodLossGrad, grad,    3, 4, 1, 1, "ignore_index:i,reduction:s=mean")
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 62
+#define ONNXDP_OP_COUNT 73
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

@@ -266,7 +266,8 @@ void shape_Split(ShapeCtx& c) {
   const int64_t dim = in[size_t(axis)];
   const int64_t n = int64_t(c.node.outputs.size());
   std::vector<int64_t> sizes;
-  if (c.has(1)) {
+  // (An empty sizes tensor, which some exporters write, means "not given".)
+  if (c.has(1) && shape_numel(c.shape(1)) > 0) {
     sizes = const_ints(c, 1, "split sizes");
     if (int64_t(sizes.size()) != n) c.fail("split has {} sizes for {} outputs", sizes.size(), n);
     int64_t sum = 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's per-step training losses for onnxdp's sample models: models/<name>/train_reference.npz.
 
-    python3 models/make_train_refs.py            # mlp, tiny_lm, mlp_dynamo
+    python3 models/make_train_refs.py            # mlp, tiny_lm, mlp_dynamo, cnn
     python3 models/make_train_refs.py mlp
 
 For each model the torch module of make_models.py is built and given the exact initial weights
@@ -11,6 +11,11 @@ F.cross_entropy over every position (logits [..., C] reshaped to [-1, C]), once 
 torch.optim.SGD(lr=SGD_LR) and once with torch.optim.AdamW(lr=ADAMW_LR) (default weight decay 0.01).
 The file holds sgd_losses and adamw_losses (loss of each step's batch before that step's update)
 and the settings used. Python makes reference values only; onnxdp never runs it.
+
+Dropout (cnn): torch's own masks cannot be matched, so the torch model applies onnxdp's masks, which
+are a pure function of (seed, step, element position): the Philox4x32-10 layout documented in
+exec/philox.h is re-implemented below in numpy, with seed 0 (onnxdp's default --seed), step = the
+1-based optimizer step, and the stream id = FNV-1a of the Dropout node's name in model.onnx.
 """
 import os
 import sys
@@ -30,7 +35,57 @@ BATCH = 32
 SGD_LR = 0.05
 ADAMW_LR = 1e-3
 
-MODULES = {"mlp": (mm.MLP, "x"), "mlp_dynamo": (mm.MLP, "x"), "tiny_lm": (mm.TinyLM, "tokens")}
+MODULES = {"mlp": (mm.MLP, "x"), "mlp_dynamo": (mm.MLP, "x"), "tiny_lm": (mm.TinyLM, "tokens"),
+           "cnn": (mm.CNN, "x")}
+SEED = 0
+
+U32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(c, k0, k1):
+    """c: four uint64 arrays holding 32-bit counter words; k0, k1: the key words (ints)."""
+    c0, c1, c2, c3 = (np.asarray(w, dtype=np.uint64) for w in c)
+    k0, k1 = np.uint64(k0), np.uint64(k1)
+    for r in range(10):
+        if r > 0:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & U32
+            k1 = (k1 + np.uint64(0xBB67AE85)) & U32
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & U32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & U32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def fnv1a(s):
+    h = 2166136261
+    for b in s.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def dropout_keep(shape, ratio, seed, step, node_name):
+    """onnxdp's Dropout mask for a tensor of `shape` holding the whole global batch."""
+    pos = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    group = pos >> np.uint64(2)
+    ctr = (group & U32, group >> np.uint64(32), np.full_like(pos, step & 0xFFFFFFFF), np.full_like(pos, fnv1a(node_name)))
+    words = philox4x32_10(ctr, seed & 0xFFFFFFFF, seed >> 32)
+    word = np.choose((pos & np.uint64(3)).astype(np.int64), words)
+    unit = (word >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    return (unit >= np.float32(ratio)).reshape(shape)
+
+
+class OnnxdpDropout(torch.nn.Module):
+    """Dropout with onnxdp's mask for the current step (set .step before each forward)."""
+
+    def __init__(self, ratio, node_name):
+        super().__init__()
+        self.ratio, self.node_name, self.step = ratio, node_name, 1
+
+    def forward(self, x):
+        keep = torch.from_numpy(dropout_keep(tuple(x.shape), self.ratio, SEED, self.step, self.node_name))
+        return x * keep / (1.0 - self.ratio)
 
 
 def load_module(name):
@@ -40,10 +95,18 @@ def load_module(name):
     inits = {i.name: torch.from_numpy(onnx.numpy_helper.to_array(i).copy()) for i in onnx_model.graph.initializer}
     state = model.state_dict()
     for key in state:
+        if key.endswith("num_batches_tracked"):  # torch's counter; not in ONNX, unused with momentum set
+            continue
         if key not in inits:
             raise SystemExit(f"{name}: initializer {key} not found in model.onnx")
         state[key] = inits[key]
     model.load_state_dict(state)
+    drops = [n for n in onnx_model.graph.node if n.op_type == "Dropout"]
+    if name == "cnn":
+        assert len(drops) == 1
+        model.drop = OnnxdpDropout(model.drop.p, drops[0].name)
+    elif drops:
+        raise SystemExit(f"{name}: has Dropout nodes this script does not map")
     return model, input_name
 
 
@@ -59,6 +122,9 @@ def losses(name, make_opt):
     for step in range(STEPS):
         x = x_all[step * BATCH:(step + 1) * BATCH]
         y = y_all[step * BATCH:(step + 1) * BATCH]
+        for m in model.modules():
+            if isinstance(m, OnnxdpDropout):
+                m.step = step + 1
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         out.append(loss.item())
@@ -79,4 +145,4 @@ def main(names):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["mlp", "tiny_lm", "mlp_dynamo"])
+    main(sys.argv[1:] or ["mlp", "tiny_lm", "mlp_dynamo", "cnn"])

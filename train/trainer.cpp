@@ -18,6 +18,8 @@
 #include "graph/autodiff.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
+#include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
 #include "train/checkpoint.h"
 #include "train/npz.h"
 #include "train/pipeline.h"
@@ -122,8 +124,49 @@ struct TrainPlan {
 
 }  // namespace
 
-TrainResult train(const TrainOptions& o) {
-  TrainResult result;
+// The number of replicas in this process asked for by --devices.
+int local_replicas(const std::string& devices) {
+  if (devices == "cpu" || devices == "auto") return 1;
+  if (devices.rfind("cpu:", 0) == 0) {
+    try {
+      size_t pos = 0;
+      int n = std::stoi(devices.substr(4), &pos);
+      if (pos == devices.size() - 4 && n >= 1 && n <= 1024) return n;
+    } catch (...) {
+    }
+  }
+  if (devices.rfind("cuda", 0) == 0)
+    fail("--devices {}: this build has no CUDA kernels yet; use --devices cpu or cpu:N", devices);
+  fail("--devices '{}' is not understood: use cpu, cpu:N (N replicas) or auto", devices);
+}
+
+// A fingerprint of what every replica must agree on before step 1: the training graph's nodes
+// (ops and names, not the shard's row counts), the parameters' shapes and the bucket plan.
+std::string training_fingerprint(const Graph& g, const std::vector<Bucket>& buckets) {
+  std::string s;
+  for (const Node& n : g.nodes) s += fmt::format("node {} {}\n", op_name(n.op), n.name);
+  for (ValueId p : g.parameters()) s += fmt::format("param {} {}\n", g.value(p).name, shape_str(g.value(p).shape));
+  for (size_t b = 0; b < buckets.size(); ++b) s += fmt::format("bucket {} {} bytes\n", b, buckets[b].bytes);
+  return s;
+}
+
+// Names the first line where two fingerprints differ.
+std::string first_difference(const std::string& a, const std::string& b) {
+  size_t i = 0, line = 1;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) line += a[i++] == '\n';
+  auto line_at = [](const std::string& s, size_t at) {
+    size_t st = s.rfind('\n', at == 0 ? 0 : at - 1);
+    st = st == std::string::npos ? 0 : st + 1;
+    return s.substr(st, s.find('\n', st) - st);
+  };
+  return fmt::format("line {}: '{}' vs '{}'", line, line_at(a, i), line_at(b, i));
+}
+
+void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& result) {
+  const int world = comm ? comm->size() : 1;
+  const int rank = comm ? comm->rank() : 0;
+  const bool lead = rank == 0;
+  const bool quiet = o.quiet || !lead;
   onnx::ModelProto proto = load_model_proto(o.model);
   std::string data_path = o.data;
   if (data_path.empty()) data_path = (fs::path(o.model).parent_path() / fs::path(o.model).stem()).string() + ".npz";
@@ -154,9 +197,17 @@ TrainResult train(const TrainOptions& o) {
   std::vector<size_t> offset;  // element offset of each trainable parameter in the flat buffer
   Tensor flat_params, flat_grads;
 
+  std::vector<std::string> batch_inputs;  // every array fed per step: graph inputs and the label
+  for (const auto& [name, t] : data.arrays) batch_inputs.push_back(name);
+
+  // The plan for a global batch of b rows: this replica's shard of them, with the collectives.
   auto build = [&](int64_t b) {
     TrainPlan tp;
-    Graph g = load_graph(proto, model_dir, shapes_for(data, b));
+    const int64_t rows = shard_rows(b, world)[size_t(rank)];
+    if (rows == 0)
+      fail("a batch of {} rows cannot be split over {} replicas (each needs a row); use --drop-last or a larger "
+           "--batch-size", b, world);
+    Graph g = load_graph(proto, model_dir, shapes_for(data, rows));
     // Running statistics: BatchNormalization inputs 3/4, updated from its training-mode outputs.
     std::map<ValueId, bool> stats;
     for (const Node& n : g.nodes)
@@ -167,7 +218,12 @@ TrainResult train(const TrainOptions& o) {
             if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
               tp.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
       }
-    ValueId loss = add_loss(g, lo);
+    LossOptions shard_lo = lo;
+    if (world > 1) {
+      shard_lo.global_batch = b;
+      shard_lo.shard_fraction = double(rows) / double(b);
+    }
+    ValueId loss = add_loss(g, shard_lo);
     if (master.empty()) {  // first build decides the trainable set and makes the flat buffer
       std::vector<ValueId> candidates;
       for (ValueId p : g.parameters()) {
@@ -205,10 +261,36 @@ TrainResult train(const TrainOptions& o) {
       result.trainable = trainable;
     }
     share_parameters(g, master);
+    DataParallelOptions dp;
+    dp.world_size = world;
+    dp.replica = rank;
+    dp.global_batch = b;
+    dp.local_bn = o.local_bn;
+    dp.bucket_mb = o.bucket_mb;
+    data_parallel_forward(g, dp, batch_inputs);
     std::vector<ValueId> wrt;
     for (const auto& n : trainable) wrt.push_back(g.find(n));
     tp.grads = autodiff(g, loss, wrt);
+    std::vector<Bucket> buckets = data_parallel_gradients(g, tp.grads, dp);
+    if (world > 1) {  // the step's loss over the global batch, for the metrics
+      int idx = g.add_node(Op::AllReduce, "dp/loss", {loss}, {"dp/loss"}, {{"async", Attr(int64_t(1))}});
+      loss = g.nodes[size_t(idx)].outputs[0];
+    }
     tp.loss = loss;
+    if (b == batch) {
+      for (const Bucket& bk : buckets) result.bucket_bytes.push_back(bk.bytes);
+      if (comm) {  // every replica must run the same training graph: compare before step 1
+        std::string mine = training_fingerprint(g, buckets);
+        std::vector<std::vector<uint8_t>> all;
+        comm->all_gather_bytes(mine.data(), mine.size(), all);
+        for (size_t r = 0; r < all.size(); ++r) {
+          std::string theirs(all[r].begin(), all[r].end());
+          if (theirs != mine)
+            fail("replica {} builds a different training graph than replica {} (another model, data or options?): "
+                 "first difference at {}", r, rank, first_difference(theirs, mine));
+        }
+      }
+    }
     g.outputs = {loss};
     for (ValueId gr : tp.grads) g.outputs.push_back(gr);
     for (auto& [v, name] : tp.running_stats) g.outputs.push_back(v);
@@ -224,6 +306,11 @@ TrainResult train(const TrainOptions& o) {
     return it->second;
   };
   plan_for(batch);
+  if (comm) {  // replicas start identical: replica 0's parameters and running statistics
+    comm->broadcast(flat_params.data(), flat_params.nbytes(), 0);
+    for (auto& [name, t] : master)
+      if (std::find(trainable.begin(), trainable.end(), name) == trainable.end()) comm->broadcast(t.data(), t.nbytes(), 0);
+  }
 
   const int64_t per_epoch = o.drop_last ? data.samples / batch : (data.samples + batch - 1) / batch;
   if (per_epoch == 0) fail("--drop-last with batch size {} leaves no batch of the {} samples", batch, data.samples);
@@ -232,12 +319,12 @@ TrainResult train(const TrainOptions& o) {
   const float base_lr = opt.options().lr;
 
   std::ofstream metrics;
-  if (!o.metrics.empty()) {
+  if (lead && !o.metrics.empty()) {
     metrics.open(o.metrics, o.resume ? std::ios::app : std::ios::trunc);
     if (!metrics) fail("cannot write metrics file '{}'", o.metrics);
   }
   const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, total_steps / 10);
-  if (!o.quiet)
+  if (!quiet)
     fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}, {} steps\n",
                trainable.size(), flat_params.numel(), result.frozen.size(), data.samples, batch, total_steps);
 
@@ -255,7 +342,7 @@ TrainResult train(const TrainOptions& o) {
     if (o.checkpoint_dir.empty()) fail("--resume needs --checkpoint-dir");
     last_checkpoint = latest_checkpoint(o.checkpoint_dir);
     if (last_checkpoint.empty()) {
-      if (!o.quiet) fmt::print("no checkpoint in {} yet: starting from step 1\n", o.checkpoint_dir);
+      if (!quiet) fmt::print("no checkpoint in {} yet: starting from step 1\n", o.checkpoint_dir);
     } else {
       Checkpoint c = load_checkpoint(last_checkpoint);
       for (auto& [name, t] : master) {
@@ -278,7 +365,7 @@ TrainResult train(const TrainOptions& o) {
       epoch = c.state.at("epoch").get<int64_t>();
       cursor = c.state.at("cursor").get<int64_t>();
       if (epoch >= 0) shuffle_for(epoch);
-      if (!o.quiet) fmt::print("resumed from {} (step {})\n", last_checkpoint, first_step - 1);
+      if (!quiet) fmt::print("resumed from {} (step {})\n", last_checkpoint, first_step - 1);
     }
   }
   result.first_step = first_step;
@@ -310,6 +397,9 @@ TrainResult train(const TrainOptions& o) {
     RunState rs;
     rs.seed = o.seed;
     rs.step = uint64_t(step);
+    rs.batch_offset = shard_offset(b, world, rank);
+    rs.comm = comm;
+    if (comm) comm->reset_comm_wait_ms();
     tp.plan->execute(take_rows(data, idx), rs);
     float loss = tp.plan->ref(tp.loss).as<float>()[0];
     if (!std::isfinite(loss))
@@ -331,24 +421,29 @@ TrainResult train(const TrainOptions& o) {
     result.losses.push_back(loss);
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                          {"samples_per_s", dt > 0 ? double(b) / dt : 0.0}, {"epoch", epoch + 1}};
+                          {"samples_per_s", dt > 0 ? double(b) / dt : 0.0}, {"epoch", epoch + 1},
+                          {"comm_wait_ms", comm ? comm->comm_wait_ms() : 0.0}};
       metrics << j.dump() << "\n";
       metrics.flush();
     }
-    if (!o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == total_steps))
+    if (lead && !o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == total_steps))
       write_checkpoint(step);
-    if (!o.quiet && (step % log_every == 0 || step == total_steps || step == 1))
+    if (!quiet && (step % log_every == 0 || step == total_steps || step == 1))
       fmt::print("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.3g}\n", step, total_steps, epoch + 1, loss, lr);
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.steps = total_steps;
   result.samples_per_s = secs > 0 ? double(samples_seen) / secs : 0;
 
+  result.parameters = master;
+  result.world_size = world;
+  if (comm) comm->leave();  // the collectives are over; what follows is replica 0's alone
+  if (!lead) return;
   if (!o.save.empty()) {
     std::map<std::string, Tensor> values;
     for (const auto& [name, t] : master) values[name] = t;
     export_model(o.model, o.save, values);
-    if (!o.quiet) fmt::print("trained model written to {}\n", o.save);
+    if (!quiet) fmt::print("trained model written to {}\n", o.save);
   }
 
   if (!o.eval_data.empty()) {
@@ -404,7 +499,7 @@ TrainResult train(const TrainOptions& o) {
     if (classifier) result.eval_accuracy = double(correct) / double(positions);
   }
 
-  if (!o.quiet) {
+  if (!quiet) {
     if (!result.losses.empty())
       fmt::print("done: {} steps, final loss {:.4f}, {:.0f} samples/s\n", total_steps, result.losses.back(),
                  result.samples_per_s);
@@ -416,7 +511,27 @@ TrainResult train(const TrainOptions& o) {
         fmt::print("eval on {}: loss {:.4f}\n", o.eval_data, result.eval_loss);
     }
   }
-  return result;
+}
+
+TrainResult train(const TrainOptions& o) {
+  const int local = local_replicas(o.devices);
+  CommOptions copts;
+  copts.timeout_s = o.comm_timeout_s;
+  LaunchInfo launch = detect_launch();
+  if (local == 1 && !launch.launched) {
+    TrainResult r;
+    train_replica(o, nullptr, r);
+    return r;
+  }
+  CommWorld world = make_world(local, copts);
+  std::vector<TrainResult> results(world.size());
+  run_replicas(world, [&](Communicator& c) {
+    size_t k = 0;
+    while (world[k].get() != &c) ++k;
+    train_replica(o, &c, results[k]);
+  });
+  // This process's first replica reports (replica 0 of the world under MPI rank 0).
+  return results[0];
 }
 
 }  // namespace onnxdp

@@ -2,10 +2,12 @@
 // .npz, the training graph (forward + loss + autodiff), one Plan per batch size, the optimizer
 // over the flat parameter buffer, metrics, evaluation and the trained model out.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
 #include "graph/passes/loss.h"
+#include "graph/tensor.h"
 #include "train/optimizer.h"
 
 namespace onnxdp {
@@ -33,6 +35,10 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, when a dir is given)
   bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
   bool quiet = false;
+  std::string devices = "cpu";  // cpu, cpu:N (N replicas as threads; under mpirun, N per process), auto
+  bool local_bn = false;        // per-replica BatchNormalization statistics (DDP's default)
+  double bucket_mb = 25;        // gradient all-reduce bucket size (the first is 1 MB)
+  double comm_timeout_s = 300;  // a collective waiting longer fails (a peer died or diverged)
   int64_t log_every = 0;       // 0: about 10 lines per run
 };
 
@@ -44,6 +50,9 @@ struct TrainResult {
   std::vector<std::string> trainable, frozen;
   bool evaluated = false;
   double eval_loss = 0, eval_accuracy = -1;  // accuracy < 0: not a classifier
+  int world_size = 1;
+  std::vector<size_t> bucket_bytes;  // the gradient buckets of the full-batch plan
+  std::map<std::string, Tensor> parameters;  // final trained values (replica 0), by initializer name
 };
 
 TrainResult train(const TrainOptions& options);

@@ -30,7 +30,20 @@ struct Builder {
     v.data = std::move(t);
     return g.add_value(std::move(v));
   }
-  ValueId mean_all(ValueId x) { return emit(Op::ReduceMean, {x}, {{"keepdims", Attr(int64_t(0))}}); }
+  int64_t global_batch = 0;
+  // Mean over every element of x [rows, ...]; over the global batch's elements when it is split.
+  ValueId mean_all(ValueId x) {
+    const Value& v = g.value(x);
+    int64_t rows = v.shape.empty() ? 1 : v.shape[0];
+    if (global_batch <= 0 || global_batch == rows) return emit(Op::ReduceMean, {x}, {{"keepdims", Attr(int64_t(0))}});
+    double per_row = rows ? double(shape_numel(v.shape)) / double(rows) : 0;
+    Tensor k(v.dtype, {});
+    double inv = 1.0 / (double(global_batch) * per_row);
+    if (v.dtype == DType::f64) k.as<double>()[0] = inv;
+    else k.as<float>()[0] = float(inv);
+    ValueId sum = emit(Op::ReduceSum, {x}, {{"keepdims", Attr(int64_t(0))}});
+    return emit(Op::Mul, {sum, constant(std::move(k))});
+  }
 };
 
 }  // namespace
@@ -39,12 +52,18 @@ ValueId add_loss(Graph& g, const LossOptions& o) {
   if (g.outputs.empty()) fail("the model has no outputs to compute a loss from");
   ValueId out = g.outputs[0];
   Builder b{g};
+  b.global_batch = o.global_batch;
   const Value outv = g.value(out);
   if (o.kind == LossKind::none) {
     if (shape_numel(outv.shape) != 1 || !dtype_is_float(outv.dtype))
       fail("--loss none needs the model's first output '{}' to be a floating scalar loss; it is {} {}", outv.name,
            dtype_name(outv.dtype), shape_str(outv.shape));
-    return shape_numel(outv.shape) == 1 && !outv.shape.empty() ? b.emit(Op::Reshape, {out, b.constant(Tensor::from_i64({}, {0}))}) : out;
+    ValueId loss = outv.shape.empty() ? out : b.emit(Op::Reshape, {out, b.constant(Tensor::from_i64({}, {0}))});
+    if (o.shard_fraction == 1) return loss;
+    Tensor k(outv.dtype, {});
+    if (outv.dtype == DType::f64) k.as<double>()[0] = o.shard_fraction;
+    else k.as<float>()[0] = float(o.shard_fraction);
+    return b.emit(Op::Mul, {loss, b.constant(std::move(k))});
   }
   if (!dtype_is_float(outv.dtype)) fail("the model's first output '{}' is {}, a loss needs floats", outv.name, dtype_name(outv.dtype));
 

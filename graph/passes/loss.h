@@ -15,6 +15,11 @@ struct LossOptions {
   std::string label_name = "label";  // the new graph input holding the targets
   DType label_dtype = DType::i64;    // as the data gives it
   int64_t class_axis = -1;           // cross_entropy: -1 = class-last [..., C]; 1 = ONNX-style [N, C, d1...]
+  // Rows of the global batch when this graph holds only a replica's shard: the loss is then this
+  // shard's share of the global mean (its sum over the global count), so the replicas' losses and
+  // gradients add up exactly to one device's. 0: the graph holds the whole batch.
+  int64_t global_batch = 0;
+  double shard_fraction = 1;  // `none` on a shard: the model's own mean loss is weighted by rows / global rows
 };
 
 // Adds the label input (not for `none`) and the loss nodes on the graph's first output; returns

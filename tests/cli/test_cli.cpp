@@ -178,7 +178,11 @@ onnx::ModelProto inspect_model() {
            {"c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"b"});
   add_node(m, "Reshape", "/Reshape", {"b", "shape"}, {"r"});
   add_node(m, "FusedMatMul", "/fused", {"r", "r"}, {"f"}, "com.microsoft");
-  add_node(m, "NoSuchOp", "/nosuch", {"f"}, {"y"});
+  add_node(m, "NoSuchOp", "/nosuch", {"f"}, {"y0"});
+  // A float buffer that only feeds a comparison (a causal mask): no gradient reaches it.
+  add_initializer(m, "causal", 1, {2});
+  add_node(m, "Equal", "/eq", {"causal", "causal"}, {"eq"});
+  add_node(m, "Where", "/where", {"eq", "y0", "y0"}, {"y"});
   add_value_info(m.mutable_graph()->add_output(), "y", 1, {std::string("batch"), std::string("n")});
   return m;
 }
@@ -201,6 +205,7 @@ TEST_CASE("cli: inspect lists inputs, parameters, ops and unsupported ops") {
   CHECK(contains(r.out, "frozen: BatchNormalization running variance"));
   CHECK(contains(r.out, "frozen: i64 (not floating point)"));
   CHECK(contains(r.out, "frozen: unused"));
+  CHECK(contains(r.out, "frozen: no gradient path to an output"));
   CHECK(contains(r.out, "/nosuch (NoSuchOp, domain ai.onnx)"));
   CHECK(contains(r.out, "/fused (FusedMatMul, domain com.microsoft)"));
 
@@ -214,19 +219,19 @@ TEST_CASE("cli: inspect lists inputs, parameters, ops and unsupported ops") {
   CHECK(j["inputs"][0]["dtype"] == "f32");
   CHECK(j["inputs"][0]["shape"] == nlohmann::json::array({"batch", 3, "h", 8}));
   CHECK(j["outputs"][0]["shape"] == nlohmann::json::array({"batch", "n"}));
-  // 108 + 4 + 4 trainable; 4 + 4 running stats, 2 int64, 5 unused frozen.
-  CHECK(j["parameters"]["tensors"] == 7);
-  CHECK(j["parameters"]["elements"] == 108 + 4 * 4 + 2 + 5);
-  CHECK(j["parameters"]["bytes"] == (108 + 4 * 4 + 5) * 4 + 2 * 8);
+  // 108 + 4 + 4 trainable; 4 + 4 running stats, 2 int64, 5 unused, 2 causal frozen.
+  CHECK(j["parameters"]["tensors"] == 8);
+  CHECK(j["parameters"]["elements"] == 108 + 4 * 4 + 2 + 5 + 2);
+  CHECK(j["parameters"]["bytes"] == (108 + 4 * 4 + 5 + 2) * 4 + 2 * 8);
   CHECK(j["parameters"]["trainable"]["tensors"] == 3);
   CHECK(j["parameters"]["trainable"]["elements"] == 116);
-  CHECK(j["parameters"]["frozen"]["elements"] == 4 + 4 + 2 + 5);
+  CHECK(j["parameters"]["frozen"]["elements"] == 4 + 4 + 2 + 5 + 2);
   std::map<std::string, bool> trains;
   for (const auto& i : j["initializers"]) trains[i["name"].get<std::string>()] = i["trainable"].get<bool>();
   CHECK(trains == std::map<std::string, bool>{{"conv.weight", true}, {"bn.weight", true}, {"bn.bias", true},
                                               {"bn.running_mean", false}, {"bn.running_var", false},
-                                              {"shape", false}, {"orphan", false}});
-  CHECK(j["nodes"] == 5);
+                                              {"shape", false}, {"orphan", false}, {"causal", false}});
+  CHECK(j["nodes"] == 7);
   CHECK(j["ops"]["Conv"] == 1);
   CHECK(j["ops"]["com.microsoft:FusedMatMul"] == 1);
   REQUIRE(j["unsupported_ops"].size() == 2);

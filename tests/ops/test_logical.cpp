@@ -51,7 +51,7 @@ std::vector<int> bools(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("Equal, Less, Greater broadcast and give bool") {
+TEST_CASE("logical: Equal, Less, Greater broadcast and give bool") {
   // a = [[1,2,3],[4,5,6]], b = [2,5,3]: (a == b), (a < b), (a > b)
   Tensor a = f32({2, 3}, {1, 2, 3, 4, 5, 6}), b = f32({3}, {2, 5, 3});
   Tensor eq = run(Op::Equal, {&a, &b});
@@ -71,14 +71,14 @@ TEST_CASE("Equal, Less, Greater broadcast and give bool") {
   CHECK_THROWS_WITH_AS(run(Op::Greater, {&a, &c}), doctest::Contains("do not broadcast"), Error);
 }
 
-TEST_CASE("Not") {
+TEST_CASE("logical: Not") {
   Tensor p = boolean({2, 2}, {true, false, false, true});
   CHECK(bools(run(Op::Not, {&p})) == std::vector<int>{0, 1, 1, 0});
   Tensor f = f32({1}, {1});
   CHECK_THROWS_WITH_AS(run(Op::Not, {&f}), doctest::Contains("bool"), Error);
 }
 
-TEST_CASE("Where broadcasts its three inputs") {
+TEST_CASE("logical: Where broadcasts its three inputs") {
   // np.where([[True],[False]], [[1,2,3]], -1) (int64) -> [2, 3]
   Tensor c = boolean({2, 1}, {true, false});
   Tensor x = make<int64_t>(DType::i64, {1, 3}, {1, 2, 3}), y = make<int64_t>(DType::i64, {}, {-1});

@@ -73,7 +73,7 @@ const std::vector<float> kX = {-3.0f, -1.5f, -0.25f, 0.0f, 0.5f, 2.0f, 10.0f, -2
 
 // ---- the broadcast driver ---------------------------------------------------------------------
 
-TEST_CASE("broadcast_map matches naive numpy indexing on random shapes") {
+TEST_CASE("math: broadcast_map matches naive numpy indexing on random shapes") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 500; ++trial) {
     int r = int(rng() % 5);
@@ -114,7 +114,7 @@ TEST_CASE("broadcast_map matches naive numpy indexing on random shapes") {
   }
 }
 
-TEST_CASE("broadcast_map splits large broadcasts over threads correctly") {
+TEST_CASE("math: broadcast_map splits large broadcasts over threads correctly") {
   // [3, 1] + [70000] -> [3, 70000]: y[i, j] = (i + 1) + j.
   Tensor a = f32({3, 1}, {1, 2, 3});
   Tensor b(DType::f32, {70000});
@@ -129,7 +129,7 @@ TEST_CASE("broadcast_map splits large broadcasts over threads correctly") {
 
 // ---- binary arithmetic ------------------------------------------------------------------------
 
-TEST_CASE("Add, Sub, Mul, Div broadcast like numpy") {
+TEST_CASE("math: Add, Sub, Mul, Div broadcast like numpy") {
   Tensor a = f32({2, 3}, {1, 2, 3, 4, 5, 6}), b = f32({3}, {10, 20, 30});
   check_close(run(Op::Add, {&a, &b}), {2, 3}, {11, 22, 33, 14, 25, 36});  // a + b
 
@@ -153,7 +153,7 @@ TEST_CASE("Add, Sub, Mul, Div broadcast like numpy") {
   CHECK(vals<int8_t>(run(Op::Add, {&i8, &i8})) == std::vector<int8_t>{-56});
 }
 
-TEST_CASE("elementwise ops on f16 and bf16 compute in float") {
+TEST_CASE("math: elementwise ops on f16 and bf16 compute in float") {
   // By hand: [1, 2.5, -3] + [0.5] = [1.5, 3, -2.5]; max([1, 2.5, -3], 0.5) = [1, 2.5, 0.5]; all exact in f16.
   for (DType t : {DType::f16, DType::bf16}) {
     auto half = [&](Shape s, std::vector<float> v) {
@@ -176,7 +176,7 @@ TEST_CASE("elementwise ops on f16 and bf16 compute in float") {
   }
 }
 
-TEST_CASE("binary shape rules reject mismatched shapes and dtypes") {
+TEST_CASE("math: binary shape rules reject mismatched shapes and dtypes") {
   Tensor a = f32({2, 3}, {1, 2, 3, 4, 5, 6}), b = f32({4}, {1, 2, 3, 4});
   CHECK_THROWS_WITH_AS(run(Op::Add, {&a, &b}), doctest::Contains("do not broadcast"), Error);
   Tensor i = make<int64_t>(DType::i64, {3}, {1, 2, 3});
@@ -188,7 +188,7 @@ TEST_CASE("binary shape rules reject mismatched shapes and dtypes") {
   CHECK_THROWS_AS(run(Op::Sub, {&bo, &bo}), Error);
 }
 
-TEST_CASE("Pow: broadcast, and base / exponent of different dtypes") {
+TEST_CASE("math: Pow: broadcast, and base / exponent of different dtypes") {
   // np.power([[1.5,2,3],[0.5,-2,4]], [2,0.5,-1]) (f32)
   Tensor a = f32({2, 3}, {1.5f, 2, 3, 0.5f, -2, 4}), e = f32({3}, {2, 0.5f, -1});
   check_close(run(Op::Pow, {&a, &e}), {2, 3}, {2.25, 1.4142135381698608, 0.3333333432674408, 0.25, NAN, 0.25});
@@ -212,7 +212,7 @@ TEST_CASE("Pow: broadcast, and base / exponent of different dtypes") {
   CHECK(vals<int64_t>(run(Op::Pow, {&b64, &e64})) == std::vector<int64_t>{81, -8, 1});
 }
 
-TEST_CASE("Min and Max: variadic with broadcasting, NaN propagates") {
+TEST_CASE("math: Min and Max: variadic with broadcasting, NaN propagates") {
   // np.maximum(np.maximum([[1,5,3]], [[4],[2]]), [3]) and likewise np.minimum
   Tensor a = f32({1, 3}, {1, 5, 3}), b = f32({2, 1}, {4, 2}), c = f32({1}, {3});
   check_close(run(Op::Max, {&a, &b, &c}), {2, 3}, {4, 5, 4, 3, 5, 3});
@@ -229,7 +229,7 @@ TEST_CASE("Min and Max: variadic with broadcasting, NaN propagates") {
 
 // ---- unary ------------------------------------------------------------------------------------
 
-TEST_CASE("unary float ops match torch") {
+TEST_CASE("math: unary float ops match torch") {
   Tensor x = f32({8}, kX);
   // torch.sigmoid(x), torch.tanh, torch.erf, torch.exp (x = [-3,-1.5,-0.25,0,0.5,2,10,-20])
   check_close(run(Op::Sigmoid, {&x}), {8},
@@ -270,13 +270,13 @@ TEST_CASE("unary float ops match torch") {
   check_close(run(Op::Reciprocal, {&p}), {5}, {4.0, 1.0, 0.5, 0.1111111119389534, 999.9999389648438});
 }
 
-TEST_CASE("sigmoid and softplus do not overflow at large |x|") {
+TEST_CASE("math: sigmoid and softplus do not overflow at large |x|") {
   Tensor x = f32({4}, {-1000, -100, 100, 1000});
   check_close(run(Op::Sigmoid, {&x}), {4}, {0, 3.7200759760208356e-44, 1, 1}, 1e-5, 1e-30);
   check_close(run(Op::Softplus, {&x}), {4}, {0, 3.7200759760208356e-44, 100, 1000}, 1e-6, 1e-30);
 }
 
-TEST_CASE("unary ops on f64 and integers") {
+TEST_CASE("math: unary ops on f64 and integers") {
   Tensor d = make<double>(DType::f64, {3}, {-1, 0, 2});
   Tensor e = run(Op::Exp, {&d});
   CHECK(e.dtype() == DType::f64);
@@ -290,7 +290,7 @@ TEST_CASE("unary ops on f64 and integers") {
                        doctest::Contains("approximate"), Error);
 }
 
-TEST_CASE("Clip: both bounds, one bound, integers, min > max") {
+TEST_CASE("math: Clip: both bounds, one bound, integers, min > max") {
   Tensor x = f32({6}, {-3, -1, 0, 2, 5, 9});
   Tensor lo = f32({}, {-1}), hi = f32({}, {4}), hi2 = f32({}, {2});
   check_close(run(Op::Clip, {&x, &lo, &hi}), {6}, {-1, -1, 0, 2, 4, 4});   // np.clip(x, -1, 4)
@@ -320,7 +320,7 @@ const std::vector<float> kSm = {
     1.6514285802841187f,   2.030414342880249f,   2.448514699935913f,   2.905728816986084f};
 }  // namespace
 
-TEST_CASE("Softmax and LogSoftmax along an axis (opset-13 semantics)") {
+TEST_CASE("math: Softmax and LogSoftmax along an axis (opset-13 semantics)") {
   Tensor x = f32({2, 3, 4}, kSm);
   // torch.softmax(x, 1)
   check_close(run(Op::Softmax, {&x}, {{"axis", Attr(int64_t(1))}}), {2, 3, 4},
@@ -341,7 +341,7 @@ TEST_CASE("Softmax and LogSoftmax along an axis (opset-13 semantics)") {
                        Error);
 }
 
-TEST_CASE("Softmax is stable for large inputs") {
+TEST_CASE("math: Softmax is stable for large inputs") {
   Tensor x = f32({2, 3}, {1000, 1001, 1002, -1000, 0, 3});
   // torch.softmax / torch.log_softmax along -1
   check_close(run(Op::Softmax, {&x}), {2, 3},
@@ -354,7 +354,7 @@ TEST_CASE("Softmax is stable for large inputs") {
 
 // ---- matrix products --------------------------------------------------------------------------
 
-TEST_CASE("MatMul: batched with broadcast batch dims") {
+TEST_CASE("math: MatMul: batched with broadcast batch dims") {
   // A = np.arange(12).reshape(2,1,2,3) - 5; B = np.arange(18).reshape(3,3,2) % 7 - 2; A @ B -> [2,3,2,2]
   Tensor a = f32({2, 1, 2, 3}, {-5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6});
   Tensor b = f32({3, 3, 2}, {-2, -1, 0, 1, 2, 3, 4, -2, -1, 0, 1, 2, 3, 4, -2, -1, 0, 1});
@@ -366,7 +366,7 @@ TEST_CASE("MatMul: batched with broadcast batch dims") {
   check_close(run(Op::MatMul, {&a3, &w}), {2, 2, 2}, {2.0, 3.5, 8.75, 11.0, 15.5, 18.5, 22.25, 26.0});
 }
 
-TEST_CASE("MatMul: 1-D operands per numpy") {
+TEST_CASE("math: MatMul: 1-D operands per numpy") {
   Tensor v = f32({3}, {1, -2, 3});
   Tensor b = f32({3, 3, 2}, {-2, -1, 0, 1, 2, 3, 4, -2, -1, 0, 1, 2, 3, 4, -2, -1, 0, 1});
   // np.matmul(v, B) -> [3, 2]
@@ -379,7 +379,7 @@ TEST_CASE("MatMul: 1-D operands per numpy") {
   CHECK_THROWS_WITH_AS(run(Op::MatMul, {&v, &bad}), doctest::Contains("inner dims"), Error);
 }
 
-TEST_CASE("MatMul on f64 and i64") {
+TEST_CASE("math: MatMul on f64 and i64") {
   // [[1.5,2],[3,4],[5,6]] @ [[1,-1,0.25],[2,0,1]]
   Tensor a = make<double>(DType::f64, {3, 2}, {1.5, 2, 3, 4, 5, 6});
   Tensor b = make<double>(DType::f64, {2, 3}, {1, -1, 0.25, 2, 0, 1});
@@ -392,7 +392,7 @@ TEST_CASE("MatMul on f64 and i64") {
   CHECK(vals<int64_t>(run(Op::MatMul, {&ai, &bi})) == std::vector<int64_t>{-23, -8, 4, -8, 31, -8, 58, -8});
 }
 
-TEST_CASE("Gemm: trans flags, alpha, beta, broadcast C") {
+TEST_CASE("math: Gemm: trans flags, alpha, beta, broadcast C") {
   Tensor as = f32({3, 2}, {1, 4, 2, 5, 3, 6});                      // A' = as.T [2, 3]
   Tensor bs = f32({4, 3}, {1, 2, 0.5f, 0, 1, 0.5f, -1, 0, 1, 2, -1, 1});  // B' = bs.T [3, 4]
   Tensor col = f32({2, 1}, {1, -2});
@@ -471,7 +471,7 @@ void int_attr(onnx::NodeProto& n, const std::string& name, int64_t v) {
 
 }  // namespace
 
-TEST_CASE("import: Clip-6 min/max attributes become inputs") {
+TEST_CASE("math: import: Clip-6 min/max attributes become inputs") {
   auto m = one_node_model(10, "Clip", {{6}}, [](onnx::NodeProto& n) {
     float_attr(n, "min", -1);
     float_attr(n, "max", 4);
@@ -489,7 +489,7 @@ TEST_CASE("import: Clip-6 min/max attributes become inputs") {
   check_close(p2.run({{"x0", f32({3}, {-2, 1, 3})}}).at("y"), {3}, {-2, 0, 0});
 }
 
-TEST_CASE("import: Softmax below opset 13 keeps a last-axis softmax as it is") {
+TEST_CASE("math: import: Softmax below opset 13 keeps a last-axis softmax as it is") {
   // Default axis 1 on a 2-D input, and axis = rank - 1 on a 3-D input: both the last axis.
   auto m = one_node_model(11, "Softmax", {{2, 3}});
   Graph g = load_graph(m, ".");
@@ -502,7 +502,7 @@ TEST_CASE("import: Softmax below opset 13 keeps a last-axis softmax as it is") {
   CHECK(g3.nodes[0].i("axis") == -1);
 }
 
-TEST_CASE("import: Softmax below opset 13 flattens at axis (Flatten, Softmax, Reshape)") {
+TEST_CASE("math: import: Softmax below opset 13 flattens at axis (Flatten, Softmax, Reshape)") {
   // Softmax-11, default axis 1, on [2, 3, 4]: softmax over the last 12 of each [2, 12] row:
   // torch.softmax(x.reshape(2, 12), -1).reshape(2, 3, 4)
   auto m = one_node_model(11, "Softmax", {{2, 3, 4}});

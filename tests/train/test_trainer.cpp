@@ -149,3 +149,12 @@ TEST_CASE("train: bad input gives a clear error before step 1") {
     CHECK_THROWS_WITH_AS(train(o), doctest::Contains("checkpoint-"), Error);
   }
 }
+
+TEST_CASE("train: tiny_lm (embeddings, causal attention, LayerNorm, erf-GELU) per-step losses equal PyTorch's") {
+  check_against_torch("tiny_lm");
+}
+
+TEST_CASE("train: cnn (training-mode BatchNorm, pools, Dropout) per-step losses equal PyTorch's") {
+  // The reference applies onnxdp's Dropout masks (models/make_train_refs.py re-implements them).
+  check_against_torch("cnn");
+}

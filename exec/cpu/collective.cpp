@@ -1,0 +1,53 @@
+// CPU kernels of the collectives, over the replica's Communicator (RunState::comm). With none (a
+// world of one) they are copies.
+#include <cstring>
+
+#include "exec/kernel.h"
+#include "parallel/communicator.h"
+
+namespace onnxdp {
+
+// x [B, ...] (the global batch) -> y [rows, ...]: rows batch_offset .. batch_offset + rows.
+void Scatter_forward(KernelCtx& c) {
+  const TensorRef &x = c.in(0), &y = c.out(0);
+  size_t row_bytes = x.dim(0) ? size_t(x.numel / x.dim(0)) * dtype_size(x.dtype) : 0;
+  int64_t rows = y.dim(0);
+  if (c.run.batch_offset < 0 || c.run.batch_offset + rows > x.dim(0))
+    c.fail("rows {}..{} are outside the global batch of {}", c.run.batch_offset, c.run.batch_offset + rows, x.dim(0));
+  if (rows) std::memcpy(y.data, x.as<uint8_t>() + size_t(c.run.batch_offset) * row_bytes, size_t(rows) * row_bytes);
+}
+
+// Each output <- the sum over replicas of its input. async=1 queues the sums on the communication
+// thread; the Plan waits for them at the end of the run (their outputs are read only after it).
+void AllReduce_forward(KernelCtx& c) {
+  const bool async = c.node.i("async") != 0;
+  for (int k = 0; k < int(c.inputs.size()); ++k) {
+    const TensorRef &x = c.in(k), &y = c.out(k);
+    if (x.data != y.data) std::memcpy(y.data, x.data, size_t(x.numel) * dtype_size(x.dtype));
+    if (!c.run.comm) continue;
+    if (async) c.run.comm->start_all_reduce_sum(y.data, y.numel, y.dtype);
+    else c.run.comm->all_reduce_sum(y.data, y.numel, y.dtype);
+  }
+}
+
+// x [rows_r, ...] on replica r -> y [sum of rows, ...], the shards in replica order.
+void AllGather_forward(KernelCtx& c) {
+  const TensorRef &x = c.in(0), &y = c.out(0);
+  const size_t bytes = size_t(x.numel) * dtype_size(x.dtype);
+  if (!c.run.comm) {
+    if (x.numel != y.numel) c.fail("a world of one cannot gather {} rows from {}", y.dim(0), x.dim(0));
+    std::memcpy(y.data, x.data, bytes);
+    return;
+  }
+  std::vector<std::vector<uint8_t>> all;
+  c.run.comm->all_gather_bytes(x.data, bytes, all);
+  size_t off = 0, total = size_t(y.numel) * dtype_size(y.dtype);
+  for (const auto& part : all) {
+    if (off + part.size() > total) c.fail("the replicas' shards hold more than the {} rows expected", y.dim(0));
+    std::memcpy(y.as<uint8_t>() + off, part.data(), part.size());
+    off += part.size();
+  }
+  if (off != total) c.fail("the replicas' shards hold fewer than the {} rows expected", y.dim(0));
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,602 @@
+// CPU kernels of the internal gradient ops (category grad in graph/op_table.h), float32 and
+// float64. Sums accumulate in double except inside the BLAS calls.
+//
+//   ConvGradFilter        dW[g] [Mg, Cg*K] = sum over images of dy[g] [Mg, P] x col[g]^T [P, Cg*K]
+//                         (col: the im2col of x, as Conv's forward builds it)
+//   MaxPoolGrad           each dy element goes to the first maximum of its window (the tap the
+//                         forward MaxPool picks), added where windows overlap
+//   AveragePoolGrad       each dy element spread evenly over its window's counted taps
+//   BatchNormalizationGrad  training mode, batch statistics (biased variance) recomputed
+//   LayerNormalizationGrad  over the trailing axes from `axis`, statistics recomputed
+//   GatherGrad            scatter-add of dy's rows into the rows the indices picked
+//   SoftmaxCrossEntropyLossGrad / NegativeLogLikelihoodLossGrad  with weights, ignore_index and
+//                         reduction as the forward kernels (exec/cpu/nn.cpp)
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "exec/kernel.h"
+
+namespace onnxdp {
+
+namespace {
+
+int64_t prod(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t d : v) p *= d;
+  return p;
+}
+
+std::vector<int64_t> ints_of(const TensorRef& t) {
+  std::vector<int64_t> v(size_t(t.numel));
+  for (int64_t i = 0; i < t.numel; ++i)
+    v[size_t(i)] = t.dtype == DType::i64 ? t.as<int64_t>()[i] : int64_t(t.as<int32_t>()[i]);
+  return v;
+}
+
+double load(const TensorRef& t, int64_t i) {
+  return t.dtype == DType::f64 ? t.as<double>()[i] : double(t.as<float>()[i]);
+}
+
+void store(const TensorRef& t, int64_t i, double v) {
+  if (t.dtype == DType::f64) t.as<double>()[i] = v;
+  else t.as<float>()[i] = float(v);
+}
+
+// Calls f.template operator()<T>() for a float32 / float64 tensor dtype, else fails.
+template <class F>
+void dispatch_float(const KernelCtx& c, DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    default: c.fail("dtype {} is not supported; this op runs on float32 and float64", dtype_name(t));
+  }
+}
+
+// ---- ConvGradFilter ----------------------------------------------------------------------------
+
+// C [m, n] (+)= op(A) [m, k] x op(B) [k, n], row-major; beta 0 overwrites, 1 accumulates.
+void gemm(bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb, double beta, double* c,
+          int ldc) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+int blas_int(const KernelCtx& c, int64_t v) {
+  if (v > int64_t(std::numeric_limits<int>::max())) c.fail("a GEMM dimension of {} exceeds the BLAS int range", v);
+  return int(v);
+}
+
+// The im2col gather table [K, P]: for kernel tap t and output position p (both row-major), the
+// flat offset in x's spatial grid of the element they meet (o*stride - pad_begin + k*dilation per
+// dim), or -1 where that is padding.
+std::vector<int64_t> im2col_table(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                  const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                                  const std::vector<int64_t>& dilations, const std::vector<int64_t>& pad_begin) {
+  const size_t n = in.size();
+  const int64_t K = prod(kernel), P = prod(out);
+  std::vector<int64_t> table(size_t(K * P));
+  std::vector<int64_t> k(n, 0), o(n, 0);
+  for (int64_t t = 0; t < K; ++t) {
+    std::fill(o.begin(), o.end(), 0);
+    for (int64_t p = 0; p < P; ++p) {
+      int64_t off = 0;
+      bool inside = true;
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t x = o[i] * strides[i] - pad_begin[i] + k[i] * dilations[i];
+        inside = inside && x >= 0 && x < in[i];
+        off = off * in[i] + x;
+      }
+      table[size_t(t * P + p)] = inside ? off : -1;
+      for (size_t i = n; i-- > 0;) {
+        if (++o[i] < out[i]) break;
+        o[i] = 0;
+      }
+    }
+    for (size_t i = n; i-- > 0;) {
+      if (++k[i] < kernel[i]) break;
+      k[i] = 0;
+    }
+  }
+  return table;
+}
+
+// x [N, C, D..], dy [N, M, O..] -> dW [M, Cg, k..]. Images are split over threads, each adding
+// into its own dW; the partial sums are added at the end (in thread order, so deterministic for a
+// given thread count).
+template <class T>
+void conv_grad_filter(KernelCtx& c) {
+  const TensorRef &xr = c.in(0), &dyr = c.in(1), &dwr = c.out(0);
+  const Shape &xs = *xr.shape, &ys = *dyr.shape;
+  const size_t n = xs.size() - 2;
+  const int64_t N = xs[0], C = xs[1], M = ys[1], group = c.node.i("group");
+  const int64_t Cg = C / group, Mg = M / group;
+  const std::vector<int64_t> in(xs.begin() + 2, xs.end()), out(ys.begin() + 2, ys.end());
+  const std::vector<int64_t> kernel = c.node.ints("kernel_shape");
+  const std::vector<int64_t> strides = c.node.ints_or("strides", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> dil = c.node.ints_or("dilations", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> pads = c.node.ints_or("pads", std::vector<int64_t>(2 * n, 0));
+  const std::vector<int64_t> pad_begin(pads.begin(), pads.begin() + int64_t(n));
+  const int64_t K = prod(kernel), P = prod(out), S = prod(in);
+  // A 1x1 window with unit strides and no padding reads x itself: col = x_g [Cg, S].
+  bool direct = K == 1 && P == S;
+  for (size_t i = 0; i < n; ++i) direct = direct && strides[i] == 1 && pad_begin[i] == 0;
+  const std::vector<int64_t> table = direct ? std::vector<int64_t>() : im2col_table(in, out, kernel, strides, dil, pad_begin);
+
+  const T* x = xr.as<T>();
+  const T* dy = dyr.as<T>();
+  T* dw = dwr.as<T>();
+  const int64_t wsize = dwr.numel;  // group * Mg * Cg * K
+  const int bm = blas_int(c, Mg), bn = blas_int(c, Cg * K), bk = blas_int(c, P);
+  const int threads = N > 1 ? std::max(1, std::min<int>(omp_get_max_threads(), int(N))) : 1;
+  std::vector<T> partial(size_t(threads - 1) * size_t(wsize));
+  std::fill(dw, dw + wsize, T(0));
+  if (wsize == 0) return;
+
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int tid = omp_get_thread_num();
+    T* acc = tid == 0 ? dw : partial.data() + size_t(tid - 1) * size_t(wsize);
+    std::vector<T> col(direct ? 0 : size_t(Cg * K * P));
+#pragma omp for schedule(static)
+    for (int64_t img = 0; img < N; ++img) {
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const T* xg = x + (img * C + gi * Cg) * S;   // [Cg, S]
+        const T* dyg = dy + (img * M + gi * Mg) * P;  // [Mg, P]
+        const T* colp = xg;                           // [Cg*K, P]
+        if (!direct) {
+          for (int64_t ch = 0; ch < Cg; ++ch) {
+            const T* xc = xg + ch * S;
+            T* cc = col.data() + ch * K * P;
+            for (int64_t j = 0; j < K * P; ++j) cc[j] = table[size_t(j)] < 0 ? T(0) : xc[table[size_t(j)]];
+          }
+          colp = col.data();
+        }
+        gemm(true, bm, bn, bk, dyg, bk, colp, bk, T(1), acc + gi * Mg * Cg * K, bn);
+      }
+    }
+  }
+  for (int t = 1; t < threads; ++t) {
+    const T* p = partial.data() + size_t(t - 1) * size_t(wsize);
+    for (int64_t i = 0; i < wsize; ++i) dw[i] += p[i];
+  }
+}
+
+// ---- pooling -----------------------------------------------------------------------------------
+
+// Per spatial dim and output coordinate: the window's taps that lie in the input, and the count of
+// taps within the input plus its pads (count_include_pad). Mirrors the forward (exec/cpu/pool.cpp).
+struct PoolWindows {
+  std::vector<int64_t> in, out;                          // spatial dims
+  std::vector<std::vector<std::vector<int64_t>>> taps;   // [dim][o] -> input coordinates
+  std::vector<std::vector<int64_t>> padded;              // [dim][o]
+  int64_t in_size = 1, out_size = 1;
+};
+
+PoolWindows pool_windows(const KernelCtx& c, const Shape& xs, const Shape& ys) {
+  const size_t n = xs.size() - 2;
+  const Node& node = c.node;
+  const std::vector<int64_t> kernel = node.ints("kernel_shape");
+  const std::vector<int64_t> strides = node.ints_or("strides", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> dil = node.ints_or("dilations", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> pads = node.ints_or("pads", std::vector<int64_t>(2 * n, 0));
+  const std::string& ap = node.s("auto_pad");
+  PoolWindows w;
+  w.in.assign(xs.begin() + 2, xs.end());
+  w.out.assign(ys.begin() + 2, ys.end());
+  w.in_size = prod(w.in);
+  w.out_size = prod(w.out);
+  w.taps.resize(n);
+  w.padded.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t span = (kernel[i] - 1) * dil[i] + 1;
+    int64_t pb = 0, pe = 0;
+    if (ap == "NOTSET") {
+      pb = pads[i];
+      pe = pads[i + n];
+    } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      const int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * strides[i] + span - w.in[i]);
+      pb = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    }
+    for (int64_t o = 0; o < w.out[i]; ++o) {
+      std::vector<int64_t> valid;
+      int64_t count = 0;
+      for (int64_t k = 0; k < kernel[i]; ++k) {
+        const int64_t x = o * strides[i] - pb + k * dil[i];
+        if (x >= 0 && x < w.in[i]) valid.push_back(x);
+        if (x >= -pb && x < w.in[i] + pe) ++count;
+      }
+      w.taps[i].push_back(std::move(valid));
+      w.padded[i].push_back(count);
+    }
+  }
+  return w;
+}
+
+// Calls f(p, o) for every output position: p its flat index, o its coordinates.
+template <class F>
+void for_each_window(const PoolWindows& w, F&& f) {
+  const size_t n = w.out.size();
+  std::vector<int64_t> o(n, 0);
+  for (int64_t p = 0; p < w.out_size; ++p) {
+    f(p, o);
+    for (size_t i = n; i-- > 0;) {
+      if (++o[i] < w.out[i]) break;
+      o[i] = 0;
+    }
+  }
+}
+
+// Calls tap(r) for the flat input offset r of every in-input tap of window o, row-major over the
+// kernel (the order the forward scans).
+template <class F>
+void for_each_tap(const PoolWindows& w, const std::vector<int64_t>& o, std::vector<size_t>& k, F&& tap) {
+  const size_t n = w.in.size();
+  for (size_t i = 0; i < n; ++i)
+    if (w.taps[i][size_t(o[i])].empty()) return;
+  std::fill(k.begin(), k.end(), 0);
+  while (true) {
+    int64_t r = 0;
+    for (size_t i = 0; i < n; ++i) r = r * w.in[i] + w.taps[i][size_t(o[i])][k[i]];
+    tap(r);
+    size_t i = n;
+    while (i-- > 0) {
+      if (++k[i] < w.taps[i][size_t(o[i])].size()) break;
+      k[i] = 0;
+    }
+    if (i == size_t(-1)) return;
+  }
+}
+
+// x [N, C, D..], dy [N, C, O..] -> dx like x. One (n, c) plane per iteration: planes do not share
+// elements, so no two threads write one dx element.
+template <class T>
+void max_pool_grad(KernelCtx& c) {
+  const TensorRef &xr = c.in(0), &dyr = c.in(1), &dxr = c.out(0);
+  const PoolWindows w = pool_windows(c, *xr.shape, *dyr.shape);
+  const int64_t planes = xr.dim(0) * xr.dim(1);
+  const T* x = xr.as<T>();
+  const T* dy = dyr.as<T>();
+  T* dx = dxr.as<T>();
+  std::fill(dx, dx + dxr.numel, T(0));
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const T* xp = x + plane * w.in_size;
+    T* dxp = dx + plane * w.in_size;
+    std::vector<size_t> k(w.in.size());
+    for_each_window(w, [&](int64_t p, const std::vector<int64_t>& o) {
+      int64_t best = -1;
+      for_each_tap(w, o, k, [&](int64_t r) {
+        if (best < 0 || xp[r] > xp[best]) best = r;  // the forward's rule: the first maximum wins
+      });
+      if (best >= 0) dxp[best] += dy[plane * w.out_size + p];
+    });
+  }
+}
+
+// dy [N, C, O..] -> dx [N, C, D..].
+template <class T>
+void average_pool_grad(KernelCtx& c) {
+  const TensorRef &dyr = c.in(0), &dxr = c.out(0);
+  const PoolWindows w = pool_windows(c, *dxr.shape, *dyr.shape);
+  const int64_t planes = dxr.dim(0) * dxr.dim(1);
+  const bool include_pad = c.node.i("count_include_pad") == 1;
+  const size_t n = w.in.size();
+  const T* dy = dyr.as<T>();
+  T* dx = dxr.as<T>();
+  std::fill(dx, dx + dxr.numel, T(0));
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    T* dxp = dx + plane * w.in_size;
+    std::vector<size_t> k(n);
+    for_each_window(w, [&](int64_t p, const std::vector<int64_t>& o) {
+      int64_t count = 1;
+      for (size_t i = 0; i < n; ++i)
+        count *= include_pad ? w.padded[i][size_t(o[i])] : int64_t(w.taps[i][size_t(o[i])].size());
+      if (count == 0) return;  // a window entirely in padding reads nothing
+      const T share = T(double(dy[plane * w.out_size + p]) / double(count));
+      for_each_tap(w, o, k, [&](int64_t r) { dxp[r] += share; });
+    });
+  }
+}
+
+// ---- normalisations ----------------------------------------------------------------------------
+
+// dy, x [N, C, S], scale [C] -> dx, dscale, dbias. Per channel, with M = N*S, the batch mean mu,
+// the biased variance var, inv = 1/sqrt(var + eps) and xhat = (x - mu) * inv:
+//   dbias = sum(dy), dscale = sum(dy * xhat),
+//   dx = scale * inv * (dy - dbias / M - xhat * dscale / M).
+template <class T>
+void batch_norm_grad(KernelCtx& c) {
+  const TensorRef &dyr = c.in(0), &xr = c.in(1), &sr = c.in(2);
+  const int64_t N = xr.dim(0), C = xr.dim(1), S = N * C != 0 ? xr.numel / (N * C) : 0;
+  const double eps = c.node.f("epsilon"), M = double(N * S);
+  const T* dy = dyr.as<T>();
+  const T* x = xr.as<T>();
+  T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) s += double(x[(n * C + ch) * S + i]);
+    const double mu = s / M;
+    double ss = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) {
+        const double d = double(x[(n * C + ch) * S + i]) - mu;
+        ss += d * d;
+      }
+    const double inv = 1.0 / std::sqrt(ss / M + eps);
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t j = (n * C + ch) * S + i;
+        sum_dy += double(dy[j]);
+        sum_dy_xhat += double(dy[j]) * (double(x[j]) - mu) * inv;
+      }
+    if (c.has_out(1)) store(c.out(1), ch, sum_dy_xhat);
+    if (c.has_out(2)) store(c.out(2), ch, sum_dy);
+    if (!dx) continue;
+    const double a = load(sr, ch) * inv, mean_dy = sum_dy / M, mean_dy_xhat = sum_dy_xhat / M;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t j = (n * C + ch) * S + i;
+        const double xhat = (double(x[j]) - mu) * inv;
+        dx[j] = T(a * (double(dy[j]) - mean_dy - xhat * mean_dy_xhat));
+      }
+  }
+}
+
+// Scale (broadcasting to the normalised shape `norm`) expanded to [prod(norm)] doubles.
+std::vector<double> expand_scale(const TensorRef& t, const Shape& norm) {
+  const Shape& s = *t.shape;
+  const int64_t inner = shape_numel(norm);
+  std::vector<double> out(static_cast<size_t>(inner));
+  const size_t r = norm.size(), off = r - s.size();
+  for (int64_t j = 0; j < inner; ++j) {
+    int64_t rem = j, src = 0, stride = 1;
+    for (size_t i = r; i-- > 0;) {
+      const int64_t coord = rem % norm[i];
+      rem /= norm[i];
+      if (i >= off) {
+        const int64_t d = s[i - off];
+        src += (d == 1 ? 0 : coord) * stride;
+        stride *= d;
+      }
+    }
+    out[size_t(j)] = load(t, src);
+  }
+  return out;
+}
+
+// dy, x viewed as [outer, inner] (inner = prod(x.shape[axis:])), scale -> dx, dscale [inner],
+// dbias [inner]. Per row, with xhat = (x - mean) * inv and g = dy * scale:
+//   dx = inv * (g - mean(g) - xhat * mean(g * xhat));
+// dscale = sum over rows of dy * xhat, dbias = sum over rows of dy (per-thread partial sums).
+template <class T>
+void layer_norm_grad(KernelCtx& c) {
+  const TensorRef &dyr = c.in(0), &xr = c.in(1);
+  const Shape& xs = *xr.shape;
+  const int64_t axis = normalize_axis(c.node.i("axis"), xr.rank(), c.node);
+  const Shape norm(xs.begin() + axis, xs.end());
+  const int64_t inner = shape_numel(norm), outer = inner ? xr.numel / inner : 0;
+  const double eps = c.node.f("epsilon");
+  const std::vector<double> scale = expand_scale(c.in(2), norm);
+  const T* dy = dyr.as<T>();
+  const T* x = xr.as<T>();
+  T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
+  const bool params = c.has_out(1) || c.has_out(2);
+  const int threads = std::max(1, omp_get_max_threads());
+  std::vector<double> dscale(params ? size_t(threads) * size_t(inner) : 0, 0.0);
+  std::vector<double> dbias(dscale.size(), 0.0);
+
+#pragma omp parallel num_threads(threads)
+  {
+    const int tid = omp_get_thread_num();
+    double* ds = params ? dscale.data() + size_t(tid) * size_t(inner) : nullptr;
+    double* db = params ? dbias.data() + size_t(tid) * size_t(inner) : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < outer; ++r) {
+      const T* xrow = x + r * inner;
+      const T* dyrow = dy + r * inner;
+      double s = 0, ss = 0;
+      for (int64_t j = 0; j < inner; ++j) s += double(xrow[j]);
+      const double mean = s / double(inner);
+      for (int64_t j = 0; j < inner; ++j) {
+        const double d = double(xrow[j]) - mean;
+        ss += d * d;
+      }
+      const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
+      double sum_g = 0, sum_g_xhat = 0;
+      for (int64_t j = 0; j < inner; ++j) {
+        const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[size_t(j)];
+        sum_g += g;
+        sum_g_xhat += g * xhat;
+        if (params) {
+          ds[j] += double(dyrow[j]) * xhat;
+          db[j] += double(dyrow[j]);
+        }
+      }
+      if (!dx) continue;
+      const double mean_g = sum_g / double(inner), mean_g_xhat = sum_g_xhat / double(inner);
+      for (int64_t j = 0; j < inner; ++j) {
+        const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[size_t(j)];
+        dx[r * inner + j] = T(inv * (g - mean_g - xhat * mean_g_xhat));
+      }
+    }
+  }
+  for (int k = 1; k < 3; ++k) {
+    if (!c.has_out(k)) continue;
+    const std::vector<double>& part = k == 1 ? dscale : dbias;
+    for (int64_t j = 0; j < inner; ++j) {
+      double v = 0;
+      for (int t = 0; t < threads; ++t) v += part[size_t(t) * size_t(inner) + size_t(j)];
+      store(c.out(k), j, v);
+    }
+  }
+}
+
+// ---- GatherGrad --------------------------------------------------------------------------------
+
+// dy [outer, n, inner], indices [n] -> ddata [outer, dim, inner] with ddata[o, idx[i], :] +=
+// dy[o, i, :]. Work is split over (o, block of inner columns): each piece owns its ddata
+// elements, and repeated indices are added in index order (deterministic).
+template <class T>
+void gather_grad(KernelCtx& c) {
+  const TensorRef &dyr = c.in(0), &dxr = c.out(0);
+  const Shape& ds = *dxr.shape;
+  const int64_t axis = normalize_axis(c.node.i("axis"), int64_t(ds.size()), c.node);
+  const int64_t dim = ds[size_t(axis)];
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < ds.size(); ++d) {
+    if (int64_t(d) < axis) outer *= ds[d];
+    if (int64_t(d) > axis) inner *= ds[d];
+  }
+  std::vector<int64_t> idx = ints_of(c.in(1));
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] < -dim || idx[i] >= dim)
+      c.fail("index {} (element {} of the indices) is out of range for axis {} of size {}", idx[i], i, axis, dim);
+    if (idx[i] < 0) idx[i] += dim;
+  }
+  const int64_t n = int64_t(idx.size());
+  const T* dy = dyr.as<T>();
+  T* dx = dxr.as<T>();
+  std::fill(dx, dx + dxr.numel, T(0));
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (dyr.numel > 32768)
+  for (int64_t t = 0; t < outer * blocks; ++t) {
+    const int64_t o = t / blocks, j0 = (t % blocks) * kBlock, j1 = std::min(inner, j0 + kBlock);
+    for (int64_t i = 0; i < n; ++i) {
+      const T* src = dy + (o * n + i) * inner;
+      T* dst = dx + (o * dim + idx[size_t(i)]) * inner;
+      for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
+    }
+  }
+}
+
+// ---- losses ------------------------------------------------------------------------------------
+
+// Per label position i (of N*D): the class it picks (-1 when ignored) and its weight (0 when
+// ignored); and g[i], the gradient of the loss with respect to the i-th term -w*logp[...]
+// divided by w: dy[i] (none), dy (sum), dy / sum of the counted weights (mean).
+struct LossGrad {
+  std::vector<int64_t> label;
+  std::vector<double> weight;
+  std::vector<double> g;
+};
+
+LossGrad loss_grad(const KernelCtx& c, const TensorRef& dyr, const TensorRef& labels, int weights_k,
+                   int64_t classes) {
+  const bool has_ignore = c.node.has("ignore_index");
+  const int64_t ignore = has_ignore ? c.node.i("ignore_index") : 0;
+  const std::vector<int64_t> lab = ints_of(labels);
+  LossGrad r;
+  r.label.resize(lab.size());
+  r.weight.resize(lab.size());
+  double wsum = 0;
+  for (size_t i = 0; i < lab.size(); ++i) {
+    const int64_t l = lab[i];
+    if (has_ignore && l == ignore) {
+      r.label[i] = -1;
+      r.weight[i] = 0;
+      continue;
+    }
+    if (l < 0 || l >= classes)
+      c.fail("label {} at flat index {} is outside [0, {}){}", l, i, classes,
+             has_ignore ? fmt::format(" and is not ignore_index {}", ignore) : std::string());
+    r.label[i] = l;
+    r.weight[i] = c.has_in(weights_k) ? load(c.in(weights_k), l) : 1.0;
+    wsum += r.weight[i];
+  }
+  const std::string& reduction = c.node.s("reduction");
+  r.g.resize(lab.size());
+  for (size_t i = 0; i < lab.size(); ++i) {
+    if (reduction == "none") r.g[i] = load(dyr, int64_t(i));
+    else if (reduction == "sum") r.g[i] = load(dyr, 0);
+    else r.g[i] = load(dyr, 0) / wsum;  // all ignored: every weight is 0 and nothing is written
+  }
+  return r;
+}
+
+// dy, scores [N, C, D], labels [N, D], weights? -> dscores = w * g * (softmax(scores) - onehot).
+template <class T>
+void sce_grad(KernelCtx& c) {
+  const TensorRef &sr = c.in(1), &dxr = c.out(0);
+  const int64_t N = sr.dim(0), C = sr.dim(1), D = N * C != 0 ? sr.numel / (N * C) : 1;
+  const LossGrad lg = loss_grad(c, c.in(0), c.in(2), 3, C);
+  const T* x = sr.as<T>();
+  T* dx = dxr.as<T>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * D; ++i) {
+    const int64_t n = i / D, d = i % D;
+    const T* xi = x + n * C * D + d;  // class k at xi[k * D]
+    T* dxi = dx + n * C * D + d;
+    const int64_t l = lg.label[size_t(i)];
+    if (l < 0) {
+      for (int64_t k = 0; k < C; ++k) dxi[k * D] = T(0);
+      continue;
+    }
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t k = 0; k < C; ++k) mx = std::max(mx, double(xi[k * D]));
+    double s = 0;
+    for (int64_t k = 0; k < C; ++k) s += std::exp(double(xi[k * D]) - mx);
+    const double scale = lg.weight[size_t(i)] * lg.g[size_t(i)];
+    for (int64_t k = 0; k < C; ++k) {
+      const double p = std::exp(double(xi[k * D]) - mx) / s;
+      dxi[k * D] = T(scale * (p - (k == l ? 1.0 : 0.0)));
+    }
+  }
+}
+
+// dy, labels [N, D], x_shape [N, C, D], weights? -> dx with dx[n, label, d] = -w * g, 0 elsewhere.
+template <class T>
+void nll_grad(KernelCtx& c) {
+  const TensorRef& dxr = c.out(0);
+  const int64_t N = dxr.dim(0), C = dxr.dim(1), D = N * C != 0 ? dxr.numel / (N * C) : 1;
+  const LossGrad lg = loss_grad(c, c.in(0), c.in(1), 3, C);
+  T* dx = dxr.as<T>();
+  std::fill(dx, dx + dxr.numel, T(0));
+  for (int64_t i = 0; i < N * D; ++i) {
+    const int64_t l = lg.label[size_t(i)];
+    if (l >= 0) dx[(i / D) * C * D + l * D + i % D] = T(-lg.weight[size_t(i)] * lg.g[size_t(i)]);
+  }
+}
+
+}  // namespace
+
+void ConvGradFilter_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() { conv_grad_filter<T>(c); });
+}
+void MaxPoolGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() { max_pool_grad<T>(c); });
+}
+void AveragePoolGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() { average_pool_grad<T>(c); });
+}
+void BatchNormalizationGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(1).dtype, [&]<class T>() { batch_norm_grad<T>(c); });
+}
+void LayerNormalizationGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(1).dtype, [&]<class T>() { layer_norm_grad<T>(c); });
+}
+void GatherGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() { gather_grad<T>(c); });
+}
+void SoftmaxCrossEntropyLossGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(1).dtype, [&]<class T>() { sce_grad<T>(c); });
+}
+void NegativeLogLikelihoodLossGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() { nll_grad<T>(c); });
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,16 @@
+// Gradient rules of the internal gradient ops (category grad in graph/op_table.h): onnxdp does
+// not differentiate its backward pass (no second derivatives).
+#include "graph/autodiff.h"
+
+namespace onnxdp {
+
+void grad_ConvGradFilter(GradCtx& c) { gradient_missing(c); }
+void grad_MaxPoolGrad(GradCtx& c) { gradient_missing(c); }
+void grad_AveragePoolGrad(GradCtx& c) { gradient_missing(c); }
+void grad_BatchNormalizationGrad(GradCtx& c) { gradient_missing(c); }
+void grad_LayerNormalizationGrad(GradCtx& c) { gradient_missing(c); }
+void grad_GatherGrad(GradCtx& c) { gradient_missing(c); }
+void grad_SoftmaxCrossEntropyLossGrad(GradCtx& c) { gradient_missing(c); }
+void grad_NegativeLogLikelihoodLossGrad(GradCtx& c) { gradient_missing(c); }
+
+}  // namespace onnxdp

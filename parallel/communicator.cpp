@@ -1,0 +1,386 @@
+#include "parallel/communicator.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "graph/error.h"
+#include "parallel/local_group.h"
+
+namespace onnxdp {
+
+// ---------------------------------------------------------------------------------------------
+// Communicator: validation, the communication thread, wait time.
+
+Communicator::Communicator(CommOptions opts) : opts_(opts) {
+  if (!(opts_.timeout_s > 0)) fail("communicator timeout must be positive, got {}", opts_.timeout_s);
+}
+
+Communicator::~Communicator() {
+  // Derived classes call stop_comm_thread() first; this only covers one that did not.
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Communicator::stop_comm_thread() {
+  bool pending;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending = busy_ || !queue_.empty();
+  }
+  // Peers must not wait out the timeout for collectives this replica will never finish.
+  if (pending) abort(fmt::format("{} was destroyed with all-reduces in flight", describe()));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Communicator::check_usable() const {
+  if (!failed_.empty()) fail("{}: unusable after an earlier error: {}", describe(), failed_);
+}
+
+template <class F>
+void Communicator::run_blocking(F&& f) {
+  {
+    // Collectives keep one order: the asynchronous ones queued before this call go first.
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
+    check_usable();
+  }
+  try {
+    f();
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (failed_.empty()) failed_ = e.what();
+    }
+    abort(e.what());
+    throw;
+  }
+}
+
+void Communicator::all_reduce_sum(void* data, int64_t count, DType dtype) {
+  check_reduce_dtype(dtype);
+  if (count < 0) fail("all_reduce_sum: negative count {}", count);
+  if (count > 0 && !data) fail("all_reduce_sum: null buffer for {} elements", count);
+  run_blocking([&] { do_all_reduce_sum(data, count, dtype); });
+}
+
+void Communicator::broadcast(void* data, size_t bytes, int root) {
+  if (root < 0 || root >= size()) fail("broadcast: root {} is not a replica of a world of {}", root, size());
+  if (bytes > 0 && !data) fail("broadcast: null buffer for {} bytes", bytes);
+  run_blocking([&] { do_broadcast(data, bytes, root); });
+}
+
+void Communicator::all_gather_bytes(const void* mine, size_t bytes, std::vector<std::vector<uint8_t>>& all) {
+  if (bytes > 0 && !mine) fail("all_gather_bytes: null buffer for {} bytes", bytes);
+  run_blocking([&] { do_all_gather_bytes(mine, bytes, all); });
+}
+
+void Communicator::barrier() {
+  run_blocking([&] { do_barrier(); });
+}
+
+Communicator::Handle Communicator::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
+  check_reduce_dtype(dtype);
+  if (count < 0) fail("start_all_reduce_sum: negative count {}", count);
+  if (count > 0 && !data) fail("start_all_reduce_sum: null buffer for {} elements", count);
+  std::lock_guard<std::mutex> lk(mu_);
+  check_usable();
+  if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
+  uint64_t id = next_id_++;
+  queue_.push_back(Task{id, data, count, dtype});
+  results_[id] = Result{};
+  cv_.notify_all();
+  return Handle{id};
+}
+
+void Communicator::comm_thread_main() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop requested and nothing left
+    Task t = queue_.front();
+    queue_.pop_front();
+    busy_ = true;
+    std::string failed = failed_;
+    lk.unlock();
+    std::exception_ptr error;
+    if (!failed.empty()) {
+      error = std::make_exception_ptr(
+          Error(fmt::format("{}: unusable after an earlier error: {}", describe(), failed)));
+    } else {
+      try {
+        do_all_reduce_sum(t.data, t.count, t.dtype);
+      } catch (const std::exception& e) {
+        error = std::current_exception();
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          if (failed_.empty()) failed_ = e.what();
+        }
+        abort(e.what());
+      } catch (...) {
+        error = std::current_exception();
+        std::lock_guard<std::mutex> g(mu_);
+        if (failed_.empty()) failed_ = "unknown exception in an all-reduce";
+      }
+    }
+    lk.lock();
+    auto it = results_.find(t.id);
+    if (it != results_.end()) {
+      it->second.done = true;
+      it->second.error = error;
+    }
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void Communicator::wait(Handle h) {
+  if (h.id == 0) return;
+  auto t0 = std::chrono::steady_clock::now();
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto it = results_.find(h.id);
+    if (it == results_.end()) {
+      if (h.id >= next_id_) fail("wait: handle {} was never started on {}", h.id, describe());
+      return;  // already waited
+    }
+    // Bounded: every queued all-reduce obeys the timeout, and after an error the rest fail at once.
+    cv_.wait(lk, [&] { return it->second.done; });
+    error = it->second.error;
+    results_.erase(it);
+  }
+  wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  if (error) std::rethrow_exception(error);
+}
+
+void Communicator::wait_all() {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [id, r] : results_) ids.push_back(id);
+  }
+  std::exception_ptr first;
+  for (uint64_t id : ids) {
+    try {
+      wait(Handle{id});
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void Communicator::leave() {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
+  }
+  do_leave();
+}
+
+double Communicator::comm_wait_ms() const { return wait_ns_.load() / 1e6; }
+void Communicator::reset_comm_wait_ms() { wait_ns_ = 0; }
+
+// ---------------------------------------------------------------------------------------------
+// In-process world: replicas are threads; one LocalGroup holds their rendezvous.
+
+namespace {
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<LocalGroup> group, int rank, CommOptions opts)
+      : Communicator(opts), group_(std::move(group)), rank_(rank) {}
+  ~InProcessCommunicator() override {
+    stop_comm_thread();
+    group_->leave(rank_, true);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  std::string describe() const override { return fmt::format("in-process replica {} of {}", rank_, size()); }
+  void abort(const std::string& reason) override { group_->abort(reason); }
+
+ protected:
+  void do_all_reduce_sum(void* data, int64_t count, DType dtype) override {
+    CollectiveCall c = next("all_reduce");
+    c.count = count;
+    c.dtype = dtype;
+    c.data = data;
+    group_->arrive(rank_, c);
+    int n = size();
+    if (n == 1) {
+      group_->sync(rank_);
+      return;
+    }
+    // Each replica sums its slice of the elements over all replicas, in replica order, and writes
+    // the sum into every replica's buffer: the result is the same bits everywhere.
+    std::vector<void*> bufs(n);
+    for (int j = 0; j < n; ++j) bufs[j] = group_->call(j).data;
+    int64_t lo, hi;
+    reduce_slice(count, n, rank_, &lo, &hi);
+    sum_range(bufs, bufs, lo, hi, dtype);
+    group_->sync(rank_);
+  }
+
+  void do_broadcast(void* data, size_t bytes, int root) override {
+    CollectiveCall c = next("broadcast");
+    c.count = static_cast<int64_t>(bytes);
+    c.root = root;
+    c.data = data;
+    group_->arrive(rank_, c);
+    const void* src = group_->call(root).data;
+    if (rank_ != root && bytes) std::memmove(data, src, bytes);
+    group_->sync(rank_);
+  }
+
+  void do_all_gather_bytes(const void* mine, size_t bytes, std::vector<std::vector<uint8_t>>& all) override {
+    CollectiveCall c = next("all_gather");
+    c.cdata = mine;
+    c.bytes = bytes;
+    group_->arrive(rank_, c);
+    all.assign(size(), {});
+    for (int j = 0; j < size(); ++j) {
+      const auto* p = static_cast<const uint8_t*>(group_->call(j).cdata);
+      all[j].assign(p, p + group_->call(j).bytes);
+    }
+    group_->sync(rank_);
+  }
+
+  void do_barrier() override {
+    group_->arrive(rank_, next("barrier"));
+    group_->sync(rank_);
+  }
+
+  void do_leave() override { group_->leave(rank_, true); }
+  void do_rejoin() override { group_->leave(rank_, false); }
+
+ private:
+  CollectiveCall next(const char* op) {
+    CollectiveCall c;
+    c.op = op;
+    c.index = ++calls_;
+    return c;
+  }
+
+  std::shared_ptr<LocalGroup> group_;
+  int rank_;
+  uint64_t calls_ = 0;  // collectives this replica made (asynchronous ones included)
+};
+
+int env_int(const char* name, bool* present) {
+  const char* v = std::getenv(name);
+  *present = v && *v;
+  if (!*present) return 0;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 30)) fail("environment variable {}={} is not a process count or rank", name, v);
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+CommWorld make_in_process_world(int n, CommOptions opts) {
+  if (n < 1) fail("a world needs at least one replica, got {}", n);
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) names.push_back(fmt::format("replica {}", i));
+  auto group = std::make_shared<LocalGroup>(n, opts, names);
+  CommWorld world;
+  for (int i = 0; i < n; ++i) world.push_back(std::make_unique<InProcessCommunicator>(group, i, opts));
+  return world;
+}
+
+LaunchInfo detect_launch() {
+  LaunchInfo li;
+  bool has_size, has_rank;
+  // Open MPI's mpirun/mpiexec.
+  int size = env_int("OMPI_COMM_WORLD_SIZE", &has_size);
+  int rank = env_int("OMPI_COMM_WORLD_RANK", &has_rank);
+  if (has_size) {
+    li = {true, rank, size, fmt::format("Open MPI (OMPI_COMM_WORLD_SIZE={})", size)};
+  } else {
+    // PMI: MPICH's Hydra, srun --mpi=pmi2.
+    size = env_int("PMI_SIZE", &has_size);
+    rank = env_int("PMI_RANK", &has_rank);
+    if (has_size) {
+      li = {true, rank, size, fmt::format("PMI (PMI_SIZE={})", size)};
+    } else {
+      // srun sets SLURM_STEP_ID and SLURM_STEP_NUM_TASKS for each task; a batch script alone has
+      // SLURM_NTASKS and SLURM_PROCID too but is one process, not a launch.
+      bool in_step;
+      env_int("SLURM_STEP_ID", &in_step);
+      size = env_int("SLURM_STEP_NUM_TASKS", &has_size);
+      if (!has_size && in_step) size = env_int("SLURM_NTASKS", &has_size);
+      rank = env_int("SLURM_PROCID", &has_rank);
+      if (has_size) li = {true, rank, size, fmt::format("Slurm srun ({} tasks)", size)};
+    }
+  }
+  if (li.launched && (li.size < 1 || li.rank >= li.size))
+    fail("launcher environment is inconsistent: {} says rank {} of {}", li.launcher, li.rank, li.size);
+  return li;
+}
+
+#if !ONNXDP_HAVE_MPI
+bool mpi_built() { return false; }
+CommWorld make_mpi_world(int, CommOptions) {
+  fail("this onnxdp was built without MPI (CMake did not find it): install libopenmpi-dev and rebuild");
+}
+#endif
+
+CommWorld make_world(int local_replicas, CommOptions opts) {
+  LaunchInfo li = detect_launch();
+  if (li.launched) {
+    if (mpi_built()) return make_mpi_world(local_replicas, opts);
+    if (li.size > 1)
+      fail("started as rank {} of {} by {}, but this onnxdp was built without MPI: the processes could not "
+           "talk to each other (install libopenmpi-dev and rebuild, or run without the launcher)",
+           li.rank, li.size, li.launcher);
+  }
+  return make_in_process_world(local_replicas, opts);
+}
+
+void run_replicas(CommWorld& world, const std::function<void(Communicator&)>& body) {
+  std::mutex mu;
+  std::exception_ptr first;
+  // A world may run several times (e.g. once per phase): replicas that left the last run come back.
+  for (auto& c : world) c->rejoin();
+  std::vector<std::thread> threads;
+  threads.reserve(world.size());
+  for (size_t i = 0; i < world.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Communicator& comm = *world[i];
+      try {
+        body(comm);
+        // Peers still waiting for this replica in a collective fail at once, not at the timeout.
+        comm.leave();
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          if (!first) first = std::current_exception();
+        }
+        comm.abort(fmt::format("replica {} failed: {}", comm.rank(), e.what()));
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          if (!first) first = std::current_exception();
+        }
+        comm.abort(fmt::format("replica {} failed with an unknown exception", comm.rank()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace onnxdp

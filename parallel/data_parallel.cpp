@@ -1,0 +1,242 @@
+#include "parallel/data_parallel.h"
+
+#include <algorithm>
+#include <map>
+
+namespace onnxdp {
+
+std::vector<int64_t> shard_rows(int64_t global_batch, int world_size) {
+  std::vector<int64_t> rows(size_t(world_size), global_batch / world_size);
+  for (int64_t r = 0; r < global_batch % world_size; ++r) ++rows[size_t(r)];
+  return rows;
+}
+
+int64_t shard_offset(int64_t global_batch, int world_size, int replica) {
+  std::vector<int64_t> rows = shard_rows(global_batch, world_size);
+  int64_t off = 0;
+  for (int r = 0; r < replica; ++r) off += rows[size_t(r)];
+  return off;
+}
+
+namespace {
+
+// Appends nodes to g; names are unique under a prefix.
+struct Emitter {
+  Graph& g;
+  std::string prefix;
+  int n = 0;
+  std::vector<ValueId> emit_n(Op op, std::vector<ValueId> ins, std::map<std::string, Attr> attrs, int n_out) {
+    std::string base = fmt::format("{}/{}{}", prefix, op_name(op), n++);
+    std::vector<std::string> outs;
+    for (int k = 0; k < n_out; ++k) outs.push_back(n_out == 1 ? base : fmt::format("{}_{}", base, k));
+    int idx = g.add_node(op, base, std::move(ins), outs, std::move(attrs));
+    return g.nodes[size_t(idx)].outputs;
+  }
+  ValueId emit(Op op, std::vector<ValueId> ins, std::map<std::string, Attr> attrs = {}) {
+    return emit_n(op, std::move(ins), std::move(attrs), 1)[0];
+  }
+  ValueId constant(Tensor t) {
+    Value v;
+    v.name = fmt::format("{}/const{}", prefix, n++);
+    v.dtype = t.dtype();
+    v.shape = t.shape();
+    v.kind = ValueKind::constant;
+    v.data = std::move(t);
+    return g.add_value(std::move(v));
+  }
+  ValueId scalar(double x, DType t) {
+    Tensor s(t, {});
+    if (t == DType::f64) s.as<double>()[0] = x;
+    else if (t == DType::f32) s.as<float>()[0] = float(x);
+    else fail("{}: a {} constant is not supported", prefix, dtype_name(t));
+    return constant(std::move(s));
+  }
+  ValueId ints(const std::vector<int64_t>& v) { return constant(Tensor::from_i64(v)); }
+  // An Identity writing into an existing value id (so its consumers are kept).
+  void alias(ValueId from, ValueId to) {
+    Node n;
+    n.name = fmt::format("{}/Identity{}", prefix, n_id());
+    n.op = Op::Identity;
+    n.inputs = {from};
+    n.outputs = {to};
+    g.value(to).producer = int(g.nodes.size());
+    g.nodes.push_back(std::move(n));
+  }
+  int n_id() { return n++; }
+};
+
+void fix_producers(Graph& g) {
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (ValueId o : g.nodes[ni].outputs)
+      if (o != kNoValue) g.value(o).producer = int(ni);
+}
+
+// Training-mode BatchNormalization with statistics over the global batch, from ordinary ops:
+//   mean = AllReduce(sum x) / n,  var = AllReduce(sum (x - mean)^2) / n  (biased, as ONNX),
+//   y = (x - mean) / sqrt(var + eps) * scale + bias, running = running * m + batch * (1 - m).
+void global_batchnorm(Graph& g, const Node& bn, const DataParallelOptions& o, Emitter& e) {
+  ValueId x = bn.inputs[0];
+  const Shape xs = g.value(x).shape;
+  const DType t = g.value(x).dtype;
+  const int64_t r = int64_t(xs.size());
+  std::vector<int64_t> axes = {0};
+  int64_t spatial = 1;
+  for (int64_t a = 2; a < r; ++a) axes.push_back(a), spatial *= xs[size_t(a)];
+  const double count = double(o.global_batch) * double(spatial);
+  Shape cshape(size_t(r), 1);
+  cshape[1] = xs[1];
+  std::map<std::string, Attr> keep = {{"keepdims", Attr(int64_t(1))}};
+  ValueId inv_n = e.scalar(1.0 / count, t);
+  ValueId s1 = e.emit(Op::ReduceSum, {x, e.ints(axes)}, keep);
+  ValueId mean = e.emit(Op::Mul, {e.emit(Op::AllReduce, {s1}), inv_n});
+  ValueId d = e.emit(Op::Sub, {x, mean});
+  ValueId s2 = e.emit(Op::ReduceSum, {e.emit(Op::Mul, {d, d}), e.ints(axes)}, keep);
+  ValueId var = e.emit(Op::Mul, {e.emit(Op::AllReduce, {s2}), inv_n});
+  ValueId inv_std = e.emit(Op::Reciprocal, {e.emit(Op::Sqrt, {e.emit(Op::Add, {var, e.scalar(bn.f("epsilon"), t)})})});
+  ValueId scale = e.emit(Op::Reshape, {bn.inputs[1], e.ints(cshape)});
+  ValueId bias = e.emit(Op::Reshape, {bn.inputs[2], e.ints(cshape)});
+  ValueId y = e.emit(Op::Add, {e.emit(Op::Mul, {e.emit(Op::Mul, {d, inv_std}), scale}), bias});
+  e.alias(y, bn.outputs[0]);
+  const double m = bn.f("momentum");
+  for (int k = 1; k < 3 && k < int(bn.outputs.size()); ++k) {
+    if (bn.outputs[size_t(k)] == kNoValue) continue;
+    ValueId batch = e.emit(Op::Reshape, {k == 1 ? mean : var, e.ints({xs[1]})});
+    ValueId run = e.emit(Op::Add, {e.emit(Op::Mul, {bn.inputs[size_t(k + 2)], e.scalar(m, t)}),
+                                   e.emit(Op::Mul, {batch, e.scalar(1.0 - m, t)})});
+    e.alias(run, bn.outputs[size_t(k)]);
+  }
+}
+
+// --local-bn: the node keeps its per-replica statistics; its running statistics are averaged so
+// every replica keeps identical buffers.
+void local_batchnorm(Graph& g, Node bn, const DataParallelOptions& o, Emitter& e) {
+  std::vector<std::pair<ValueId, ValueId>> averaged;  // (local value, original id)
+  for (int k = 1; k < 3 && k < int(bn.outputs.size()); ++k) {
+    ValueId orig = bn.outputs[size_t(k)];
+    if (orig == kNoValue) continue;
+    Value v = g.value(orig);
+    v.name += "/local";
+    ValueId local = g.add_value(std::move(v));
+    bn.outputs[size_t(k)] = local;
+    averaged.emplace_back(local, orig);
+  }
+  int idx = int(g.nodes.size());
+  for (ValueId out : bn.outputs)
+    if (out != kNoValue) g.value(out).producer = idx;
+  g.nodes.push_back(bn);
+  for (auto [local, orig] : averaged) {
+    DType t = g.value(local).dtype;
+    ValueId avg = e.emit(Op::Mul, {e.emit(Op::AllReduce, {local}), e.scalar(1.0 / o.world_size, t)});
+    e.alias(avg, orig);
+  }
+}
+
+}  // namespace
+
+void data_parallel_forward(Graph& g, const DataParallelOptions& o, const std::vector<std::string>& batch_inputs) {
+  if (o.world_size <= 1) return;
+  const int64_t rows = shard_rows(o.global_batch, o.world_size)[size_t(o.replica)];
+  // Scatter: the graph input keeps its name with the global batch's shape; its old value (read
+  // by the model) becomes the Scatter's output.
+  std::vector<Node> scatters;
+  for (const std::string& name : batch_inputs) {
+    ValueId local = g.find(name);
+    if (local == kNoValue) fail("data parallel: the graph has no input '{}'", name);
+    auto it = std::find(g.inputs.begin(), g.inputs.end(), local);
+    if (it == g.inputs.end()) fail("data parallel: '{}' is not a graph input", name);
+    Value& lv = g.value(local);
+    if (lv.shape.empty() || lv.shape[0] != rows)
+      fail("data parallel: input '{}' has shape {}, expected {} rows for replica {}", name, shape_str(lv.shape), rows,
+           o.replica);
+    Value global = lv;
+    global.shape[0] = o.global_batch;
+    lv.name = name + "/shard";
+    lv.kind = ValueKind::activation;
+    ValueId gid = g.add_value(std::move(global));
+    *std::find(g.inputs.begin(), g.inputs.end(), local) = gid;
+    Node s;
+    s.name = name + "/Scatter";
+    s.op = Op::Scatter;
+    s.inputs = {gid};
+    s.outputs = {local};
+    s.attrs["rows"] = Attr(rows);
+    scatters.push_back(std::move(s));
+  }
+  std::vector<Node> old = std::move(g.nodes);
+  g.nodes = std::move(scatters);
+  Emitter e{g, "dp"};
+  for (Node& n : old) {
+    bool training_bn = n.op == Op::BatchNormalization && n.i("training_mode") != 0;
+    if (!training_bn) {
+      g.nodes.push_back(std::move(n));
+      continue;
+    }
+    e.prefix = (n.name.empty() ? std::string("BatchNormalization") : n.name) + "/dp";
+    if (o.local_bn) local_batchnorm(g, n, o, e);
+    else global_batchnorm(g, n, o, e);
+  }
+  fix_producers(g);
+}
+
+std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grads, const DataParallelOptions& o) {
+  std::vector<Bucket> buckets;
+  if (o.world_size <= 1) return buckets;
+  // Production order: by the index of the node producing each gradient.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (grads[i] != kNoValue) order.push_back(i);
+  auto producer = [&](size_t i) { return g.value(grads[i]).producer; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return producer(a) < producer(b); });
+  std::vector<std::vector<size_t>> members;
+  size_t cap = size_t(o.first_bucket_mb * 1024 * 1024), used = 0;
+  for (size_t i : order) {
+    const Value& v = g.value(grads[i]);
+    size_t bytes = size_t(shape_numel(v.shape)) * dtype_size(v.dtype);
+    if (members.empty() || (used > 0 && used + bytes > cap)) {
+      if (!members.empty()) cap = size_t(o.bucket_mb * 1024 * 1024);
+      members.emplace_back();
+      buckets.emplace_back();
+      used = 0;
+    }
+    members.back().push_back(i);
+    buckets.back().grads.push_back(grads[i]);
+    buckets.back().bytes += bytes;
+    used += bytes;
+  }
+  // Each bucket's AllReduce goes right after the node producing its last gradient.
+  std::vector<std::pair<int, Node>> inserts;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    Node n;
+    n.name = fmt::format("dp/grad_bucket{}", b);
+    n.op = Op::AllReduce;
+    n.attrs["async"] = Attr(int64_t(1));
+    int last = -1;
+    for (size_t i : members[b]) {
+      ValueId gid = grads[i];
+      last = std::max(last, g.value(gid).producer);
+      n.inputs.push_back(gid);
+      Value v = g.value(gid);
+      v.name = g.value(gid).name + "/allreduce";
+      ValueId out = g.add_value(std::move(v));
+      n.outputs.push_back(out);
+      grads[i] = out;
+    }
+    inserts.emplace_back(last, std::move(n));
+  }
+  std::vector<Node> old = std::move(g.nodes);
+  g.nodes.clear();
+  std::vector<int> where(buckets.size());
+  for (int ni = -1; ni < int(old.size()); ++ni) {
+    if (ni >= 0) g.nodes.push_back(std::move(old[size_t(ni)]));
+    for (size_t b = 0; b < inserts.size(); ++b)
+      if (inserts[b].first == ni) {
+        where[b] = int(g.nodes.size());
+        g.nodes.push_back(inserts[b].second);
+      }
+  }
+  for (size_t b = 0; b < buckets.size(); ++b) buckets[b].node = where[b];
+  fix_producers(g);
+  return buckets;
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,50 @@
+// The data-parallel rewrite: one SPMD training graph that every replica runs on its shard.
+//
+//   forward + loss (normalised by the GLOBAL batch, graph/passes/loss.h)
+//     -> data_parallel_forward: Scatter on every batch input; training-mode BatchNormalization
+//        with statistics over the global batch (AllReduce of the sums), or, with local_bn, its
+//        per-replica statistics and running statistics averaged over replicas
+//     -> autodiff (the AllReduce nodes of the forward get AllReduce gradients)
+//     -> data_parallel_gradients: AllReduce buckets over the gradients, in the order backward
+//        produces them, a small first bucket then bucket_mb each, each placed right after the node
+//        producing its last gradient and launched asynchronously
+// Gradients of a replica are sums over its rows of a loss normalised by the global count, so their
+// all-reduced sum is exactly the gradient one device computes on the whole batch, even when the
+// shards are uneven. A world of one is left unchanged.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace onnxdp {
+
+struct DataParallelOptions {
+  int world_size = 1;
+  int replica = 0;             // this replica's global index
+  int64_t global_batch = 0;    // rows of the global batch this graph is built for
+  bool local_bn = false;       // DDP's per-replica BatchNormalization statistics
+  double first_bucket_mb = 1;  // as DDP: a small first bucket so communication starts early
+  double bucket_mb = 25;
+};
+
+// Rows of each replica for a global batch: split as DataParallel does (64 on 2 -> 32 + 32; an
+// uneven split gives the first replicas one more).
+std::vector<int64_t> shard_rows(int64_t global_batch, int world_size);
+// Index of replica r's first row in the global batch.
+int64_t shard_offset(int64_t global_batch, int world_size, int replica);
+
+// Scatter on the graph inputs named in batch_inputs (their shape becomes the global batch's;
+// consumers read the replica's rows) and the BatchNormalization rewrite.
+void data_parallel_forward(Graph& g, const DataParallelOptions& o, const std::vector<std::string>& batch_inputs);
+
+struct Bucket {
+  std::vector<ValueId> grads;  // in production order
+  size_t bytes = 0;
+  int node = -1;               // index of its AllReduce node in g.nodes
+};
+
+// Inserts the AllReduce buckets; grads[i] is replaced by its all-reduced value.
+std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grads, const DataParallelOptions& o);
+
+}  // namespace onnxdp

@@ -1,0 +1,191 @@
+// Gradient rules of Min / Max, ReduceMax, Gather, Tile and strided Slice: float64 central
+// differences (tests/graph/gradcheck.h), and hand-derived values where ties make the function
+// non-differentiable (the gradient is split evenly among the tied elements, as torch.amax and
+// torch.maximum do).
+#include "tests/graph/gradcheck.h"
+
+using namespace onnxdp;
+using namespace onnxdp::testing;
+
+namespace {
+using Ints = std::vector<int64_t>;
+
+// d sum(out * R) / d params, for a graph built in c (R: the given weights, or all ones).
+std::vector<Tensor> gradients(Case& c, ValueId out, std::vector<double> r = {}) {
+  Tensor rt(c.g.value(out).dtype, c.g.value(out).shape);
+  for (int64_t i = 0; i < rt.numel(); ++i) c.set(rt, i, r.empty() ? 1.0 : r[size_t(i)]);
+  ValueId loss = c.node(Op::ReduceSum, {c.node(Op::Mul, {out, c.constant(rt, "R")})}, {{"keepdims", Attr(int64_t(0))}});
+  std::vector<ValueId> ps = c.params;
+  std::vector<ValueId> grads = autodiff(c.g, loss, ps);
+  c.g.outputs.clear();
+  for (ValueId gr : grads) {
+    REQUIRE(gr != kNoValue);
+    c.g.outputs.push_back(gr);
+  }
+  verify(c.g);
+  Plan plan(c.g);
+  auto out_map = plan.run({});
+  std::vector<Tensor> res;
+  for (ValueId gr : grads) res.push_back(out_map.at(c.g.value(gr).name));
+  return res;
+}
+
+ValueId fixed_param(Case& c, const std::string& name, Shape s, std::vector<double> v) {
+  ValueId id = c.param(name, std::move(s));
+  Tensor& t = c.g.value(id).data;
+  for (int64_t i = 0; i < t.numel(); ++i) c.set(t, i, v[size_t(i)]);
+  return id;
+}
+
+void check_values(const Tensor& got, const std::vector<double>& want) {
+  REQUIRE(got.numel() == int64_t(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(Case::get(got, int64_t(i)) == doctest::Approx(want[i]).epsilon(1e-12));
+  }
+}
+}  // namespace
+
+// ---- Min / Max -----------------------------------------------------------------------------------
+
+TEST_CASE("autodiff more: Min and Max, broadcasting, two and three inputs") {
+  for (Op op : {Op::Min, Op::Max}) {
+    CAPTURE(op_name(op));
+    {
+      Case c;
+      ValueId a = c.param("a", {2, 3});
+      ValueId b = c.param("b", {3});
+      gradcheck(c, c.node(op, {a, b}));
+    }
+    {
+      Case c;
+      ValueId a = c.param("a", {2, 1, 3});
+      ValueId b = c.param("b", {4, 1});
+      ValueId d = c.param("d", {2, 4, 3});
+      gradcheck(c, c.node(op, {a, b, d}));
+    }
+    {
+      Case c;
+      ValueId a = c.param("a", {5});
+      gradcheck(c, c.node(op, {a}));
+    }
+  }
+}
+
+TEST_CASE("autodiff more: Max / Min split the gradient evenly among tied inputs") {
+  // a = [1, 2, 3], b = [1, 5, 3], d = [1, 0, 0]; weights R = [2, 3, 4].
+  // Max: element 0 tied three ways (2/3 each), element 1 b, element 2 a and b tied (2 each).
+  for (Op op : {Op::Max, Op::Min}) {
+    CAPTURE(op_name(op));
+    Case c;
+    ValueId a = fixed_param(c, "a", {3}, {1, 2, 3});
+    ValueId b = fixed_param(c, "b", {3}, {1, 5, 3});
+    ValueId d = fixed_param(c, "d", {3}, {1, 0, 0});
+    std::vector<Tensor> g = gradients(c, c.node(op, {a, b, d}), {2, 3, 4});
+    if (op == Op::Max) {
+      check_values(g[0], {2.0 / 3, 0, 2});
+      check_values(g[1], {2.0 / 3, 3, 2});
+      check_values(g[2], {2.0 / 3, 0, 0});
+    } else {  // Min: element 0 tied three ways, elements 1 and 2 d
+      check_values(g[0], {2.0 / 3, 0, 0});
+      check_values(g[1], {2.0 / 3, 0, 0});
+      check_values(g[2], {2.0 / 3, 3, 4});
+    }
+  }
+}
+
+// ---- ReduceMax -----------------------------------------------------------------------------------
+
+TEST_CASE("autodiff more: ReduceMax over some axes, all axes, keepdims 0 and 1, noop") {
+  for (int64_t keep : {0, 1}) {
+    CAPTURE(keep);
+    Case c;
+    ValueId x = c.param("x", {2, 3, 4});
+    ValueId m1 = c.node(Op::ReduceMax, {x, c.ints({1}, "a1")}, {{"keepdims", Attr(keep)}});
+    ValueId m2 = c.node(Op::ReduceMax, {x, c.ints({0, -1}, "a2")}, {{"keepdims", Attr(keep)}});
+    ValueId m3 = c.node(Op::ReduceMax, {x}, {{"keepdims", Attr(keep)}});
+    ValueId s1 = c.node(Op::ReduceSum, {m1}, {{"keepdims", Attr(int64_t(0))}});
+    ValueId s2 = c.node(Op::ReduceSum, {c.node(Op::Mul, {m2, m2})}, {{"keepdims", Attr(int64_t(0))}});
+    gradcheck(c, c.node(Op::Add, {c.node(Op::Add, {s1, s2}), m3}));
+  }
+  Case c;
+  ValueId x = c.param("x", {2, 3});
+  gradcheck(c, c.node(Op::ReduceMax, {x, c.ints({}, "none")}, {{"noop_with_empty_axes", Attr(int64_t(1))}}));
+}
+
+TEST_CASE("autodiff more: ReduceMax splits ties evenly (torch.amax)") {
+  // x = [[1, 3, 3], [2, 2, 2]] max over axis 1 with R = [6, 9]: row 0 ties twice, row 1 three times.
+  Case c;
+  ValueId x = fixed_param(c, "x", {2, 3}, {1, 3, 3, 2, 2, 2});
+  std::vector<Tensor> g = gradients(c, c.node(Op::ReduceMax, {x, c.ints({1}, "ax")}, {{"keepdims", Attr(int64_t(0))}}), {6, 9});
+  check_values(g[0], {0, 3, 3, 3, 3, 3});
+}
+
+// ---- Gather, Tile --------------------------------------------------------------------------------
+
+TEST_CASE("autodiff more: Gather with repeated and negative indices, on inner axes, scalar index") {
+  {
+    Case c;  // an embedding lookup: rows 1 and 3 picked twice (one by a negative index)
+    ValueId x = c.param("x", {5, 3});
+    ValueId idx = c.constant(Tensor::from_i64({1, 3, -4, 0, -2, 3}, {2, 3}), "idx");
+    gradcheck(c, c.node(Op::Gather, {x, idx}));
+  }
+  {
+    Case c;
+    ValueId x = c.param("x", {2, 4, 3});
+    ValueId idx = c.constant(Tensor::from_i64({3, 0, 3}), "idx");
+    gradcheck(c, c.node(Op::Gather, {x, idx}, {{"axis", Attr(int64_t(1))}}));
+  }
+  {
+    Case c;
+    ValueId x = c.param("x", {2, 4, 3});
+    ValueId idx = c.constant(Tensor::from_i64({2}, {}), "idx");
+    gradcheck(c, c.node(Op::Gather, {x, idx}, {{"axis", Attr(int64_t(-1))}}));
+  }
+  {
+    Case c;  // int32 indices
+    ValueId x = c.param("x", {4, 2});
+    Tensor i32(DType::i32, {3});
+    i32.as<int32_t>()[0] = 2;
+    i32.as<int32_t>()[1] = 2;
+    i32.as<int32_t>()[2] = 0;
+    gradcheck(c, c.node(Op::Gather, {x, c.constant(i32, "idx")}));
+  }
+}
+
+TEST_CASE("autodiff more: Tile") {
+  for (Ints reps : {Ints{2, 1, 3}, Ints{1, 1, 1}, Ints{1, 4, 1}}) {
+    Case c;
+    ValueId x = c.param("x", {2, 3, 2});
+    gradcheck(c, c.node(Op::Tile, {x, c.ints(reps, "reps")}));
+  }
+}
+
+// ---- Slice with steps ----------------------------------------------------------------------------
+
+TEST_CASE("autodiff more: Slice with positive, negative and clamped steps on several axes") {
+  struct S {
+    Ints starts, ends, axes, steps;
+  };
+  for (const S& s : {S{{0}, {7}, {1}, {2}},                  // every other column
+                     S{{1, 6}, {5, 0}, {0, 1}, {3, -2}},     // step 3 rows, reversed every other column
+                     S{{-1}, {-100}, {1}, {-1}},             // a full reversal (end clamped)
+                     S{{4, 2}, {-10, 100}, {0, 1}, {-1, 4}}, // both clamped
+                     S{{2}, {3}, {0}, {5}},                  // one element with a large step
+                     S{{0, 1}, {5, 7}, {0, 1}, {1, 1}}}) {   // unit steps
+    CAPTURE(s.steps[0]);
+    Case c;
+    ValueId x = c.param("x", {5, 7, 2});
+    gradcheck(c, c.node(Op::Slice, {x, c.ints(s.starts, "st"), c.ints(s.ends, "en"), c.ints(s.axes, "ax"),
+                                    c.ints(s.steps, "sp")}));
+  }
+}
+
+TEST_CASE("autodiff more: Slice that reads nothing gives a zero gradient") {
+  Case c;
+  ValueId x = c.param("x", {3, 4});
+  ValueId a = c.param("a", {3, 4});
+  ValueId empty = c.node(Op::Slice, {x, c.ints({2}, "st"), c.ints({2}, "en"), c.ints({1}, "ax")});  // [3, 0]
+  ValueId s = c.node(Op::ReduceSum, {empty, c.ints({1}, "r")}, {{"keepdims", Attr(int64_t(1))}});      // [3, 1] zeros
+  gradcheck(c, c.node(Op::Add, {c.node(Op::Mul, {a, x}), s}));
+}

@@ -1,0 +1,92 @@
+// Tests of the generator ops (Constant, ConstantOfShape, Range) against numpy values (pasted),
+// the Constant attribute forms through the importer, and their ONNX node tests.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include "exec/kernel.h"
+#include "importer/importer.h"
+
+// Helpers defined in test_tensor.cpp.
+namespace onnxdp::optest {
+Tensor make(DType t, Shape s, const std::vector<double>& v);
+Tensor arange(DType t, Shape s, double start = 0, double step = 1);
+Tensor ints(std::vector<int64_t> v);
+void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& expected, double rtol = 1e-6);
+std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs = {},
+                           int n_out = 1, int first_const = 1);
+onnx::AttributeProto attr_i(const std::string& name, int64_t v);
+onnx::AttributeProto attr_f(const std::string& name, float v);
+onnx::AttributeProto attr_s(const std::string& name, const std::string& v);
+onnx::AttributeProto attr_ints(const std::string& name, const std::vector<int64_t>& v);
+onnx::AttributeProto attr_floats(const std::string& name, const std::vector<float>& v);
+onnx::AttributeProto attr_t(const std::string& name, const Tensor& t);
+std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
+                             const std::vector<onnx::AttributeProto>& attrs = {}, int n_out = 1, int first_const = 1);
+std::string error_of(const std::function<void()>& f);
+void check_node_tests(const std::set<std::string>& ops, int min_passed);
+}  // namespace onnxdp::optest
+
+using namespace onnxdp;
+using namespace onnxdp::optest;
+
+TEST_CASE("Constant copies its value attribute") {
+  Tensor v = make(DType::f32, {2, 2}, {1.5, -2, 3, 4});
+  check(run_op(Op::Constant, {}, {{"value", v}})[0], DType::f32, {2, 2}, {1.5, -2, 3, 4});
+}
+
+TEST_CASE("Constant's value_* attributes (opset 12+) become the value tensor") {
+  check(run_onnx(13, "Constant", {}, {attr_f("value_float", 2.5f)})[0], DType::f32, {}, {2.5});
+  check(run_onnx(13, "Constant", {}, {attr_floats("value_floats", {1, 2.25f})})[0], DType::f32, {2}, {1, 2.25});
+  check(run_onnx(13, "Constant", {}, {attr_i("value_int", -7)})[0], DType::i64, {}, {-7});
+  check(run_onnx(13, "Constant", {}, {attr_ints("value_ints", {4, 5, 6})})[0], DType::i64, {3}, {4, 5, 6});
+  check(run_onnx(9, "Constant", {}, {attr_t("value", make(DType::i32, {1, 2}, {8, 9}))})[0], DType::i32, {1, 2}, {8, 9});
+  std::string e = error_of([] { run_onnx(13, "Constant", {}, {attr_s("value_string", "hello")}); });
+  CHECK(e.find("string constants are not supported") != std::string::npos);
+  CHECK(e.find("test_node") != std::string::npos);
+  e = error_of([] { run_onnx(13, "Constant", {}, {attr_i("value_int", 1), attr_f("value_float", 1)}); });
+  CHECK(e.find("exactly one") != std::string::npos);
+}
+
+TEST_CASE("ConstantOfShape: default 0 f32, value's dtype, empty shapes") {
+  check(run_op(Op::ConstantOfShape, {ints({2, 3})}, {}, 1, 0)[0], DType::f32, {2, 3}, {0, 0, 0, 0, 0, 0});
+  // np.full((2,3), 5, np.int64)
+  check(run_op(Op::ConstantOfShape, {ints({2, 3})}, {{"value", Tensor::from_i64({5})}}, 1, 0)[0], DType::i64, {2, 3},
+        {5, 5, 5, 5, 5, 5});
+  check(run_op(Op::ConstantOfShape, {ints({4})}, {{"value", make(DType::f16, {1}, {1.5})}}, 1, 0)[0], DType::f16, {4},
+        {1.5, 1.5, 1.5, 1.5});
+  CHECK(run_op(Op::ConstantOfShape, {ints({0})}, {}, 1, 0)[0].shape() == Shape{0});
+  check(run_op(Op::ConstantOfShape, {Tensor(DType::i64, {0})}, {}, 1, 0)[0], DType::f32, {}, {0});
+  CHECK(error_of([] { run_op(Op::ConstantOfShape, {ints({2, -1})}, {}, 1, 0); }).find("negative") != std::string::npos);
+  // the shape must be known when loading
+  CHECK(error_of([] { run_op(Op::ConstantOfShape, {ints({2})}, {}, 1, 1); }).find("must be known") != std::string::npos);
+}
+
+TEST_CASE("Range (numpy arange)") {
+  // np.arange(10, 4, -3), np.arange(-5, 5, 4), np.arange(5, 5, 1)
+  check(run_op(Op::Range, {make(DType::i32, {}, {10}), make(DType::i32, {}, {4}), make(DType::i32, {}, {-3})}, {}, 1, 0)[0],
+        DType::i32, {2}, {10, 7});
+  check(run_op(Op::Range, {Tensor::scalar_i64(-5), Tensor::scalar_i64(5), Tensor::scalar_i64(4)}, {}, 1, 0)[0], DType::i64,
+        {3}, {-5, -1, 3});
+  CHECK(run_op(Op::Range, {Tensor::scalar_i64(5), Tensor::scalar_i64(5), Tensor::scalar_i64(1)}, {}, 1, 0)[0].shape() ==
+        Shape{0});
+  // np.arange(np.float32(0), np.float32(1), np.float32(0.3), dtype=np.float32)
+  check(run_op(Op::Range, {Tensor::scalar_f32(0), Tensor::scalar_f32(1), Tensor::scalar_f32(0.3f)}, {}, 1, 0)[0],
+        DType::f32, {4}, {0.0, 0.30000001192092896, 0.6000000238418579, 0.9000000357627869});
+  // np.arange(1, 2.2, 0.25).astype(np.float16)
+  check(run_op(Op::Range, {make(DType::f16, {}, {1}), make(DType::f16, {}, {2.2}), make(DType::f16, {}, {0.25})}, {}, 1, 0)[0],
+        DType::f16, {5}, {1, 1.25, 1.5, 1.75, 2}, 0);
+  CHECK(error_of([] { run_op(Op::Range, {Tensor::scalar_i64(0), Tensor::scalar_i64(5), Tensor::scalar_i64(0)}, {}, 1, 0); })
+            .find("delta must not be 0") != std::string::npos);
+  CHECK(error_of([] { run_op(Op::Range, {Tensor::scalar_i64(0), Tensor::scalar_i64(5), Tensor::scalar_f32(1)}, {}, 1, 0); })
+            .find("input 2") != std::string::npos);
+  // its length depends on the values: they must be known when loading
+  CHECK(error_of([] { run_op(Op::Range, {Tensor::scalar_f32(0), Tensor::scalar_f32(5), Tensor::scalar_f32(1)}, {}, 1, 1); })
+            .find("must be known") != std::string::npos);
+}
+
+TEST_CASE("ONNX node tests of the generator ops") {
+  check_node_tests({"Constant", "ConstantOfShape", "Range"}, 8);
+}

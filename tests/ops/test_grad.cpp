@@ -1,0 +1,331 @@
+// Tests of the internal gradient ops (category grad): shape rule and CPU kernel of each against
+// PyTorch autograd values, float64 (and float32 where the kernel has a separate path), errors
+// that name the node, and the refusal to import them from a model.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "exec/kernel.h"
+#include "importer/importer.h"
+
+using namespace onnxdp;
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+using Attrs = std::map<std::string, Attr>;
+
+// Inputs both sides can build: element i = sin(0.37 i + phase) * scale. In torch (float64):
+//   torch.tensor(np.sin(0.37 * np.arange(n) + phase) * scale).reshape(shape)
+Tensor pattern(Shape s, double phase, double scale = 1.0, DType t = DType::f64) {
+  Tensor r(t, std::move(s));
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    double v = std::sin(0.37 * double(i) + phase) * scale;
+    if (t == DType::f64) r.as<double>()[i] = v;
+    else r.as<float>()[i] = float(v);
+  }
+  return r;
+}
+
+// One node in a graph of its own: float inputs are graph inputs, integer ones constants (the
+// shape rules read shapes and indices as constants). Returns its outputs from the CPU kernel.
+std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& ins, int num_outputs, Attrs attrs = {}) {
+  Graph g;
+  std::vector<ValueId> ids;
+  std::vector<const Tensor*> ptrs;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    if (ins[k].empty()) {
+      ids.push_back(kNoValue);
+      ptrs.push_back(nullptr);
+      continue;
+    }
+    Value v;
+    v.name = "in" + std::to_string(k);
+    v.dtype = ins[k].dtype();
+    v.shape = ins[k].shape();
+    v.kind = dtype_is_float(v.dtype) ? ValueKind::input : ValueKind::constant;
+    if (v.kind == ValueKind::constant) v.data = ins[k];
+    ids.push_back(g.add_value(std::move(v)));
+    ptrs.push_back(&ins[k]);
+  }
+  std::vector<std::string> outs;
+  for (int k = 0; k < num_outputs; ++k) outs.push_back("out" + std::to_string(k));
+  int idx = g.add_node(op, "node", ids, outs, std::move(attrs));
+  return run_node(g, g.nodes[size_t(idx)], ptrs);
+}
+
+void check_close(const Tensor& got, const std::vector<double>& want, double rtol = 1e-7, double atol = 1e-9) {
+  REQUIRE(got.numel() == int64_t(want.size()));
+  std::vector<double> g = got.to_f64();
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::fabs(g[i] - want[i]) <= atol + rtol * std::fabs(want[i])) continue;
+    if (bad++ == 0) {
+      INFO("first mismatch at " << i << ": got " << g[i] << ", expected " << want[i]);
+      CHECK(g[i] == doctest::Approx(want[i]));
+    }
+  }
+  CHECK(bad == 0);
+}
+
+Tensor i64(std::vector<int64_t> v, Shape s = {}) { return Tensor::from_i64(v, std::move(s)); }
+
+// ---- expected values ---------------------------------------------------------------------------
+// Printed by this script (torch 2.x, float64 default dtype), inputs from pattern():
+//   A ConvGradFilter: x [2,4,5,5] ph 0, w [4,2,3,2] ph 1 sc .5; y = F.conv2d(F.pad(x, (0,1,1,0)), w,
+//                     stride=(2,1), dilation=(1,2), groups=2); dy = pattern(y.shape, 1); w.grad.
+//                     1x1: x [2,4,3,3] ph .2, w [6,2,1,1] ph .4, groups 2, dy ph .9
+//   B MaxPoolGrad:    x [1,2,5,6] ph .3; F.max_pool2d(F.pad(x, (0,1,1,1), value=-inf), (3,2),
+//                     stride=(2,1), dilation=(1,2)); dy ph 2; x.grad
+//   C AveragePoolGrad: x [1,2,5,6]; F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=
+//                     True / False); dy ph 2
+//   D BN grad:        x [3,2,2,3] ph .1, scale pattern([2], .5) + 1.5, bias 0; F.batch_norm(x, None,
+//                     None, scale, bias, training=True, eps=1e-5); dy ph 1.1
+//   E LN grad:        x [2,3,4] ph .2, scale pattern([4], .7) + 1 expanded to [3,4] (its grad is
+//                     the unreduced [3,4] one), bias zeros [3,4]; F.layer_norm(x, (3,4)); dy ph 1.3
+//   F GatherGrad:     x.index_select(1, [2,0,2]) of x [2,4,2]; dy [2,3,2] ph .4
+//   G SCE grad:       x [3,4,2] ph .6 sc 2, labels [[0,3],[1,2],[3,3]], weight [.5,.75,1,1.25],
+//                     ignore_index 2; F.cross_entropy(reduction=mean/sum: dy 0.7; none: dy
+//                     pattern([3,2], .8))
+//   H NLL grad:       x [4,3] ph .9, labels [2,1,0,1], weight [1.5,1,.5], ignore_index 0,
+//                     F.nll_loss, dy as G (none: pattern([4], .8))
+const std::vector<double> kConvDw = {
+    3.232643118, 2.273261516, 1.175908761, 0.6232370436, 1.807650461, 0.7557828767, -3.143618457, -2.60497996,
+    -0.7723774761, -0.445954998, -2.082943165, -0.8946867477, -3.973291235, -2.482755426, -0.5976558994, 0.2937736069,
+    -0.9105306106, -0.4996796114, 3.977100064, 2.920836708, 0.3940458412, -0.3650419237, 1.050164042, 0.4638354428,
+    4.633718637, 3.57498407, 0.005678852871, -1.091477487, -0.01724530104, -0.1922229725, -4.446456225, -3.900398967,
+    -0.008428811592, 0.9856637276, 0.01681502439, 0.3963197138, -5.255327669, -3.762482343, 0.1672583884, 1.721873788,
+    1.191722822, 0.79198299, 5.121937645, 4.153159708, 0.05920427405, -1.466535696, -1.263233972, -1.13087748};
+const std::vector<double> kConv1x1Dw = {
+    5.66240297, -6.901908446, -4.331845965, 5.763718469, 2.84797433, -4.421536389, -4.478977362, 5.876567438,
+    2.960823299, -4.496108929, -1.337878453, 2.956522122};
+const std::vector<double> kMaxPoolDx = {
+    0, 0, 0.9092974268, 0.7288651367, 0.05889959068, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, -2.037657711, -1.559498416, -0.03392129405, 0,
+    0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0.6594159545, 1.229583053, 0.6923768063,
+    0.3846032379, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, -0.8304285449, -1.089315949, -0.9678079975, -0.8112989998,
+    -0.5449844885, 0, 0, 0};
+const std::vector<double> kAvgPoolDxIncl = {
+    0.1010330474, 0.1785083517, 0.07747530425, 0.1209069464, 0.0434316421, 0.0434316421, 0.1045427584, 0.1451308195,
+    0.04058806112, 0.01172802132, -0.0288600398, -0.0288600398, 0.003509710937, -0.0333775322, -0.03688724314, -0.109178925,
+    -0.0722916819, -0.0722916819, -0.09440206971, -0.2415692921, -0.1471672223, -0.3271812042, -0.1800139818, -0.1800139818,
+    -0.09791178065, -0.2081917599, -0.1102799792, -0.2180022792, -0.1077222999, -0.1077222999, -0.09058491272, -0.1517721952,
+    -0.06118728251, -0.08469552317, -0.02350824066, -0.02350824066, -0.07323238143, -0.07855494442, -0.005322562991, 0.05798507639,
+    0.06330763938, 0.06330763938, 0.01735253128, 0.0732172508, 0.05586471952, 0.1426805996, 0.08681588004, 0.08681588004,
+    0.1233694498, 0.2901032336, 0.1667337839, 0.3542652664, 0.1875314825, 0.1875314825, 0.1060169185, 0.2168859828,
+    0.1108690643, 0.2115846668, 0.1007156025, 0.1007156025};
+const std::vector<double> kAvgPoolDxExcl = {
+    0.2273243567, 0.3435373131, 0.1162129564, 0.1813604195, 0.06514746315, 0.06514746315, 0.2325889231, 0.3119146364,
+    0.07932571324, 0.07218149449, -0.007144218746, -0.007144218746, 0.005264566406, -0.03162267673, -0.03688724314, -0.109178925,
+    -0.0722916819, -0.0722916819, -0.2150369401, -0.417344152, -0.202307212, -0.4361823438, -0.2338751318, -0.2338751318,
+    -0.2203015065, -0.3857214753, -0.1654199688, -0.3270034187, -0.1615834499, -0.1615834499, -0.2038160536, -0.2955969774,
+    -0.09178092377, -0.1270432848, -0.03526236099, -0.03526236099, -0.1777872567, -0.2137034609, -0.03591620425, 0.01563731481,
+    0.05155351905, 0.05155351905, 0.02602879692, 0.08189351644, 0.05586471952, 0.1426805996, 0.08681588004, 0.08681588004,
+    0.2645668635, 0.4867351795, 0.222168316, 0.4600575998, 0.2378892837, 0.2378892837, 0.2385380666, 0.4048416631,
+    0.1663035965, 0.3173770002, 0.1510734037, 0.1510734037};
+const std::vector<double> kBnDx = {
+    2.119261545, 1.784816354, 1.178185306, 0.3814730672, -0.4974890983, -1.339737785, -1.941204487, -2.599117851,
+    -2.915215435, -2.846714913, -2.402887511, -1.643803183, -0.3892330733, 0.4859673276, 1.264774994, 1.841781962,
+    2.138893044, 2.115895651, 2.517746229, 1.90293282, 1.020603754, -0.009821870059, -1.048880778, -1.955941221,
+    -2.484018239, -2.620488808, -2.432907846, -1.946663557, -1.227566825, -0.3729440183, 0.3996659042, 1.388389586,
+    2.179238623, 2.665175308, 2.78043039, 2.509404634};
+const std::vector<double> kBnDscale = {
+    7.90816545, 6.092358948};
+const std::vector<double> kBnDbias = {
+    0.4067089068, 1.516316307};
+const std::vector<double> kLnDx = {
+    2.986264028, 2.559799226, 1.72255165, 0.5807710435, -0.6647292541, -1.343121151, -1.907325281, -2.058899573,
+    -1.342449821, -1.03900681, -0.304073844, 0.8102197876, -1.352171575, -0.6736135216, 0.1759026357, 0.9025733635,
+    1.048736991, 1.477489033, 1.49617628, 1.030187851, 0.05014213068, -0.5506646343, -1.396791985, -2.207966569};
+const std::vector<double> kLnDscale = {
+    0.6528714829, 0.6576860289, 0.5037396199, 0.263419304, 0.07740619825, 0.07906315129, 0.3197961831, 0.7350910377,
+    1.169947418, 1.451532022, 1.472188136, 1.240383165};
+const std::vector<double> kLnDbias = {
+    0.446692741, 0.8227624741, 1.087475166, 1.205003196, 1.159439696, 0.9569514725, 0.6249443565, 0.2083539535,
+    -0.2364361796, -0.649225785, -0.974145726, -1.167219613};
+const std::vector<double> kGatherDdata = {
+    0.9086334961, 0.9981524725, 0, 0, 1.341994537, 1.474208436, 0, 0,
+    -0.2166750804, -0.5550369172, 0, 0, -0.3200154687, -0.8197546246, 0, 0};
+const std::vector<double> kSceMean = {
+    -0.0577768685, 0.05377366735, 0.02768842117, 0.07486347149, 0.02265342814, 0.03698608905, 0.007435019201, -0.1656232279,
+    0.0410302977, 0, -0.09020054593, 0, 0.01391955402, 0, 0.03525069421, 0,
+    0.01587747237, 0.03091302966, 0.05209787629, 0.06945728245, 0.07183723494, 0.05627507346, -0.1398125836, -0.1566453856};
+const std::vector<double> kSceSum = {
+    -0.2888843425, 0.2688683367, 0.1384421058, 0.3743173574, 0.1132671407, 0.1849304453, 0.03717509601, -0.8281161394,
+    0.2051514885, 0, -0.4510027296, 0, 0.06959777008, 0, 0.1762534711, 0,
+    0.07938736187, 0.1545651483, 0.2604893814, 0.3472864122, 0.3591861747, 0.2813753673, -0.699062918, -0.7832269278};
+const std::vector<double> kSceNone = {
+    -0.296047061, 0.3536581168, 0.1418746969, 0.4923613294, 0.1160755332, 0.24324974, 0.03809683079, -1.089269186,
+    0.2929345885, 0, -0.6439841114, 0, 0.09937824135, 0, 0.2516712815, 0,
+    0.08606505343, 0.1042278152, 0.2824005232, 0.2341854188, 0.3893992266, 0.1897396671, -0.7578648033, -0.528152901};
+const std::vector<double> kNllMean = {
+    0, 0, -0.14, 0, -0.28, 0, 0, 0,
+    0, 0, -0.28, 0};
+const std::vector<double> kNllSum = {
+    0, 0, -0.35, 0, -0.7, 0, 0, 0,
+    0, 0, -0.7, 0};
+const std::vector<double> kNllNone = {
+    0, 0, -0.3586780454, 0, -0.9207505977, 0, 0, 0,
+    0, 0, -0.9430199313, 0};
+
+}  // namespace
+
+TEST_CASE("grad ops: ConvGradFilter with groups, strides, dilations, asymmetric pads") {
+  Tensor x = pattern({2, 4, 5, 5}, 0), dy = pattern({2, 4, 2, 4}, 1);
+  Attrs a = {{"group", Attr(int64_t(2))}, {"strides", Attr(Ints{2, 1})}, {"dilations", Attr(Ints{1, 2})},
+             {"pads", Attr(Ints{1, 0, 0, 1})}, {"kernel_shape", Attr(Ints{3, 2})}};
+  auto out = run_op(Op::ConvGradFilter, {x, dy}, 1, a);
+  CHECK(out[0].shape() == Shape{4, 2, 3, 2});
+  check_close(out[0], kConvDw);
+  // float32: the same numbers to float precision
+  auto out32 = run_op(Op::ConvGradFilter, {pattern({2, 4, 5, 5}, 0, 1, DType::f32), pattern({2, 4, 2, 4}, 1, 1, DType::f32)}, 1, a);
+  CHECK(out32[0].dtype() == DType::f32);
+  check_close(out32[0], kConvDw, 1e-5, 1e-5);
+}
+
+TEST_CASE("grad ops: ConvGradFilter 1x1 (no im2col)") {
+  Tensor x = pattern({2, 4, 3, 3}, 0.2), dy = pattern({2, 6, 3, 3}, 0.9);
+  auto out = run_op(Op::ConvGradFilter, {x, dy}, 1, {{"group", Attr(int64_t(2))}, {"kernel_shape", Attr(Ints{1, 1})}});
+  CHECK(out[0].shape() == Shape{6, 2, 1, 1});
+  check_close(out[0], kConv1x1Dw);
+}
+
+TEST_CASE("grad ops: MaxPoolGrad routes dy to the first maximum of each window") {
+  Tensor x = pattern({1, 2, 5, 6}, 0.3), dy = pattern({1, 2, 3, 5}, 2);
+  Attrs a = {{"kernel_shape", Attr(Ints{3, 2})}, {"strides", Attr(Ints{2, 1})}, {"dilations", Attr(Ints{1, 2})},
+             {"pads", Attr(Ints{1, 0, 1, 1})}};
+  auto out = run_op(Op::MaxPoolGrad, {x, dy}, 1, a);
+  CHECK(out[0].shape() == Shape{1, 2, 5, 6});
+  check_close(out[0], kMaxPoolDx);
+  // Ties: the first maximum in window order gets everything.
+  Tensor flat(DType::f64, {1, 1, 4});
+  for (int i = 0; i < 4; ++i) flat.as<double>()[i] = 1.0;
+  auto tie = run_op(Op::MaxPoolGrad, {flat, pattern({1, 1, 3}, 0.5)}, 1, {{"kernel_shape", Attr(Ints{2})}});
+  check_close(tie[0], {std::sin(0.5), std::sin(0.87), std::sin(1.24), 0});
+  auto f32 = run_op(Op::MaxPoolGrad, {pattern({1, 2, 5, 6}, 0.3, 1, DType::f32), pattern({1, 2, 3, 5}, 2, 1, DType::f32)}, 1, a);
+  check_close(f32[0], kMaxPoolDx, 1e-6, 1e-6);
+}
+
+TEST_CASE("grad ops: AveragePoolGrad with count_include_pad 1 and 0") {
+  Tensor dy = pattern({1, 2, 3, 3}, 2);
+  Attrs a = {{"kernel_shape", Attr(Ints{3, 3})}, {"strides", Attr(Ints{2, 2})}, {"pads", Attr(Ints{1, 1, 1, 1})}};
+  a["count_include_pad"] = Attr(int64_t(1));
+  check_close(run_op(Op::AveragePoolGrad, {dy, i64({1, 2, 5, 6})}, 1, a)[0], kAvgPoolDxIncl);
+  a["count_include_pad"] = Attr(int64_t(0));
+  auto out = run_op(Op::AveragePoolGrad, {dy, i64({1, 2, 5, 6})}, 1, a);
+  CHECK(out[0].shape() == Shape{1, 2, 5, 6});
+  check_close(out[0], kAvgPoolDxExcl);
+}
+
+TEST_CASE("grad ops: BatchNormalizationGrad (training mode, batch statistics)") {
+  Tensor x = pattern({3, 2, 2, 3}, 0.1), dy = pattern({3, 2, 2, 3}, 1.1), scale = pattern({2}, 0.5);
+  for (int i = 0; i < 2; ++i) scale.as<double>()[i] += 1.5;
+  auto out = run_op(Op::BatchNormalizationGrad, {dy, x, scale}, 3);
+  check_close(out[0], kBnDx);
+  check_close(out[1], kBnDscale);
+  check_close(out[2], kBnDbias);
+  // float32 data with float32 scale
+  Tensor s32(DType::f32, {2});
+  for (int i = 0; i < 2; ++i) s32.as<float>()[i] = float(scale.as<double>()[i]);
+  auto o32 = run_op(Op::BatchNormalizationGrad,
+                    {pattern({3, 2, 2, 3}, 1.1, 1, DType::f32), pattern({3, 2, 2, 3}, 0.1, 1, DType::f32), s32}, 3);
+  check_close(o32[0], kBnDx, 1e-5, 1e-5);
+  check_close(o32[1], kBnDscale, 1e-5, 1e-5);
+}
+
+TEST_CASE("grad ops: LayerNormalizationGrad over two axes with a broadcast scale") {
+  Tensor x = pattern({2, 3, 4}, 0.2), dy = pattern({2, 3, 4}, 1.3), scale = pattern({4}, 0.7);
+  for (int i = 0; i < 4; ++i) scale.as<double>()[i] += 1.0;
+  auto out = run_op(Op::LayerNormalizationGrad, {dy, x, scale}, 3, {{"axis", Attr(int64_t(1))}});
+  CHECK(out[1].shape() == Shape{3, 4});
+  check_close(out[0], kLnDx);
+  check_close(out[1], kLnDscale);
+  check_close(out[2], kLnDbias);
+}
+
+TEST_CASE("grad ops: GatherGrad adds repeated indices, negative indices count from the end") {
+  Tensor dy = pattern({2, 3, 2}, 0.4);
+  check_close(run_op(Op::GatherGrad, {dy, i64({2, 0, 2}), i64({2, 4, 2})}, 1, {{"axis", Attr(int64_t(1))}})[0], kGatherDdata);
+  check_close(run_op(Op::GatherGrad, {dy, i64({-2, 0, 2}), i64({2, 4, 2})}, 1, {{"axis", Attr(int64_t(1))}})[0], kGatherDdata);
+  // axis 0 (an embedding): rows 1, 1, 0 of a [3, 2] table
+  Tensor e = pattern({3, 2}, 0);
+  auto out = run_op(Op::GatherGrad, {e, i64({1, 1, 0}), i64({3, 2})}, 1);
+  check_close(out[0], {e.as<double>()[4], e.as<double>()[5], e.as<double>()[0] + e.as<double>()[2],
+                       e.as<double>()[1] + e.as<double>()[3], 0, 0});
+  CHECK_THROWS_WITH_AS(run_op(Op::GatherGrad, {e, i64({1, 3, 0}), i64({3, 2})}, 1), doctest::Contains("out of range"), Error);
+}
+
+TEST_CASE("grad ops: SoftmaxCrossEntropyLossGrad with weights and ignore_index, every reduction") {
+  Tensor x = pattern({3, 4, 2}, 0.6, 2), lab = i64({0, 3, 1, 2, 3, 3}, {3, 2});
+  Tensor w = Tensor(DType::f64, {4});
+  for (int k = 0; k < 4; ++k) w.as<double>()[k] = 0.5 + 0.25 * k;
+  Tensor dy(DType::f64, {});
+  dy.as<double>()[0] = 0.7;
+  for (const char* red : {"mean", "sum", "none"}) {
+    CAPTURE(red);
+    Attrs a = {{"reduction", Attr(std::string(red))}, {"ignore_index", Attr(int64_t(2))}};
+    Tensor d = std::string(red) == "none" ? pattern({3, 2}, 0.8) : dy;
+    auto out = run_op(Op::SoftmaxCrossEntropyLossGrad, {d, x, lab, w}, 1, a);
+    check_close(out[0], std::string(red) == "mean" ? kSceMean : std::string(red) == "sum" ? kSceSum : kSceNone);
+  }
+}
+
+TEST_CASE("grad ops: NegativeLogLikelihoodLossGrad with weights and ignore_index, every reduction") {
+  Tensor lab = i64({2, 1, 0, 1});
+  Tensor w = Tensor(DType::f64, {3});
+  w.as<double>()[0] = 1.5;
+  w.as<double>()[1] = 1.0;
+  w.as<double>()[2] = 0.5;
+  Tensor dy(DType::f64, {});
+  dy.as<double>()[0] = 0.7;
+  for (const char* red : {"mean", "sum", "none"}) {
+    CAPTURE(red);
+    Attrs a = {{"reduction", Attr(std::string(red))}, {"ignore_index", Attr(int64_t(0))}};
+    Tensor d = std::string(red) == "none" ? pattern({4}, 0.8) : dy;
+    auto out = run_op(Op::NegativeLogLikelihoodLossGrad, {d, lab, i64({4, 3}), w}, 1, a);
+    CHECK(out[0].shape() == Shape{4, 3});
+    check_close(out[0], std::string(red) == "mean" ? kNllMean : std::string(red) == "sum" ? kNllSum : kNllNone);
+  }
+}
+
+TEST_CASE("grad ops: shape rules reject inconsistent nodes, naming them") {
+  // dy of the wrong size for the convolution it claims to come from
+  CHECK_THROWS_WITH_AS(run_op(Op::ConvGradFilter, {pattern({1, 2, 5, 5}, 0), pattern({1, 3, 4, 4}, 0)}, 1,
+                              {{"kernel_shape", Attr(Ints{3, 3})}}),
+                       doctest::Contains("node node (ConvGradFilter)"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::MaxPoolGrad, {pattern({1, 1, 6}, 0), pattern({1, 1, 4}, 0)}, 1,
+                              {{"kernel_shape", Attr(Ints{2})}}),
+                       doctest::Contains("pooling [1, 1, 6] gives [1, 1, 5]"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::GatherGrad, {pattern({2, 2}, 0), i64({0, 1, 1}), i64({4, 2})}, 1),
+                       doctest::Contains("GatherGrad"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::SoftmaxCrossEntropyLossGrad, {pattern({3}, 0), pattern({3, 4}, 0), i64({0, 1, 2})}, 1),
+                       doctest::Contains("reduction mean expects []"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::BatchNormalizationGrad, {pattern({2, 3}, 0), pattern({2, 3}, 0), pattern({2}, 0)}, 3),
+                       doctest::Contains("scale"), Error);
+}
+
+TEST_CASE("grad ops: a model naming an internal op does not import") {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  for (const char* in : {"x", "dy"}) {
+    onnx::ValueInfoProto* vi = g->add_input();
+    vi->set_name(in);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : {1, 1, 4}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("MaxPoolGrad");
+  n->set_name("mpg");
+  n->add_input("x");
+  n->add_input("dy");
+  n->add_output("dx");
+  g->add_output()->set_name("dx");
+  CHECK_THROWS_WITH_AS(import_graph(m, ".", ImportOptions{}), doctest::Contains("internal onnxdp op, not importable"), Error);
+  CHECK_THROWS_WITH_AS(import_graph(m, ".", ImportOptions{}), doctest::Contains("mpg"), Error);
+}

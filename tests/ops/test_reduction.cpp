@@ -1,0 +1,143 @@
+// Tests of the reduction ops (ReduceMean, ReduceSum, ReduceMax) against numpy values (pasted),
+// the axes attribute of older opsets through the importer, and their ONNX node tests.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include "exec/kernel.h"
+#include "importer/importer.h"
+
+// Helpers defined in test_tensor.cpp.
+namespace onnxdp::optest {
+Tensor make(DType t, Shape s, const std::vector<double>& v);
+Tensor arange(DType t, Shape s, double start = 0, double step = 1);
+Tensor ints(std::vector<int64_t> v);
+void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& expected, double rtol = 1e-6);
+std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs = {},
+                           int n_out = 1, int first_const = 1);
+onnx::AttributeProto attr_i(const std::string& name, int64_t v);
+onnx::AttributeProto attr_f(const std::string& name, float v);
+onnx::AttributeProto attr_s(const std::string& name, const std::string& v);
+onnx::AttributeProto attr_ints(const std::string& name, const std::vector<int64_t>& v);
+onnx::AttributeProto attr_floats(const std::string& name, const std::vector<float>& v);
+onnx::AttributeProto attr_t(const std::string& name, const Tensor& t);
+std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
+                             const std::vector<onnx::AttributeProto>& attrs = {}, int n_out = 1, int first_const = 1);
+std::string error_of(const std::function<void()>& f);
+void check_node_tests(const std::set<std::string>& ops, int min_passed);
+}  // namespace onnxdp::optest
+
+using namespace onnxdp;
+using namespace onnxdp::optest;
+
+namespace {
+// x = np.arange(24, dtype=np.float32).reshape(2,3,4) * 0.5 - 3; x[1,2,3] = -7.25; x[0,1,1] = 9.5
+Tensor sample() {
+  return make(DType::f32, {2, 3, 4}, {-3.0, -2.5, -2.0, -1.5, -1.0, 9.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5,
+                                      3.0, 3.5,  4.0,  4.5,  5.0,  5.5, 6.0, 6.5, 7.0, 7.5, 8.0, -7.25});
+}
+
+// L[i, j] = (7 i + 3 j) % 11 - 5 for i < 1000, j < 300 (exact in f32)
+Tensor large() {
+  Tensor t(DType::f32, {1000, 300});
+  for (int64_t i = 0; i < 1000; ++i)
+    for (int64_t j = 0; j < 300; ++j) t.as<float>()[i * 300 + j] = float((i * 7 + j * 3) % 11 - 5);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("ReduceSum / ReduceMean / ReduceMax over axes, keepdims, negative axes") {
+  Tensor x = sample();
+  // x.sum(axis=1, keepdims=True)
+  check(run_op(Op::ReduceSum, {x, ints({1})})[0], DType::f32, {2, 1, 4}, {-3.0, 8.5, 0.0, 1.5, 15.0, 16.5, 18.0, 3.75});
+  // x.mean(axis=(0,2))
+  check(run_op(Op::ReduceMean, {x, ints({0, -1})}, {{"keepdims", int64_t(0)}})[0], DType::f32, {3}, {0.75, 4.0, 2.78125});
+  // x.max(axis=-1, keepdims=True)
+  check(run_op(Op::ReduceMax, {x, ints({-1})})[0], DType::f32, {2, 3, 1}, {-1.5, 9.5, 2.5, 4.5, 6.5, 8.0});
+  // all axes: x.sum(), x.mean(), x.max()
+  check(run_op(Op::ReduceSum, {x})[0], DType::f32, {1, 1, 1}, {60.25});
+  check(run_op(Op::ReduceMean, {x}, {{"keepdims", int64_t(0)}})[0], DType::f32, {}, {2.5104167}, 1e-6);
+  check(run_op(Op::ReduceMax, {x, Tensor(DType::i64, {0})})[0], DType::f32, {1, 1, 1}, {9.5});
+  // noop_with_empty_axes: the identity
+  check(run_op(Op::ReduceSum, {x}, {{"noop_with_empty_axes", int64_t(1)}})[0], DType::f32, {2, 3, 4}, x.to_f64());
+  CHECK(error_of([&] { run_op(Op::ReduceSum, {x, ints({1, -2})}); }).find("more than once") != std::string::npos);
+  CHECK(error_of([&] { run_op(Op::ReduceSum, {x, ints({3})}); }).find("out of range") != std::string::npos);
+  CHECK(error_of([&] { run_op(Op::ReduceSum, {x, ints({0})}, {}, 1, 2); }).find("must be known") != std::string::npos);
+}
+
+TEST_CASE("Reductions of integers and bools") {
+  // np.mean(np.array([[1,2],[3,5],[-3,-4]], np.int32), axis=1).astype(np.int32)
+  Tensor m = make(DType::i32, {3, 2}, {1, 2, 3, 5, -3, -4});
+  check(run_op(Op::ReduceMean, {m, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::i32, {3}, {1, 4, -3});
+  check(run_op(Op::ReduceSum, {m, ints({0})})[0], DType::i32, {1, 2}, {1, 3});
+  check(run_op(Op::ReduceMax, {m, ints({0})})[0], DType::i32, {1, 2}, {3, 5});
+  Tensor b = make(DType::boolean, {3, 2}, {1, 0, 0, 0, 1, 1});
+  check(run_op(Op::ReduceMax, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {1, 0, 1});
+  CHECK(error_of([&] { run_op(Op::ReduceSum, {b, ints({1})}); }).find("bool") != std::string::npos);
+}
+
+TEST_CASE("Reductions over an empty set, and NaN in ReduceMax") {
+  Tensor e(DType::f32, {2, 0, 4});
+  check(run_op(Op::ReduceSum, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, 0.0));
+  check(run_op(Op::ReduceMax, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, -INFINITY));
+  check(run_op(Op::ReduceMean, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, NAN));
+  CHECK(run_op(Op::ReduceSum, {e, ints({2})})[0].shape() == Shape{2, 0, 1});
+  // np.max propagates NaN
+  check(run_op(Op::ReduceMax, {make(DType::f32, {2, 3}, {1, NAN, 2, 3, 4, 5}), ints({1})})[0], DType::f32, {2, 1}, {NAN, 5});
+}
+
+TEST_CASE("Reductions of large tensors (the OpenMP paths)") {
+  Tensor l = large();
+  // L.sum(dtype=np.float64), L.max()
+  check(run_op(Op::ReduceSum, {l})[0], DType::f32, {1, 1}, {-6.0});
+  check(run_op(Op::ReduceMax, {l}, {{"keepdims", int64_t(0)}})[0], DType::f32, {}, {5.0});
+  // L.sum(axis=0)[[0,1,2,299]]
+  Tensor s0 = run_op(Op::ReduceSum, {l, ints({0})}, {{"keepdims", int64_t(0)}})[0];
+  REQUIRE(s0.shape() == Shape{300});
+  CHECK(s0.as<float>()[0] == 1.0f);
+  CHECK(s0.as<float>()[1] == -2.0f);
+  CHECK(s0.as<float>()[2] == -5.0f);
+  CHECK(s0.as<float>()[299] == -5.0f);
+  // L.mean(axis=1)[[0,1,2,999]]
+  Tensor m1 = run_op(Op::ReduceMean, {l, ints({1})}, {{"keepdims", int64_t(0)}})[0];
+  REQUIRE(m1.shape() == Shape{1000});
+  CHECK(m1.as<float>()[0] == doctest::Approx(-0.019999999552965164).epsilon(1e-6));
+  CHECK(m1.as<float>()[1] == doctest::Approx(0.013333333656191826).epsilon(1e-6));
+  CHECK(m1.as<float>()[2] == doctest::Approx(0.009999999776482582).epsilon(1e-6));
+  CHECK(m1.as<float>()[999] == doctest::Approx(-0.013333333656191826).epsilon(1e-6));
+  // L3 = ((np.arange(64*50*70).reshape(64,50,70) * 13) % 17 - 8).astype(np.float32)
+  Tensor l3(DType::f32, {64, 50, 70});
+  for (int64_t i = 0; i < l3.numel(); ++i) l3.as<float>()[i] = float((i * 13) % 17 - 8);
+  // L3.sum(axis=(0,2))[[0,1,49]]
+  Tensor r = run_op(Op::ReduceSum, {l3, ints({0, 2})}, {{"keepdims", int64_t(0)}})[0];
+  CHECK(r.as<float>()[0] == 2.0f);
+  CHECK(r.as<float>()[1] == -2.0f);
+  CHECK(r.as<float>()[49] == 10.0f);
+  // L3.max(axis=1): [0,0], [63,69] and the sum of all
+  Tensor mx = run_op(Op::ReduceMax, {l3, ints({1})}, {{"keepdims", int64_t(0)}})[0];
+  CHECK(mx.as<float>()[0] == 8.0f);
+  CHECK(mx.as<float>()[63 * 70 + 69] == 8.0f);
+  double total = 0;
+  for (double v : mx.to_f64()) total += v;
+  CHECK(total == 35840.0);
+}
+
+TEST_CASE("Reductions' axes attribute of older opsets") {
+  Tensor x = sample();
+  check(run_onnx(11, "ReduceSum", {x}, {attr_ints("axes", {1})})[0], DType::f32, {2, 1, 4},
+        {-3.0, 8.5, 0.0, 1.5, 15.0, 16.5, 18.0, 3.75});
+  check(run_onnx(13, "ReduceMean", {x}, {attr_ints("axes", {0, 2}), attr_i("keepdims", 0)})[0], DType::f32, {3},
+        {0.75, 4.0, 2.78125});
+  check(run_onnx(13, "ReduceMax", {x}, {attr_ints("axes", {-1})})[0], DType::f32, {2, 3, 1}, {-1.5, 9.5, 2.5, 4.5, 6.5, 8.0});
+  check(run_onnx(18, "ReduceMax", {x, ints({-1})})[0], DType::f32, {2, 3, 1}, {-1.5, 9.5, 2.5, 4.5, 6.5, 8.0});
+  check(run_onnx(7, "ReduceMean", {x})[0], DType::f32, {1, 1, 1}, {2.5104167}, 1e-6);
+  // opset 18 with the axes attribute is not the opset-18 form: refused
+  CHECK(error_of([&] { run_onnx(18, "ReduceMean", {x}, {attr_ints("axes", {1})}); }).find("'axes' is not supported") !=
+        std::string::npos);
+}
+
+TEST_CASE("ONNX node tests of the reduction ops") {
+  check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax"}, 30);
+}

@@ -1,0 +1,654 @@
+// Tests of the tensor ops (Identity, Cast, Shape, Flatten, Reshape, Transpose, Squeeze, Unsqueeze,
+// Concat, Split, Slice, Gather, Expand, Tile, Pad, Trilu): shape rules and CPU kernels against
+// values computed with numpy (pasted), the older opsets' attribute forms through the importer, and
+// the ONNX backend node tests of the tensor, generator and reduction ops.
+//
+// This file also defines the helpers of namespace onnxdp::optest, which test_generator.cpp and
+// test_reduction.cpp declare and use.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "exec/fold.h"
+#include "exec/kernel.h"
+#include "exec/plan.h"
+#include "graph/shape_helpers.h"
+#include "importer/onnx_io.h"
+#include "train/pipeline.h"
+
+namespace onnxdp::optest {
+
+// ---- helpers (declared again in test_generator.cpp and test_reduction.cpp) ---------------------
+
+Tensor make(DType t, Shape s, const std::vector<double>& v) {
+  Tensor x(t, s);
+  REQUIRE(int64_t(v.size()) == x.numel());
+  dispatch_elem(t, [&]<class E>() {
+    for (size_t i = 0; i < v.size(); ++i) x.as<typename E::T>()[i] = E::from_f64(v[i]);
+  });
+  return x;
+}
+
+Tensor arange(DType t, Shape s, double start = 0, double step = 1) {
+  std::vector<double> v(size_t(shape_numel(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = start + double(i) * step;
+  return make(t, s, v);
+}
+
+Tensor ints(std::vector<int64_t> v) { return Tensor::from_i64(v); }
+
+void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& expected, double rtol = 1e-6) {
+  CHECK(dtype_name(t.dtype()) == std::string(dtype_name(d)));
+  CHECK(shape_str(t.shape()) == shape_str(s));
+  if (t.dtype() != d || t.shape() != s) return;
+  std::vector<double> got = t.to_f64();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      CHECK_MESSAGE(std::isnan(got[i]), "element " << i);
+    } else {
+      CHECK_MESSAGE((got[i] == expected[i] || std::fabs(got[i] - expected[i]) <= 1e-12 + rtol * std::fabs(expected[i])),
+                    "element " << i << ": got " << got[i] << ", expected " << expected[i]);
+    }
+  }
+}
+
+// One node of `op` through its shape rule and CPU kernel. Inputs before `first_const` are graph
+// inputs, the others constants (shape rules need shape arguments known).
+std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs = {},
+                           int n_out = 1, int first_const = 1) {
+  Graph g;
+  std::vector<ValueId> ids;
+  std::vector<const Tensor*> ptrs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Value v;
+    v.name = "in" + std::to_string(k);
+    v.dtype = inputs[k].dtype();
+    v.shape = inputs[k].shape();
+    v.kind = int(k) >= first_const ? ValueKind::constant : ValueKind::input;
+    if (v.kind == ValueKind::constant) v.data = inputs[k];
+    ValueId id = g.add_value(std::move(v));
+    if (int(k) < first_const) g.inputs.push_back(id);
+    ids.push_back(id);
+    ptrs.push_back(&inputs[k]);
+  }
+  std::vector<std::string> outs;
+  for (int k = 0; k < n_out; ++k) outs.push_back("out" + std::to_string(k));
+  int ni = g.add_node(op, "test_node", ids, outs, attrs);
+  return run_node(g, g.nodes[size_t(ni)], ptrs);
+}
+
+onnx::AttributeProto attr_i(const std::string& name, int64_t v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::INT);
+  a.set_i(v);
+  return a;
+}
+onnx::AttributeProto attr_f(const std::string& name, float v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::FLOAT);
+  a.set_f(v);
+  return a;
+}
+onnx::AttributeProto attr_s(const std::string& name, const std::string& v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::STRING);
+  a.set_s(v);
+  return a;
+}
+onnx::AttributeProto attr_ints(const std::string& name, const std::vector<int64_t>& v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a.add_ints(x);
+  return a;
+}
+onnx::AttributeProto attr_floats(const std::string& name, const std::vector<float>& v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::FLOATS);
+  for (float x : v) a.add_floats(x);
+  return a;
+}
+onnx::AttributeProto attr_t(const std::string& name, const Tensor& t) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::TENSOR);
+  tensor_to_proto(t, a.mutable_t());
+  return a;
+}
+
+// A one-node ONNX model of default-domain `opset`: inputs x0, x1, ... (x_k for k >= first_const
+// bound as constants; an empty tensor (no data) leaves the input absent), outputs y0, y1, ...
+onnx::ModelProto one_node_model(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
+                                const std::vector<onnx::AttributeProto>& attrs, int n_out) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(opset);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("one_node");
+  onnx::NodeProto* n = g->add_node();
+  n->set_name("test_node");
+  n->set_op_type(op_type);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].empty()) {
+      n->add_input("");
+      continue;
+    }
+    std::string name = "x" + std::to_string(k);
+    n->add_input(name);
+    onnx::ValueInfoProto* vi = g->add_input();
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(dtype_to_onnx(inputs[k].dtype()));
+    auto* sh = tt->mutable_shape();
+    for (int64_t d : inputs[k].shape()) sh->add_dim()->set_dim_value(d);
+  }
+  for (const auto& a : attrs) *n->add_attribute() = a;
+  for (int k = 0; k < n_out; ++k) {
+    n->add_output("y" + std::to_string(k));
+    g->add_output()->set_name("y" + std::to_string(k));
+  }
+  return m;
+}
+
+std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
+                             const std::vector<onnx::AttributeProto>& attrs = {}, int n_out = 1, int first_const = 1) {
+  onnx::ModelProto m = one_node_model(opset, op_type, inputs, attrs, n_out);
+  ImportOptions opt;
+  std::map<std::string, Tensor> feed;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].empty()) continue;
+    std::string name = "x" + std::to_string(k);
+    if (int(k) >= first_const) opt.constant_inputs[name] = inputs[k];
+    else feed[name] = inputs[k];
+  }
+  Plan plan(load_graph(m, "", opt));
+  auto out = plan.run(feed);
+  std::vector<Tensor> r;
+  for (int k = 0; k < n_out; ++k) r.push_back(out.at("y" + std::to_string(k)));
+  return r;
+}
+
+// The message of the Error f throws ("" if none).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---- ONNX backend node tests -------------------------------------------------------------------
+
+struct NodeTestResult {
+  bool found = false;       // the node-test folder was found
+  int passed = 0, failed = 0;
+  int rejected = 0;         // cases using dtypes / non-tensor values onnxdp does not hold, refused cleanly
+  std::vector<std::string> failures;
+};
+
+namespace fs = std::filesystem;
+
+std::string node_test_dir() {
+  if (const char* e = std::getenv("ONNXDP_ONNX_NODE_TESTS")) return e;
+  FILE* p = popen("python3 -c \"import onnx,os;print(os.path.dirname(onnx.__file__))\" 2>/dev/null", "r");
+  if (!p) return "";
+  char buf[4096] = {0};
+  std::string s = fgets(buf, sizeof buf, p) ? buf : "";
+  pclose(p);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (s.empty()) return "";
+  return s + "/backend/test/data/node";
+}
+
+bool close_enough(const Tensor& got, const Tensor& want, std::string& why) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
+    why = fmt::format("got {} {}, expected {} {}", dtype_name(got.dtype()), shape_str(got.shape()),
+                      dtype_name(want.dtype()), shape_str(want.shape()));
+    return false;
+  }
+  std::vector<double> a = got.to_f64(), b = want.to_f64();
+  const bool exact = !dtype_is_float(want.dtype());
+  for (size_t i = 0; i < a.size(); ++i) {
+    bool ok = exact ? a[i] == b[i]
+                    : (std::isnan(b[i]) ? std::isnan(a[i])
+                                        : (a[i] == b[i] || std::fabs(a[i] - b[i]) <= 1e-5 + 1e-3 * std::fabs(b[i])));
+    if (!ok) {
+      why = fmt::format("element {}: got {}, expected {}", i, a[i], b[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether the model touches an element type or value kind onnxdp does not hold (it must then be
+// refused with an Error).
+bool uses_unheld_types(const onnx::ModelProto& m) {
+  DType t;
+  auto bad = [&](const onnx::ValueInfoProto& vi) {
+    return !vi.type().has_tensor_type() || !dtype_from_onnx(vi.type().tensor_type().elem_type(), &t);
+  };
+  for (const auto& vi : m.graph().input())
+    if (bad(vi)) return true;
+  for (const auto& vi : m.graph().output())
+    if (bad(vi)) return true;
+  for (const auto& n : m.graph().node())
+    for (const auto& a : n.attribute())
+      if (n.op_type() == "Cast" && a.name() == "to" && !dtype_from_onnx(int(a.i()), &t)) return true;
+  return false;
+}
+
+// Runs every node test whose nodes all have an op in `ops`. Non-float inputs (shapes, axes,
+// indices) and every input of a Range (its length must be known) are bound as constants; outputs
+// must match in dtype and shape exactly, floats within atol 1e-5 + rtol 1e-3.
+NodeTestResult run_node_tests(const std::set<std::string>& ops) {
+  NodeTestResult r;
+  const std::string dir = node_test_dir();
+  if (dir.empty() || !fs::is_directory(dir)) return r;
+  r.found = true;
+  std::vector<fs::path> cases;
+  for (const auto& e : fs::directory_iterator(dir)) cases.push_back(e.path());
+  std::sort(cases.begin(), cases.end());
+  for (const fs::path& c : cases) {
+    if (!fs::exists(c / "model.onnx")) continue;
+    onnx::ModelProto m;
+    try {
+      m = load_model_proto((c / "model.onnx").string());
+    } catch (const Error&) {
+      continue;
+    }
+    bool mine = m.graph().node_size() > 0;
+    std::set<std::string> range_inputs;
+    for (const auto& n : m.graph().node()) {
+      mine = mine && ops.count(n.op_type()) && (n.domain().empty() || n.domain() == "ai.onnx");
+      if (n.op_type() == "Range")
+        for (const auto& in : n.input()) range_inputs.insert(in);
+    }
+    if (!mine) continue;
+    const std::string name = c.filename().string();
+    if (uses_unheld_types(m)) {
+      std::string msg = error_of([&] { load_graph(m, c.string(), {}); });
+      if (msg.empty()) {
+        ++r.failed;
+        r.failures.push_back(name + ": uses a dtype onnxdp lacks but was not refused");
+      } else {
+        ++r.rejected;
+      }
+      continue;
+    }
+    std::string why;
+    try {
+      for (const auto& ds : fs::directory_iterator(c)) {
+        if (!ds.is_directory() || ds.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
+        ImportOptions opt;
+        std::map<std::string, Tensor> feed;
+        std::set<std::string> inits;
+        for (const auto& i : m.graph().initializer()) inits.insert(i.name());
+        int k = 0;
+        for (const auto& vi : m.graph().input()) {
+          if (inits.count(vi.name())) continue;
+          Tensor t = load_tensor_pb((ds.path() / ("input_" + std::to_string(k++) + ".pb")).string());
+          if (!dtype_is_float(t.dtype()) || range_inputs.count(vi.name())) opt.constant_inputs[vi.name()] = t;
+          else feed[vi.name()] = t;
+        }
+        Plan plan(load_graph(m, c.string(), opt));
+        auto out = plan.run(feed);
+        k = 0;
+        for (const auto& vo : m.graph().output()) {
+          Tensor want = load_tensor_pb((ds.path() / ("output_" + std::to_string(k++) + ".pb")).string());
+          if (!close_enough(out.at(vo.name()), want, why)) {
+            why = "output '" + vo.name() + "': " + why;
+            break;
+          }
+        }
+        if (!why.empty()) break;
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (why.empty()) {
+      ++r.passed;
+    } else {
+      ++r.failed;
+      r.failures.push_back(name + ": " + why);
+    }
+  }
+  return r;
+}
+
+void check_node_tests(const std::set<std::string>& ops, int min_passed) {
+  NodeTestResult r = run_node_tests(ops);
+  if (!r.found) {
+    MESSAGE("ONNX node tests not found (set ONNXDP_ONNX_NODE_TESTS or install the onnx Python package); skipped");
+    return;
+  }
+  MESSAGE(r.passed << " passed, " << r.failed << " failed, " << r.rejected << " refused (dtypes onnxdp lacks)");
+  for (const auto& f : r.failures) MESSAGE(f);
+  CHECK(r.failed == 0);
+  CHECK(r.passed >= min_passed);
+}
+
+}  // namespace onnxdp::optest
+
+using namespace onnxdp;
+using namespace onnxdp::optest;
+
+namespace {
+using I = std::vector<int64_t>;
+}
+
+// ---- Identity, Cast, Shape ---------------------------------------------------------------------
+
+TEST_CASE("Identity copies its input") {
+  auto out = run_op(Op::Identity, {arange(DType::i32, {2, 2}, 5)});
+  check(out[0], DType::i32, {2, 2}, {5, 6, 7, 8});
+}
+
+TEST_CASE("Cast between dtypes follows numpy astype") {
+  // np.array([1.7,-1.7,2.5,-0.0,-2.5], np.float32).astype(np.int32)
+  auto a = run_op(Op::Cast, {make(DType::f32, {5}, {1.7, -1.7, 2.5, -0.0, -2.5})}, {{"to", int64_t(6)}});
+  check(a[0], DType::i32, {5}, {1, -1, 2, 0, -2});
+  // np.array([300,-1,255,256], np.int64).astype(np.uint8): wraps
+  auto b = run_op(Op::Cast, {make(DType::i64, {4}, {300, -1, 255, 256})}, {{"to", int64_t(2)}});
+  check(b[0], DType::u8, {4}, {44, 255, 255, 0});
+  // np.array([0,-0.0,2,nan], np.float32).astype(bool)
+  auto c = run_op(Op::Cast, {make(DType::f32, {4}, {0, -0.0, 2, NAN})}, {{"to", int64_t(9)}});
+  check(c[0], DType::boolean, {4}, {0, 0, 1, 1});
+  auto d = run_op(Op::Cast, {make(DType::boolean, {2}, {1, 0})}, {{"to", int64_t(11)}});
+  check(d[0], DType::f64, {2}, {1, 0});
+}
+
+TEST_CASE("Cast to f16 and bf16 rounds to nearest even, once") {
+  // np.array([1/3, 65504, 1e-8, -2.5, 70000], np.float32).astype(np.float16).view(np.uint16)
+  auto h = run_op(Op::Cast, {make(DType::f32, {5}, {1.0 / 3, 65504, 1e-8, -2.5, 70000})}, {{"to", int64_t(10)}});
+  REQUIRE(h[0].dtype() == DType::f16);
+  const uint16_t want_h[] = {13653, 31743, 0, 49408, 31744};
+  for (int i = 0; i < 5; ++i) CHECK(h[0].as<uint16_t>()[i] == want_h[i]);
+  // f64 -> f16 directly (numpy): 1 + 2^-11 + 2^-40 rounds up to 15361; through f32 it would tie
+  // and round to even (15360).
+  auto h2 = run_op(Op::Cast, {make(DType::f64, {3}, {1 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40),
+                                                   1 + std::ldexp(1.0, -11), 1 + 3 * std::ldexp(1.0, -11)})},
+                   {{"to", int64_t(10)}});
+  const uint16_t want_h2[] = {15361, 15360, 15362};
+  for (int i = 0; i < 3; ++i) CHECK(h2[0].as<uint16_t>()[i] == want_h2[i]);
+  // ml_dtypes: np.array([3.0, 1.005859375, 1.00390625, -0.1], np.float32).astype(bfloat16)
+  auto b = run_op(Op::Cast, {make(DType::f32, {4}, {3.0, 1.005859375, 1.00390625, -0.1})}, {{"to", int64_t(16)}});
+  REQUIRE(b[0].dtype() == DType::bf16);
+  const uint16_t want_b[] = {16448, 16257, 16256, 48589};
+  for (int i = 0; i < 4; ++i) CHECK(b[0].as<uint16_t>()[i] == want_b[i]);
+  // and back: f16 -> f32 is exact
+  auto back = run_op(Op::Cast, {h[0]}, {{"to", int64_t(1)}});
+  check(back[0], DType::f32, {5}, {0.333251953125, 65504, 0, -2.5, INFINITY});
+}
+
+TEST_CASE("Cast refuses element types onnxdp lacks, naming them") {
+  std::string e = error_of([] { run_onnx(13, "Cast", {arange(DType::f32, {2})}, {attr_i("to", 8)}); });
+  CHECK(e.find("STRING") != std::string::npos);
+  CHECK(e.find("test_node") != std::string::npos);
+  e = error_of([] { run_onnx(21, "Cast", {arange(DType::f32, {2})}, {attr_i("to", 17)}); });
+  CHECK(e.find("not supported") != std::string::npos);
+  // opset 9 form
+  auto out = run_onnx(9, "Cast", {make(DType::f32, {2}, {2.9, -2.9})}, {attr_i("to", 7)});
+  check(out[0], DType::i64, {2}, {2, -2});
+}
+
+TEST_CASE("Shape with start/end, and folded as a constant") {
+  Tensor x = arange(DType::f32, {2, 3, 4});
+  check(run_op(Op::Shape, {x})[0], DType::i64, {3}, {2, 3, 4});
+  check(run_op(Op::Shape, {x}, {{"start", int64_t(1)}})[0], DType::i64, {2}, {3, 4});
+  check(run_op(Op::Shape, {x}, {{"start", int64_t(-1)}})[0], DType::i64, {1}, {4});
+  check(run_op(Op::Shape, {x}, {{"start", int64_t(-10)}, {"end", int64_t(-1)}})[0], DType::i64, {2}, {2, 3});
+  check(run_op(Op::Shape, {x}, {{"start", int64_t(2)}, {"end", int64_t(1)}})[0], DType::i64, {0}, {});
+  CHECK(shape_op_dims({5, 6}, Node{"n", Op::Shape, {}, {}, {{"end", int64_t(100)}}}) == I{5, 6});
+  // Through the importer (opset 15 attributes): the graph folds to a constant.
+  auto out = run_onnx(15, "Shape", {x}, {attr_i("start", 1), attr_i("end", 2)});
+  check(out[0], DType::i64, {1}, {3});
+}
+
+// A model exporters emit: Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) folds to a
+// Reshape with a constant shape.
+TEST_CASE("shape arithmetic folds to constants") {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* vi = g->add_input();
+  vi->set_name("x");
+  vi->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  for (int64_t d : {2, 3, 4}) vi->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  auto add = [&](const char* op, std::vector<std::string> in, std::string out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (auto& s : in) n->add_input(s);
+    n->add_output(out);
+    return n;
+  };
+  auto* c0 = add("Constant", {}, "zero");
+  *c0->add_attribute() = attr_t("value", Tensor::scalar_i64(0));
+  auto* cm1 = add("Constant", {}, "minus_one");
+  *cm1->add_attribute() = attr_ints("value_ints", {-1});
+  auto* ax = add("Constant", {}, "axes0");
+  *ax->add_attribute() = attr_ints("value_ints", {0});
+  add("Shape", {"x"}, "shape");
+  add("Gather", {"shape", "zero"}, "batch");
+  add("Unsqueeze", {"batch", "axes0"}, "batch1");
+  *add("Concat", {"batch1", "minus_one"}, "target")->add_attribute() = attr_i("axis", 0);
+  add("Reshape", {"x", "target"}, "y");
+  g->add_output()->set_name("y");
+  Graph graph = load_graph(m, "", {});
+  REQUIRE(graph.nodes.size() == 1);
+  CHECK(graph.nodes[0].op == Op::Reshape);
+  CHECK(graph.value(graph.nodes[0].inputs[1]).data.to_i64() == I{2, -1});
+  CHECK(graph.value(graph.outputs[0]).shape == Shape{2, 12});
+}
+
+// ---- Flatten, Reshape, Transpose, Squeeze, Unsqueeze --------------------------------------------
+
+TEST_CASE("Flatten") {
+  Tensor x = arange(DType::f32, {2, 3, 4});
+  CHECK(run_op(Op::Flatten, {x}, {{"axis", int64_t(2)}})[0].shape() == Shape{6, 4});
+  CHECK(run_op(Op::Flatten, {x}, {{"axis", int64_t(0)}})[0].shape() == Shape{1, 24});
+  CHECK(run_op(Op::Flatten, {x}, {{"axis", int64_t(-1)}})[0].shape() == Shape{6, 4});
+  check(run_op(Op::Flatten, {x}, {{"axis", int64_t(3)}})[0], DType::f32, {24, 1}, x.to_f64());
+  CHECK(error_of([&] { run_op(Op::Flatten, {x}, {{"axis", int64_t(4)}}); }).find("out of range") != std::string::npos);
+}
+
+TEST_CASE("Reshape: 0 copies a dim, -1 is inferred, allowzero keeps 0") {
+  Tensor x = arange(DType::f32, {2, 3, 4});
+  check(run_op(Op::Reshape, {x, ints({0, -1})})[0], DType::f32, {2, 12}, x.to_f64());
+  CHECK(run_op(Op::Reshape, {x, ints({4, 0, -1})})[0].shape() == Shape{4, 3, 2});
+  Tensor empty(DType::f32, {0, 3});
+  CHECK(run_op(Op::Reshape, {empty, ints({3, 0})}, {{"allowzero", int64_t(1)}})[0].shape() == Shape{3, 0});
+  std::string e = error_of([&] { run_op(Op::Reshape, {x, ints({5, -1})}); });
+  CHECK(e.find("test_node") != std::string::npos);
+  CHECK(e.find("cannot reshape") != std::string::npos);
+  CHECK(error_of([&] { run_op(Op::Reshape, {x, ints({-1, -1})}); }).find("more than one -1") != std::string::npos);
+  // The target shape must be known when loading.
+  e = error_of([&] { run_op(Op::Reshape, {x, ints({2, 12})}, {}, 1, 2); });
+  CHECK(e.find("must be known") != std::string::npos);
+  // opset 14 allowzero through the importer
+  auto out = run_onnx(14, "Reshape", {x, ints({4, 6})}, {attr_i("allowzero", 1)});
+  CHECK(out[0].shape() == Shape{4, 6});
+}
+
+TEST_CASE("Transpose (numpy transpose)") {
+  // np.arange(24).reshape(2,3,4).transpose(2,0,1)
+  auto out = run_op(Op::Transpose, {arange(DType::i64, {2, 3, 4})}, {{"perm", I{2, 0, 1}}});
+  check(out[0], DType::i64, {4, 2, 3},
+        {0, 4, 8, 12, 16, 20, 1, 5, 9, 13, 17, 21, 2, 6, 10, 14, 18, 22, 3, 7, 11, 15, 19, 23});
+  auto rev = run_op(Op::Transpose, {arange(DType::f32, {2, 3})});
+  check(rev[0], DType::f32, {3, 2}, {0, 3, 1, 4, 2, 5});
+  CHECK(error_of([] { run_op(Op::Transpose, {arange(DType::f32, {2, 3})}, {{"perm", I{0, 0}}}); })
+            .find("not a permutation") != std::string::npos);
+  // Large enough for the parallel path: transposing twice gives the input back.
+  Tensor big = arange(DType::f32, {64, 33, 40});
+  auto t1 = run_op(Op::Transpose, {big}, {{"perm", I{2, 0, 1}}});
+  auto t2 = run_op(Op::Transpose, {t1[0]}, {{"perm", I{1, 2, 0}}});
+  CHECK(t2[0].to_f64() == big.to_f64());
+}
+
+TEST_CASE("Squeeze and Unsqueeze, axes as input and (opset < 13) as attribute") {
+  Tensor x = arange(DType::f32, {1, 3, 1, 2});
+  CHECK(run_op(Op::Squeeze, {x, ints({-2})})[0].shape() == Shape{1, 3, 2});
+  CHECK(run_op(Op::Squeeze, {x})[0].shape() == Shape{3, 2});
+  check(run_op(Op::Squeeze, {x, ints({0, 2})})[0], DType::f32, {3, 2}, x.to_f64());
+  CHECK(error_of([&] { run_op(Op::Squeeze, {x, ints({1})}); }).find("cannot squeeze axis 1") != std::string::npos);
+  Tensor y = arange(DType::f32, {3, 2});
+  CHECK(run_op(Op::Unsqueeze, {y, ints({0, -1})})[0].shape() == Shape{1, 3, 2, 1});
+  CHECK(run_op(Op::Unsqueeze, {y, ints({3, 1})})[0].shape() == Shape{3, 1, 2, 1});
+  CHECK(error_of([&] { run_op(Op::Unsqueeze, {y, ints({1, 1})}); }).find("more than once") != std::string::npos);
+  CHECK(run_onnx(11, "Squeeze", {x}, {attr_ints("axes", {0})})[0].shape() == Shape{3, 1, 2});
+  CHECK(run_onnx(11, "Unsqueeze", {y}, {attr_ints("axes", {1})})[0].shape() == Shape{3, 1, 2});
+  CHECK(run_onnx(13, "Squeeze", {x, ints({2})})[0].shape() == Shape{1, 3, 2});
+}
+
+// ---- Concat, Split, Slice, Gather ---------------------------------------------------------------
+
+TEST_CASE("Concat (numpy concatenate)") {
+  // np.concatenate([np.arange(4).reshape(2,2), np.arange(10,16).reshape(2,3)], axis=1)
+  auto out = run_op(Op::Concat, {arange(DType::f32, {2, 2}), arange(DType::f32, {2, 3}, 10)}, {{"axis", int64_t(-1)}});
+  check(out[0], DType::f32, {2, 5}, {0, 1, 10, 11, 12, 2, 3, 13, 14, 15});
+  auto rows = run_op(Op::Concat, {arange(DType::i32, {1, 2}), Tensor(DType::i32, {0, 2}), arange(DType::i32, {2, 2}, 5)},
+                     {{"axis", int64_t(0)}});
+  check(rows[0], DType::i32, {3, 2}, {0, 1, 5, 6, 7, 8});
+  CHECK(error_of([] { run_op(Op::Concat, {arange(DType::f32, {2, 2}), arange(DType::f32, {3, 3})}, {{"axis", int64_t(0)}}); })
+            .find("differ in dim 1") != std::string::npos);
+}
+
+TEST_CASE("Split by sizes, equally, and by num_outputs") {
+  Tensor x = arange(DType::f32, {2, 5});
+  auto a = run_op(Op::Split, {x, ints({2, 3})}, {{"axis", int64_t(1)}}, 2);
+  check(a[0], DType::f32, {2, 2}, {0, 1, 5, 6});
+  check(a[1], DType::f32, {2, 3}, {2, 3, 4, 7, 8, 9});
+  auto b = run_op(Op::Split, {arange(DType::f32, {6})}, {}, 3);
+  check(b[2], DType::f32, {2}, {4, 5});
+  // opset 18: ceil(7 / 3) = 3 per part, the last smaller
+  auto c = run_op(Op::Split, {arange(DType::f32, {7})}, {{"num_outputs", int64_t(3)}}, 3);
+  check(c[0], DType::f32, {3}, {0, 1, 2});
+  check(c[2], DType::f32, {1}, {6});
+  CHECK(error_of([] { run_op(Op::Split, {arange(DType::f32, {7})}, {}, 3); }).find("equal parts") != std::string::npos);
+  CHECK(error_of([&] { run_op(Op::Split, {x, ints({2, 2})}, {{"axis", int64_t(1)}}, 2); }).find("add up to 4") !=
+        std::string::npos);
+  // opset 11: sizes as attribute
+  auto d = run_onnx(11, "Split", {x}, {attr_i("axis", 1), attr_ints("split", {4, 1})}, 2);
+  check(d[1], DType::f32, {2, 1}, {4, 9});
+  auto e = run_onnx(18, "Split", {arange(DType::f32, {7})}, {attr_i("num_outputs", 2)}, 2);
+  check(e[1], DType::f32, {3}, {4, 5, 6});
+}
+
+TEST_CASE("Slice with negative steps, clamping and attribute form") {
+  Tensor x = arange(DType::f32, {4, 5});
+  // x[0:3:2, 4:0:-2]
+  auto a = run_op(Op::Slice, {x, ints({0, 4}), ints({3, 0}), ints({0, 1}), ints({2, -2})});
+  check(a[0], DType::f32, {2, 2}, {4, 2, 14, 12});
+  // x[::-1, 1:3] with INT64 extremes as ends
+  auto b = run_op(Op::Slice, {x, ints({-1, 1}), ints({INT64_MIN, 3}), ints({0, -1}), ints({-1, 1})});
+  check(b[0], DType::f32, {4, 2}, {16, 17, 11, 12, 6, 7, 1, 2});
+  auto c = run_op(Op::Slice, {x, ints({10}), ints({20})});
+  CHECK(c[0].shape() == Shape{0, 5});
+  CHECK(error_of([&] { run_op(Op::Slice, {x, ints({0}), ints({1}), ints({0}), ints({0})}); }).find("steps must not be 0") !=
+        std::string::npos);
+  // opset 9: starts, ends, axes as attributes
+  auto d = run_onnx(9, "Slice", {x}, {attr_ints("starts", {1}), attr_ints("ends", {1000}), attr_ints("axes", {1})});
+  check(d[0], DType::f32, {4, 4}, {1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 16, 17, 18, 19});
+}
+
+TEST_CASE("Gather: any axis, negative indices, out-of-range index named") {
+  Tensor g = arange(DType::f32, {3, 4});
+  // np.take(np.arange(12).reshape(3,4), [[0,-1],[2,1]], axis=1)
+  auto a = run_op(Op::Gather, {g, ints({0, -1, 2, 1}).reshaped({2, 2})}, {{"axis", int64_t(1)}});
+  check(a[0], DType::f32, {3, 2, 2}, {0, 3, 2, 1, 4, 7, 6, 5, 8, 11, 10, 9});
+  auto b = run_op(Op::Gather, {g, make(DType::i32, {2}, {2, 0})});
+  check(b[0], DType::f32, {2, 4}, {8, 9, 10, 11, 0, 1, 2, 3});
+  auto s = run_op(Op::Gather, {g, Tensor::scalar_i64(-1)});
+  check(s[0], DType::f32, {4}, {8, 9, 10, 11});
+  // run time indices: the kernel reports the bad one
+  std::string e = error_of([&] { run_op(Op::Gather, {g, ints({1, 3})}, {}, 1, 2); });
+  CHECK(e.find("test_node") != std::string::npos);
+  CHECK(e.find("index 3") != std::string::npos);
+  // constant indices: the shape rule reports it when loading
+  e = error_of([&] { run_op(Op::Gather, {g, ints({-5})}, {{"axis", int64_t(0)}}); });
+  CHECK(e.find("index -5") != std::string::npos);
+}
+
+// ---- Expand, Tile, Pad, Trilu -------------------------------------------------------------------
+
+TEST_CASE("Expand broadcasts like numpy") {
+  // np.broadcast_to(np.array([1,2,3]).reshape(3,1), (2,3,4))
+  auto a = run_op(Op::Expand, {make(DType::f32, {3, 1}, {1, 2, 3}), ints({2, 1, 4})});
+  check(a[0], DType::f32, {2, 3, 4}, {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  // a smaller target keeps the input's dims (bidirectional broadcast)
+  CHECK(run_op(Op::Expand, {arange(DType::i64, {2, 3}), ints({3})})[0].shape() == Shape{2, 3});
+  CHECK(error_of([] { run_op(Op::Expand, {arange(DType::f32, {2, 3}), ints({4, 3, 2})}); }).find("cannot be expanded") !=
+        std::string::npos);
+}
+
+TEST_CASE("Tile (numpy tile)") {
+  auto a = run_op(Op::Tile, {arange(DType::i32, {2, 3}), ints({2, 2})});
+  check(a[0], DType::i32, {4, 6}, {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5, 0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5});
+  CHECK(run_op(Op::Tile, {arange(DType::f32, {2, 3}), ints({0, 1})})[0].shape() == Shape{0, 3});
+}
+
+TEST_CASE("Pad modes constant, reflect, edge, wrap (numpy pad)") {
+  Tensor p = make(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  // np.pad(p, ((0,1),(1,0)), constant_values=9.5); ONNX pads are [begins..., ends...]
+  auto a = run_op(Op::Pad, {p, ints({0, 1, 1, 0}), Tensor::scalar_f32(9.5f)});
+  check(a[0], DType::f32, {3, 4}, {9.5, 1, 2, 3, 9.5, 4, 5, 6, 9.5, 9.5, 9.5, 9.5});
+  // np.pad(p, ((1,1),(2,4)), mode=m)
+  auto r = run_op(Op::Pad, {p, ints({1, 2, 1, 4})}, {{"mode", std::string("reflect")}});
+  check(r[0], DType::f32, {4, 9}, {6, 5, 4, 5, 6, 5, 4, 5, 6, 3, 2, 1, 2, 3, 2, 1, 2, 3,
+                                   6, 5, 4, 5, 6, 5, 4, 5, 6, 3, 2, 1, 2, 3, 2, 1, 2, 3});
+  auto e = run_op(Op::Pad, {p, ints({1, 2, 1, 4})}, {{"mode", std::string("edge")}});
+  check(e[0], DType::f32, {4, 9}, {1, 1, 1, 2, 3, 3, 3, 3, 3, 1, 1, 1, 2, 3, 3, 3, 3, 3,
+                                   4, 4, 4, 5, 6, 6, 6, 6, 6, 4, 4, 4, 5, 6, 6, 6, 6, 6});
+  auto w = run_op(Op::Pad, {p, ints({1, 2, 1, 4})}, {{"mode", std::string("wrap")}});
+  check(w[0], DType::f32, {4, 9}, {5, 6, 4, 5, 6, 4, 5, 6, 4, 2, 3, 1, 2, 3, 1, 2, 3, 1,
+                                   5, 6, 4, 5, 6, 4, 5, 6, 4, 2, 3, 1, 2, 3, 1, 2, 3, 1});
+  // negative pads crop: np.pad(p, ((0,0),(0,1)))[:, 1:]
+  auto c = run_op(Op::Pad, {p, ints({0, -1, 0, 1})});
+  check(c[0], DType::f32, {2, 3}, {2, 3, 0, 5, 6, 0});
+  // opset 18 axes: pad only the last dim
+  auto ax = run_op(Op::Pad, {p, ints({1, 0}), Tensor::scalar_f32(-1), ints({-1})});
+  check(ax[0], DType::f32, {2, 4}, {-1, 1, 2, 3, -1, 4, 5, 6});
+  CHECK(error_of([&] { run_op(Op::Pad, {p, ints({0, -4, 0, 0})}); }).find("remove more") != std::string::npos);
+}
+
+TEST_CASE("Pad opset < 11: pads and value attributes, value converted to the data's dtype") {
+  Tensor p = make(DType::i32, {1, 2}, {7, 8});
+  auto a = run_onnx(10, "Pad", {p}, {attr_ints("pads", {0, 1, 1, 0}), attr_f("value", 3)});
+  check(a[0], DType::i32, {2, 3}, {3, 7, 8, 3, 3, 3});
+  auto b = run_onnx(7, "Pad", {make(DType::f32, {3}, {1, 2, 3})}, {attr_ints("pads", {2, 1}), attr_s("mode", "reflect")});
+  check(b[0], DType::f32, {6}, {3, 2, 1, 2, 3, 2});
+  CHECK(error_of([] { run_onnx(19, "Pad", {arange(DType::f32, {2}), ints({1, 1})}, {attr_s("mode", "mirror")}); })
+            .find("mode 'mirror'") != std::string::npos);
+}
+
+TEST_CASE("Trilu (numpy triu / tril)") {
+  Tensor t = arange(DType::i64, {3, 4}, 1);
+  check(run_op(Op::Trilu, {t, Tensor::scalar_i64(1)})[0], DType::i64, {3, 4}, {0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12});
+  check(run_op(Op::Trilu, {t, Tensor::scalar_i64(-1)}, {{"upper", int64_t(0)}})[0], DType::i64, {3, 4},
+        {0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0});
+  // batched, k absent: np.triu(np.arange(1,19).reshape(2,3,3))
+  check(run_op(Op::Trilu, {arange(DType::f32, {2, 3, 3}, 1)})[0], DType::f32, {2, 3, 3},
+        {1, 2, 3, 0, 5, 6, 0, 0, 9, 10, 11, 12, 0, 14, 15, 0, 0, 18});
+  CHECK(error_of([] { run_op(Op::Trilu, {arange(DType::f32, {3})}); }).find("rank >= 2") != std::string::npos);
+}
+
+// ---- the ONNX backend node tests ----------------------------------------------------------------
+
+TEST_CASE("ONNX node tests of the tensor ops") {
+  check_node_tests({"Identity", "Cast", "Shape", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat",
+                    "Split", "Slice", "Gather", "Expand", "Tile", "Pad", "Trilu"},
+                   130);
+}
