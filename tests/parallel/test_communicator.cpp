@@ -194,30 +194,42 @@ TEST_CASE("communicator: asynchronous all-reduces run in order and mix with bloc
 
 TEST_CASE("communicator: comm_wait_ms counts time blocked in wait") {
   auto world = make_in_process_world(2);
+  std::atomic<bool> started{false};
   run_replicas(world, [&](Communicator& c) {
     float x = 1;
-    // Replica 1 starts 80 ms late: replica 0's wait cannot end before that.
-    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(80));
-    auto h = c.start_all_reduce_sum(&x, 1, DType::f32);
-    c.wait(h);
+    if (c.rank() == 0) {
+      auto h = c.start_all_reduce_sum(&x, 1, DType::f32);
+      started = true;
+      c.wait(h);  // replica 1 joins 80 ms after this point: blocked about that long
+    } else {
+      while (!started) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(80));
+      c.wait(c.start_all_reduce_sum(&x, 1, DType::f32));
+    }
   });
-  CHECK(world[0]->comm_wait_ms() >= 60.0);
-  CHECK(world[1]->comm_wait_ms() >= 0.0);
+  CHECK(world[0]->comm_wait_ms() >= 40.0);
   world[0]->reset_comm_wait_ms();
   CHECK(world[0]->comm_wait_ms() == 0.0);
 }
 
-TEST_CASE("communicator: the asynchronous all-reduce overlaps the caller's work") {
-  // The communication thread reduces while the caller computes: replica 0 starts, then computes
-  // for 100 ms; replica 1 joins after 30 ms. Replica 0's wait should then find it done.
+TEST_CASE("communicator: the asynchronous all-reduce completes while the caller computes") {
+  // Replica 0 starts its all-reduce and "computes" (does not call wait) until replica 1 has seen
+  // the result: the communication thread did the work, so replica 0's wait finds it done.
   auto world = make_in_process_world(2);
+  std::atomic<bool> done_on_1{false};
+  std::vector<float> x0(1 << 16, 1.0f), x1(1 << 16, 2.0f);
   run_replicas(world, [&](Communicator& c) {
-    std::vector<float> x(1 << 16, 1.0f);
-    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    auto h = c.start_all_reduce_sum(x.data(), x.size(), DType::f32);
-    if (c.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    c.wait(h);
+    if (c.rank() == 0) {
+      auto h = c.start_all_reduce_sum(x0.data(), x0.size(), DType::f32);
+      while (!done_on_1) std::this_thread::yield();
+      c.wait(h);
+    } else {
+      c.wait(c.start_all_reduce_sum(x1.data(), x1.size(), DType::f32));
+      done_on_1 = true;
+    }
   });
+  CHECK(x0[12345] == 3.0f);
+  CHECK(x1[12345] == 3.0f);
   CHECK(world[0]->comm_wait_ms() < 50.0);
 }
 

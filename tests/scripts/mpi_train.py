@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""onnxdp train under mpirun: per-step losses and final parameters of `mpirun -np 2` and
+`mpirun -np 2 ... --devices cpu:2` (a world of 4) equal one device's on the same global batch
+(rtol 1e-5); ranks that disagree on the model stop with a clear error; a killed rank ends the job
+within bounded time, never a hang.
+
+    mpi_train.py ONNXDP_BINARY MPIEXEC
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FLAGS = ["--allow-run-as-root", "--oversubscribe"]
+ENV = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+
+
+def train(cmd, model, tmp, tag, extra=()):
+    metrics, saved = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".onnx")
+    args = cmd + ["train", os.path.join(ROOT, "models", model, "model.onnx"), "--steps", "12", "--batch-size", "50",
+                  "--optimizer", "momentum", "--lr", "0.05", "--seed", "5", "--quiet", "--metrics", metrics,
+                  "--save", saved, *extra]
+    subprocess.run(args, check=True, env=ENV, timeout=600)
+    losses = [json.loads(line)["loss"] for line in open(metrics)]
+    params = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(saved).graph.initializer}
+    return losses, params
+
+
+def same(a, b, what):
+    la, pa = a
+    lb, pb = b
+    ok = len(la) == len(lb) and np.allclose(la, lb, rtol=1e-5, atol=0)
+    for k in pa:
+        ok &= bool(np.allclose(pa[k], pb[k], rtol=1e-5, atol=1e-7))
+    print(f"{what}: {'equal' if ok else 'DIFFERENT'} (first losses {la[:2]} vs {lb[:2]})")
+    return ok
+
+
+def main():
+    onnxdp, mpiexec = sys.argv[1], sys.argv[2]
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in ["mlp", "cnn"]:
+            one = train([onnxdp], model, tmp, model + "_one")
+            two = train([mpiexec, *FLAGS, "-np", "2", onnxdp], model, tmp, model + "_np2")
+            four = train([mpiexec, *FLAGS, "-np", "2", onnxdp], model, tmp, model + "_np2x2", ["--devices", "cpu:2"])
+            for ok in (same(one, two, f"{model}: mpirun -np 2 vs one device"),
+                       same(one, four, f"{model}: mpirun -np 2 --devices cpu:2 vs one device")):
+                passed, failed = passed + ok, failed + (not ok)
+
+        # Two ranks with different models: a clear error before step 1, no hang.
+        args = lambda m: [onnxdp, "train", os.path.join(ROOT, "models", m, "model.onnx"), "--steps", "3", "--quiet",
+                          "--comm-timeout", "30"]
+        p = subprocess.run([mpiexec, *FLAGS, "-np", "1", *args("mlp"), ":", "-np", "1", *args("mlp_dynamo")],
+                           capture_output=True, text=True, env=ENV, timeout=120)
+        ok = p.returncode != 0 and "different training graph" in p.stderr
+        print(f"mismatched ranks: exit {p.returncode}, {'clear error' if ok else 'UNEXPECTED'}: {p.stderr.strip()[:300]}")
+        passed, failed = passed + ok, failed + (not ok)
+
+        # Rank 1 is killed during training: the job ends with an error within bounded time.
+        script = (f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then (sleep 3; kill -9 $$) & fi; '
+                  f'exec {onnxdp} train {os.path.join(ROOT, "models", "tiny_lm", "model.onnx")} --steps 100000 '
+                  f'--batch-size 8 --quiet --comm-timeout 20')
+        start = time.time()
+        p = subprocess.run([mpiexec, *FLAGS, "-np", "2", "sh", "-c", script], capture_output=True, text=True, env=ENV,
+                           timeout=300)
+        took = time.time() - start
+        ok = p.returncode != 0 and took < 60
+        print(f"killed rank: exit {p.returncode} after {took:.1f} s ({'bounded' if ok else 'UNEXPECTED'}); "
+              f"stderr: {p.stderr.strip()[-300:]}")
+        passed, failed = passed + ok, failed + (not ok)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
