@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "train/trainer.h"
 #include "graph/graph.h"
 #include "importer/importer.h"
 #include "importer/onnx_io.h"
@@ -329,21 +330,79 @@ void print_text(const json& j) {
 
 }  // namespace
 
+// The training split and the bucket plan of the training graph onnxdp would run.
+json inspect_training(const std::string& model, TrainOptions o, const std::string& loss) {
+  o.model = model;
+  o.loss = loss_kind_from_name(loss);
+  int world = local_replicas(o.devices);
+  TrainingGraph tg = training_graph(o, world, 0);
+  json t;
+  t["world_size"] = world;
+  t["global_batch"] = o.batch_size;
+  t["trainable"] = tg.trainable;
+  t["frozen"] = tg.frozen;
+  t["nodes"] = tg.g.nodes.size();
+  json buckets = json::array();
+  for (const Bucket& b : tg.buckets) {
+    json names = json::array();
+    for (size_t i : b.index) names.push_back(tg.trainable[i]);
+    buckets.push_back({{"bytes", b.bytes}, {"parameters", names}});
+  }
+  t["buckets"] = buckets;
+  return t;
+}
+
+void print_training(const json& t) {
+  std::printf("\ntraining (world of %d, global batch %lld): %zu trainable, %zu frozen, %zu nodes\n",
+              t["world_size"].get<int>(), (long long)t["global_batch"].get<int64_t>(), t["trainable"].size(),
+              t["frozen"].size(), t["nodes"].get<size_t>());
+  for (const auto& n : t["trainable"]) std::printf("  train   %s\n", n.get<std::string>().c_str());
+  for (const auto& n : t["frozen"]) std::printf("  frozen  %s\n", n.get<std::string>().c_str());
+  if (t["buckets"].empty()) {
+    std::printf("gradient buckets: none (a world of one needs no all-reduce)\n");
+    return;
+  }
+  std::printf("gradient buckets, in the order backward produces them:\n");
+  size_t k = 0;
+  for (const auto& b : t["buckets"]) {
+    std::printf("  bucket %zu: %.3f MB, the gradients of %zu parameters:", k++, double(b["bytes"].get<size_t>()) / (1024.0 * 1024.0),
+                b["parameters"].size());
+    for (const auto& g : b["parameters"]) std::printf(" %s", g.get<std::string>().c_str());
+    std::printf("\n");
+  }
+}
+
 Command add_inspect_command(CLI::App& parent) {
   struct Options {
     std::string model;
     bool json = false;
+    bool train = false;
+    TrainOptions train_options;
+    std::string loss = "cross_entropy";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = parent.add_subcommand(
       "inspect", "Show a model's inputs, outputs, parameters (trainable or frozen), ops and unsupported ops");
   sub->add_option("model", opt->model, "The .onnx file")->required();
   sub->add_flag("--json", opt->json, "Print the same facts as one JSON object");
+  sub->add_flag("--train", opt->train, "Also build the training graph: trainable/frozen split, gradient buckets");
+  sub->add_option("--devices", opt->train_options.devices, "With --train: cpu or cpu:N (prints the bucket plan)")
+      ->capture_default_str();
+  sub->add_option("--batch-size", opt->train_options.batch_size, "With --train: global batch size")->capture_default_str();
+  sub->add_option("--loss", opt->loss, "With --train: cross_entropy | mse | bce_with_logits | l1 | none")
+      ->capture_default_str();
+  sub->add_option("--freeze", opt->train_options.freeze, "With --train: initializers not to train (regex)");
+  sub->add_option("--bucket-mb", opt->train_options.bucket_mb, "With --train: gradient bucket size in MB")
+      ->capture_default_str();
   return Command{sub, [opt] {
                    json j = inspect_model(opt->model);
+                   if (opt->train) j["train"] = inspect_training(opt->model, opt->train_options, opt->loss);
                    // Names in a model are not always valid UTF-8: replace bad bytes rather than fail.
                    if (opt->json) std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
-                   else print_text(j);
+                   else {
+                     print_text(j);
+                     if (j.contains("train")) print_training(j["train"]);
+                   }
                    return 0;
                  }};
 }

@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   bool version = false;
   app.add_flag("--version", version, "Print the version and the backends onnxdp sees");
-  std::vector<Command> commands = {add_inspect_command(app), add_run_command(app), add_train_command(app)};
+  std::vector<Command> commands = {add_inspect_command(app), add_run_command(app), add_train_command(app),
+                                   add_graph_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -198,9 +198,6 @@ void shape_ConvTranspose(ShapeCtx& c) {
            shape_str(k));
   Window w = read_window(c, k);
   std::vector<int64_t> out_pad = ints_of_len(c, "output_padding", n, 0, 0);
-  for (size_t i = 0; i < n; ++i)
-    if (out_pad[i] >= std::max(w.strides[i], w.dilations[i]))
-      c.fail("output_padding {} must be below the stride or the dilation in every dim", shape_str(out_pad));
   Shape out = {x[0], m};
   if (c.node.has("output_shape")) {
     // Either the spatial dims or the whole [N, M, O1..On].

@@ -11,14 +11,16 @@
 //
 // Rules every implementation keeps:
 //   - Collectives are matched by call order: every replica must call the same collectives, with the
-//     same counts and dtypes, in the same order. The in-process world checks this and names the
-//     first difference; it is never a hang.
+//     same counts and dtypes, in the same order. Replicas that share a process check this and
+//     name the first difference; across MPI processes a mismatch ends in an MPI error or the
+//     timeout (compare graph hashes with all_gather_bytes before step 1). Never a hang.
 //   - Every blocking call obeys CommOptions::timeout_s. When it expires, or a peer is known to have
 //     failed (abort), the call throws onnxdp::Error naming the collective, e.g.
 //     "replica 1 did not reach all_reduce #12 within 300 s: it may have died or be stuck".
 //     After an error the communicator is unusable: every later call throws at once.
 //   - all_reduce_sum gives bit-identical results on every replica (replicas stay identical):
-//     in-process, element i is summed in replica order 0,1,…,N-1 by one thread and copied to all.
+//     in-process, element i is summed in replica order 0,1,…,N-1 by one thread and copied to all;
+//     under MPI, local replicas first (in local order), then MPI_Iallreduce across processes.
 //   - Asynchronous all-reduces (start_all_reduce_sum) run in call order on one communication thread
 //     per replica, so buckets launched as backward produces them are reduced while compute goes on.
 //     A blocking collective first waits until the communication thread is idle, so blocking and
@@ -172,7 +174,8 @@ bool mpi_built();
 // L replicas in this process, part of an MPI world of (MPI processes × L) replicas. Initialises MPI
 // (thread level MPI_THREAD_SERIALIZED) unless already initialised; it is finalised at exit unless a
 // collective failed (a process that exits with requests in flight must not wait in MPI_Finalize).
-// Every process must ask for the same L. Throws when built without MPI.
+// Every process must ask for the same L. One MPI world per process at a time (MPI is used from one
+// thread at a time). Throws when built without MPI.
 CommWorld make_mpi_world(int local_replicas, CommOptions opts = {});
 
 // The world for `--devices cpu:L`: an MPI world when this process was started by a launcher (even

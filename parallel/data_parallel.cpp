@@ -200,6 +200,7 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
     }
     members.back().push_back(i);
     buckets.back().grads.push_back(grads[i]);
+    buckets.back().index.push_back(i);
     buckets.back().bytes += bytes;
     used += bytes;
   }

@@ -40,6 +40,7 @@ void data_parallel_forward(Graph& g, const DataParallelOptions& o, const std::ve
 
 struct Bucket {
   std::vector<ValueId> grads;  // in production order
+  std::vector<size_t> index;   // their positions in the grads vector given to data_parallel_gradients
   size_t bytes = 0;
   int node = -1;               // index of its AllReduce node in g.nodes
 };

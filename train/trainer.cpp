@@ -162,6 +162,104 @@ std::string first_difference(const std::string& a, const std::string& b) {
   return fmt::format("line {}: '{}' vs '{}'", line, line_at(a, i), line_at(b, i));
 }
 
+// The training graph of replica `rank` of `world` for a global batch of b rows (forward at the
+// shard's rows given by `shapes`, loss, data-parallel rewrite, backward, gradient buckets), its
+// outputs: the loss (over the global batch), the gradients of the trainable parameters, and the
+// BatchNormalization running statistics.
+TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::string& model_dir, const ImportOptions& shapes,
+                                  LossOptions lo, const TrainOptions& o, const std::vector<std::string>& batch_inputs,
+                                  int world, int rank, int64_t b) {
+  std::vector<std::regex> freeze;
+  for (const auto& f : o.freeze) {
+    try {
+      freeze.emplace_back(f);
+    } catch (const std::regex_error& e) {
+      fail("--freeze '{}' is not a valid regular expression: {}", f, e.what());
+    }
+  }
+  TrainingGraph tg;
+  Graph& g = tg.g;
+  g = load_graph(proto, model_dir, shapes);
+  const int64_t rows = shard_rows(b, world)[size_t(rank)];
+  // Running statistics: BatchNormalization inputs 3/4, updated from its training-mode outputs.
+  std::map<ValueId, bool> stats;
+  for (const Node& n : g.nodes)
+    if (n.op == Op::BatchNormalization) {
+      for (int k = 3; k < 5; ++k) stats[n.inputs[size_t(k)]] = true;
+      if (n.i("training_mode"))
+        for (int k = 1; k < 3; ++k)
+          if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
+            tg.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
+    }
+  if (world > 1) {
+    lo.global_batch = b;
+    lo.shard_fraction = double(rows) / double(b);
+  }
+  ValueId loss = add_loss(g, lo);
+  // Trainable: f32 initializers that reach the loss, minus running statistics and --freeze.
+  std::vector<ValueId> candidates;
+  for (ValueId p : g.parameters()) {
+    const Value& v = g.value(p);
+    bool frozen = stats.count(p) || v.dtype != DType::f32;
+    for (const auto& re : freeze) frozen |= std::regex_search(v.name, re);
+    if (frozen) tg.frozen.push_back(v.name);
+    else candidates.push_back(p);
+  }
+  Graph probe = g;
+  std::vector<ValueId> probe_grads = autodiff(probe, loss, candidates);
+  std::vector<ValueId> wrt;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& name = g.value(candidates[i]).name;
+    if (probe_grads[i] == kNoValue) {
+      tg.frozen.push_back(name);
+    } else {
+      tg.trainable.push_back(name);
+      wrt.push_back(candidates[i]);
+    }
+  }
+  if (tg.trainable.empty()) fail("the model has no trainable parameters that reach the loss");
+  DataParallelOptions dp;
+  dp.world_size = world;
+  dp.replica = rank;
+  dp.global_batch = b;
+  dp.local_bn = o.local_bn;
+  dp.bucket_mb = o.bucket_mb;
+  data_parallel_forward(g, dp, batch_inputs);
+  tg.grads = autodiff(g, loss, wrt);
+  tg.buckets = data_parallel_gradients(g, tg.grads, dp);
+  if (world > 1) {  // the step's loss over the global batch, for the metrics
+    int idx = g.add_node(Op::AllReduce, "dp/loss", {loss}, {"dp/loss"}, {{"async", Attr(int64_t(1))}});
+    loss = g.nodes[size_t(idx)].outputs[0];
+  }
+  tg.loss = loss;
+  g.outputs = {loss};
+  for (ValueId gr : tg.grads) g.outputs.push_back(gr);
+  for (auto& [v, name] : tg.running_stats) g.outputs.push_back(v);
+  verify(g);
+  return tg;
+}
+
+TrainingGraph training_graph(const TrainOptions& o, int world, int replica) {
+  onnx::ModelProto proto = load_model_proto(o.model);
+  const int64_t rows = shard_rows(o.batch_size, world)[size_t(replica)];
+  if (rows == 0) fail("a batch of {} rows cannot be split over {} replicas", o.batch_size, world);
+  ImportOptions io;
+  io.batch_size = rows;
+  std::vector<std::string> batch_inputs;
+  std::map<std::string, bool> init;
+  for (const auto& i : proto.graph().initializer()) init[i.name()] = true;
+  for (const auto& vi : proto.graph().input())
+    if (!init.count(vi.name())) batch_inputs.push_back(vi.name());
+  LossOptions lo;
+  lo.kind = o.loss;
+  lo.label_name = o.label;
+  lo.class_axis = o.class_axis;
+  lo.label_dtype = o.loss == LossKind::cross_entropy ? DType::i64 : DType::f32;
+  if (o.loss != LossKind::none) batch_inputs.push_back(o.label);
+  return make_training_graph(proto, std::filesystem::path(o.model).parent_path().string(), io, lo, o, batch_inputs,
+                             world, replica, o.batch_size);
+}
+
 void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& result) {
   const int world = comm ? comm->size() : 1;
   const int rank = comm ? comm->rank() : 0;
@@ -176,14 +274,6 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
   const int64_t batch = std::min(o.batch_size, data.samples);
   const std::string model_dir = fs::path(o.model).parent_path().string();
 
-  std::vector<std::regex> freeze;
-  for (const auto& f : o.freeze) {
-    try {
-      freeze.emplace_back(f);
-    } catch (const std::regex_error& e) {
-      fail("--freeze '{}' is not a valid regular expression: {}", f, e.what());
-    }
-  }
 
   LossOptions lo;
   lo.kind = o.loss;
@@ -207,47 +297,15 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
     if (rows == 0)
       fail("a batch of {} rows cannot be split over {} replicas (each needs a row); use --drop-last or a larger "
            "--batch-size", b, world);
-    Graph g = load_graph(proto, model_dir, shapes_for(data, rows));
-    // Running statistics: BatchNormalization inputs 3/4, updated from its training-mode outputs.
-    std::map<ValueId, bool> stats;
-    for (const Node& n : g.nodes)
-      if (n.op == Op::BatchNormalization) {
-        for (int k = 3; k < 5; ++k) stats[n.inputs[size_t(k)]] = true;
-        if (n.i("training_mode"))
-          for (int k = 1; k < 3; ++k)
-            if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
-              tp.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
-      }
-    LossOptions shard_lo = lo;
-    if (world > 1) {
-      shard_lo.global_batch = b;
-      shard_lo.shard_fraction = double(rows) / double(b);
-    }
-    ValueId loss = add_loss(g, shard_lo);
-    if (master.empty()) {  // first build decides the trainable set and makes the flat buffer
-      std::vector<ValueId> candidates;
-      for (ValueId p : g.parameters()) {
-        const Value& v = g.value(p);
-        bool frozen = stats.count(p) || v.dtype != DType::f32;
-        for (const auto& re : freeze) frozen |= std::regex_search(v.name, re);
-        if (frozen) result.frozen.push_back(v.name);
-        else candidates.push_back(p);
-      }
-      // Parameters that do not reach the loss are not trained.
-      Graph probe = g;
-      std::vector<ValueId> probe_grads = autodiff(probe, loss, candidates);
+    TrainingGraph tg = make_training_graph(proto, model_dir, shapes_for(data, rows), lo, o, batch_inputs, world, rank, b);
+    Graph& g = tg.g;
+    if (master.empty()) {  // the first build makes the flat parameter buffer
+      trainable = tg.trainable;
       size_t total = 0;
-      for (size_t i = 0; i < candidates.size(); ++i) {
-        const Value& v = g.value(candidates[i]);
-        if (probe_grads[i] == kNoValue) {
-          result.frozen.push_back(v.name);
-          continue;
-        }
-        trainable.push_back(v.name);
+      for (const auto& name : trainable) {
         offset.push_back(total);
-        total += size_t(v.data.numel());
+        total += size_t(g.value(g.find(name)).data.numel());
       }
-      if (trainable.empty()) fail("the model has no trainable parameters that reach the loss");
       flat_params = Tensor(DType::f32, {int64_t(total)});
       flat_grads = Tensor(DType::f32, {int64_t(total)});
       for (size_t i = 0; i < trainable.size(); ++i) {
@@ -259,28 +317,16 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
       for (ValueId p : g.parameters())
         if (!master.count(g.value(p).name)) master[g.value(p).name] = g.value(p).data;
       result.trainable = trainable;
+      result.frozen = tg.frozen;
     }
     share_parameters(g, master);
-    DataParallelOptions dp;
-    dp.world_size = world;
-    dp.replica = rank;
-    dp.global_batch = b;
-    dp.local_bn = o.local_bn;
-    dp.bucket_mb = o.bucket_mb;
-    data_parallel_forward(g, dp, batch_inputs);
-    std::vector<ValueId> wrt;
-    for (const auto& n : trainable) wrt.push_back(g.find(n));
-    tp.grads = autodiff(g, loss, wrt);
-    std::vector<Bucket> buckets = data_parallel_gradients(g, tp.grads, dp);
-    if (world > 1) {  // the step's loss over the global batch, for the metrics
-      int idx = g.add_node(Op::AllReduce, "dp/loss", {loss}, {"dp/loss"}, {{"async", Attr(int64_t(1))}});
-      loss = g.nodes[size_t(idx)].outputs[0];
-    }
-    tp.loss = loss;
+    tp.grads = tg.grads;
+    tp.loss = tg.loss;
+    tp.running_stats = tg.running_stats;
     if (b == batch) {
-      for (const Bucket& bk : buckets) result.bucket_bytes.push_back(bk.bytes);
+      for (const Bucket& bk : tg.buckets) result.bucket_bytes.push_back(bk.bytes);
       if (comm) {  // every replica must run the same training graph: compare before step 1
-        std::string mine = training_fingerprint(g, buckets);
+        std::string mine = training_fingerprint(g, tg.buckets);
         std::vector<std::vector<uint8_t>> all;
         comm->all_gather_bytes(mine.data(), mine.size(), all);
         for (size_t r = 0; r < all.size(); ++r) {
@@ -291,10 +337,6 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
         }
       }
     }
-    g.outputs = {loss};
-    for (ValueId gr : tp.grads) g.outputs.push_back(gr);
-    for (auto& [v, name] : tp.running_stats) g.outputs.push_back(v);
-    verify(g);
     tp.plan = std::make_unique<Plan>(std::move(g));
     return tp;
   };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/passes/loss.h"
+#include "parallel/data_parallel.h"
 #include "graph/tensor.h"
 #include "train/optimizer.h"
 
@@ -56,5 +57,20 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& options);
+
+// The training graph replica `replica` of a world of `world` runs (model, loss, --freeze,
+// --batch-size, --local-bn, --bucket-mb from options; input shapes from the model, symbolic
+// leading dims = the replica's rows, labels i64 for cross_entropy and f32 otherwise).
+struct TrainingGraph {
+  Graph g;                     // outputs: loss, then the gradients, then running statistics
+  ValueId loss = kNoValue;
+  std::vector<ValueId> grads;  // per trainable parameter, all-reduced when world > 1
+  std::vector<std::string> trainable, frozen;
+  std::vector<Bucket> buckets;
+  std::vector<std::pair<ValueId, std::string>> running_stats;  // BN outputs -> initializer
+};
+TrainingGraph training_graph(const TrainOptions& options, int world, int replica);
+// How many replicas --devices asks for in this process (cpu: 1, cpu:N: N).
+int local_replicas(const std::string& devices);
 
 }  // namespace onnxdp

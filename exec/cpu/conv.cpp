@@ -7,7 +7,8 @@
 //   col [Mg*K, Pin] = W_g^T [Mg*K, Cg] x x_g [Cg, Pin]
 //   y   [Mg, Pout] += col scattered to the output positions the taps hit.
 // Both use one table `tap_index` [K, P]: the flat spatial offset on the other side of each
-// (tap, position) pair, -1 where that falls into padding. OpenMP runs the images in parallel.
+// (tap, position) pair, -1 where that falls into padding. OpenMP runs the (image, group) pairs in
+// parallel; with a single pair, the BLAS library threads the GEMM itself.
 #include <cblas.h>
 
 #include <algorithm>
@@ -147,27 +148,26 @@ void conv(KernelCtx& c) {
   T* y = yr.as<T>();
   const int bm = blas_int(c, Mg), bn = blas_int(c, P), bk = blas_int(c, Cg * K);
 
-#pragma omp parallel for schedule(static) if (N > 1)
-  for (int64_t img = 0; img < N; ++img) {
-    std::vector<T> col(direct ? 0 : size_t(Cg * K * P));
-    for (int64_t gi = 0; gi < group; ++gi) {
-      const T* xg = x + (img * C + gi * Cg) * S;   // [Cg, S]
-      T* yg = y + (img * M + gi * Mg) * P;         // [Mg, P]
-      const T* wg = w + gi * Mg * Cg * K;          // [Mg, Cg*K]
-      const T* colp = xg;
-      if (!direct) {
-        for (int64_t ch = 0; ch < Cg; ++ch) {
-          const T* xc = xg + ch * S;
-          T* cc = col.data() + ch * K * P;
-          for (int64_t j = 0; j < K * P; ++j) cc[j] = idx[size_t(j)] < 0 ? T(0) : xc[idx[size_t(j)]];
-        }
-        colp = col.data();
+#pragma omp parallel for schedule(static) if (N * group > 1)
+  for (int64_t task = 0; task < N * group; ++task) {
+    const int64_t img = task / group, gi = task % group;
+    const T* xg = x + (img * C + gi * Cg) * S;  // [Cg, S]
+    T* yg = y + (img * M + gi * Mg) * P;        // [Mg, P]
+    const T* wg = w + gi * Mg * Cg * K;         // [Mg, Cg*K]
+    std::vector<T> col(direct ? 0 : size_t(Cg * K * P));  // [Cg*K, P]
+    const T* colp = xg;
+    if (!direct) {
+      for (int64_t ch = 0; ch < Cg; ++ch) {
+        const T* xc = xg + ch * S;
+        T* cc = col.data() + ch * K * P;
+        for (int64_t j = 0; j < K * P; ++j) cc[j] = idx[size_t(j)] < 0 ? T(0) : xc[idx[size_t(j)]];
       }
-      gemm(false, false, bm, bn, bk, wg, bk, colp, bn, yg, bn);
-      if (bias)
-        for (int64_t m = 0; m < Mg; ++m)
-          for (int64_t p = 0; p < P; ++p) yg[m * P + p] += bias[gi * Mg + m];
+      colp = col.data();
     }
+    gemm(false, false, bm, bn, bk, wg, bk, colp, bn, yg, bn);
+    if (bias)
+      for (int64_t m = 0; m < Mg; ++m)
+        for (int64_t p = 0; p < P; ++p) yg[m * P + p] += bias[gi * Mg + m];
   }
 }
 
@@ -207,21 +207,20 @@ void conv_transpose(KernelCtx& c) {
   T* y = yr.as<T>();
   const int bm = blas_int(c, Mg * K), bn = blas_int(c, Pin), bk = blas_int(c, Cg);
 
-#pragma omp parallel for schedule(static) if (N > 1)
-  for (int64_t img = 0; img < N; ++img) {
-    std::vector<T> col(size_t(Mg * K * Pin));
-    for (int64_t gi = 0; gi < group; ++gi) {
-      const T* xg = x + (img * C + gi * Cg) * Pin;  // [Cg, Pin]
-      const T* wg = w + gi * Cg * Mg * K;           // [Cg, Mg*K]
-      T* yg = y + (img * M + gi * Mg) * Pout;       // [Mg, Pout]
-      gemm(true, false, bm, bn, bk, wg, bm, xg, bn, col.data(), bn);
-      for (int64_t m = 0; m < Mg; ++m) {
-        T* ym = yg + m * Pout;
-        std::fill(ym, ym + Pout, bias ? bias[gi * Mg + m] : T(0));
-        const T* cm = col.data() + m * K * Pin;  // [K, Pin]
-        for (int64_t j = 0; j < K * Pin; ++j)
-          if (idx[size_t(j)] >= 0) ym[idx[size_t(j)]] += cm[j];
-      }
+#pragma omp parallel for schedule(static) if (N * group > 1)
+  for (int64_t task = 0; task < N * group; ++task) {
+    const int64_t img = task / group, gi = task % group;
+    const T* xg = x + (img * C + gi * Cg) * Pin;  // [Cg, Pin]
+    const T* wg = w + gi * Cg * Mg * K;           // [Cg, Mg*K]
+    T* yg = y + (img * M + gi * Mg) * Pout;       // [Mg, Pout]
+    std::vector<T> col(size_t(Mg * K * Pin));     // [Mg*K, Pin]
+    gemm(true, false, bm, bn, bk, wg, bm, xg, bn, col.data(), bn);
+    for (int64_t m = 0; m < Mg; ++m) {
+      T* ym = yg + m * Pout;
+      std::fill(ym, ym + Pout, bias ? bias[gi * Mg + m] : T(0));
+      const T* cm = col.data() + m * K * Pin;  // [K, Pin]
+      for (int64_t j = 0; j < K * Pin; ++j)
+        if (idx[size_t(j)] >= 0) ym[idx[size_t(j)]] += cm[j];
     }
   }
 }

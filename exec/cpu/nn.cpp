@@ -33,7 +33,8 @@ void dropout(KernelCtx& c, double ratio) {
   T* y = c.out(0).as<T>();
   bool* mask = c.has_out(1) ? c.out(1).as<bool>() : nullptr;
   const int64_t n = xr.numel;
-  const int64_t row = xr.rank() > 0 && xr.dim(0) > 0 ? n / xr.dim(0) : n;
+  // Elements per batch row; a scalar has no batch dim and no offset.
+  const int64_t row = xr.rank() > 0 && xr.dim(0) > 0 ? n / xr.dim(0) : 0;
   const uint64_t base = uint64_t(c.run.batch_offset * row);
   const uint64_t seed = c.node.has("seed") ? uint64_t(c.node.i("seed")) : c.run.seed;
   const uint64_t step = c.run.step;

@@ -16,11 +16,12 @@ namespace onnxdp {
 
 namespace {
 
-// Per spatial dim and output coordinate: the valid input coordinates of the window, and how many
-// of its taps lie within the input plus its pads.
+// Per spatial dim and output coordinate: the window's taps inside the input, as offsets
+// (coordinate * the dim's row-major stride in the input plane), and how many of its taps lie
+// within the input plus its pads.
 struct DimTaps {
-  std::vector<std::vector<int64_t>> coords;  // [O][taps inside the input]
-  std::vector<int64_t> padded_count;         // [O]
+  std::vector<std::vector<int64_t>> offsets;  // [O][taps inside the input]
+  std::vector<int64_t> padded_count;          // [O]
 };
 
 struct PoolGeom {
@@ -41,6 +42,8 @@ PoolGeom pool_geom(const KernelCtx& c) {
   PoolGeom g;
   g.in.assign(xs.begin() + 2, xs.end());
   g.out.assign(ys.begin() + 2, ys.end());
+  std::vector<int64_t> row_stride(n, 1);
+  for (size_t i = n - 1; i-- > 0;) row_stride[i] = row_stride[i + 1] * g.in[i + 1];
   for (size_t i = 0; i < n; ++i) {
     g.in_size *= g.in[i];
     g.out_size *= g.out[i];
@@ -58,10 +61,10 @@ PoolGeom pool_geom(const KernelCtx& c) {
       int64_t padded = 0;
       for (int64_t k = 0; k < kernel[i]; ++k) {
         int64_t x = o * strides[i] - pb + k * dil[i];
-        if (x >= 0 && x < g.in[i]) valid.push_back(x);
+        if (x >= 0 && x < g.in[i]) valid.push_back(x * row_stride[i]);
         if (x >= -pb && x < g.in[i] + pe) ++padded;
       }
-      d.coords.push_back(std::move(valid));
+      d.offsets.push_back(std::move(valid));
       d.padded_count.push_back(padded);
     }
     g.dims.push_back(std::move(d));
@@ -69,15 +72,17 @@ PoolGeom pool_geom(const KernelCtx& c) {
   return g;
 }
 
-// Calls f(window) for every output position in row-major order, where window lists the
-// per-dim coordinate lists of that position; the caller walks their product with for_each_tap.
+// The taps of one output position: per dim, the offsets of its window in that dim.
+using Window = std::vector<const std::vector<int64_t>*>;
+
+// Calls f(p, o, window) for every output position p (multi-index o) in row-major order.
 template <class F>
 void for_each_output(const PoolGeom& g, F&& f) {
   const size_t n = g.in.size();
   std::vector<int64_t> o(n, 0);
-  std::vector<const std::vector<int64_t>*> window(n);
+  Window window(n);
   for (int64_t p = 0; p < g.out_size; ++p) {
-    for (size_t i = 0; i < n; ++i) window[i] = &g.dims[i].coords[size_t(o[i])];
+    for (size_t i = 0; i < n; ++i) window[i] = &g.dims[i].offsets[size_t(o[i])];
     f(p, o, window);
     for (size_t i = n; i-- > 0;) {
       if (++o[i] < g.out[i]) break;
@@ -86,23 +91,18 @@ void for_each_output(const PoolGeom& g, F&& f) {
   }
 }
 
-// Calls tap(coords) for every input position of a window (coords: one input coordinate per dim).
+// Calls tap(offset) for every input position of a window (offset: flat, within the plane).
 template <class F>
-void for_each_tap(const std::vector<const std::vector<int64_t>*>& window, std::vector<int64_t>& coords, F&& tap) {
+void for_each_tap(const Window& window, F&& tap) {
   const size_t n = window.size();
-  for (size_t i = 0; i < n; ++i)
-    if (window[i]->empty()) return;
-  std::vector<size_t> k(n, 0);
-  while (true) {
-    for (size_t i = 0; i < n; ++i) coords[i] = (*window[i])[k[i]];
-    tap(coords);
-    size_t i = n;
-    while (i-- > 0) {
-      if (++k[i] < window[i]->size()) break;
-      k[i] = 0;
+  auto walk = [&](auto& self, size_t i, int64_t base) -> void {
+    if (i + 1 == n) {
+      for (int64_t off : *window[i]) tap(base + off);
+      return;
     }
-    if (i == size_t(-1)) return;
-  }
+    for (int64_t off : *window[i]) self(self, i + 1, base + off);
+  };
+  walk(walk, 0, 0);
 }
 
 template <class T>
@@ -111,10 +111,6 @@ void max_pool(KernelCtx& c) {
   const size_t n = g.in.size();
   const int64_t planes = c.in(0).dim(0) * c.in(0).dim(1);
   const bool column_major = c.node.i("storage_order") == 1;
-  // Flat spatial strides of the input, row-major and (for storage_order 1) column-major.
-  std::vector<int64_t> row_stride(n, 1), col_stride(n, 1);
-  for (size_t i = n - 1; i-- > 0;) row_stride[i] = row_stride[i + 1] * g.in[i + 1];
-  for (size_t i = 1; i < n; ++i) col_stride[i] = col_stride[i - 1] * g.in[i - 1];
   const T* x = c.in(0).as<T>();
   T* y = c.out(0).as<T>();
   int64_t* indices = c.has_out(1) ? c.out(1).as<int64_t>() : nullptr;
@@ -122,24 +118,24 @@ void max_pool(KernelCtx& c) {
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * g.in_size;
-    std::vector<int64_t> coords(n);
-    for_each_output(g, [&](int64_t p, const std::vector<int64_t>&, const std::vector<const std::vector<int64_t>*>& win) {
+    for_each_output(g, [&](int64_t p, const std::vector<int64_t>&, const Window& win) {
       T best = std::numeric_limits<T>::lowest();
-      int64_t best_row = -1, best_col = -1;
-      for_each_tap(win, coords, [&](const std::vector<int64_t>& xc) {
-        int64_t r = 0;
-        for (size_t i = 0; i < n; ++i) r += xc[i] * row_stride[i];
-        if (best_row < 0 || xp[r] > best) {
-          best = xp[r];
-          best_row = r;
-          best_col = 0;
-          for (size_t i = 0; i < n; ++i) best_col += xc[i] * col_stride[i];
-        }
+      int64_t best_at = -1;  // row-major offset in the plane; the first maximum wins
+      for_each_tap(win, [&](int64_t off) {
+        if (best_at < 0 || xp[off] > best) best = xp[off], best_at = off;
       });
       y[plane * g.out_size + p] = best;
-      if (indices)
-        indices[plane * g.out_size + p] =
-            best_row < 0 ? -1 : plane * g.in_size + (column_major ? best_col : best_row);
+      if (!indices) return;
+      int64_t at = best_at;
+      if (column_major && at >= 0) {
+        // storage_order 1: the same element's index with the first spatial dim varying fastest.
+        int64_t rem = at, col = 0, stride = 1;
+        std::vector<int64_t> coord(n);
+        for (size_t i = n; i-- > 0;) coord[i] = rem % g.in[i], rem /= g.in[i];
+        for (size_t i = 0; i < n; ++i) col += coord[i] * stride, stride *= g.in[i];
+        at = col;
+      }
+      indices[plane * g.out_size + p] = at < 0 ? -1 : plane * g.in_size + at;
     });
   }
 }
@@ -150,26 +146,19 @@ void average_pool(KernelCtx& c) {
   const size_t n = g.in.size();
   const int64_t planes = c.in(0).dim(0) * c.in(0).dim(1);
   const bool include_pad = c.node.i("count_include_pad") == 1;
-  std::vector<int64_t> row_stride(n, 1);
-  for (size_t i = n - 1; i-- > 0;) row_stride[i] = row_stride[i + 1] * g.in[i + 1];
   const T* x = c.in(0).as<T>();
   T* y = c.out(0).as<T>();
 
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * g.in_size;
-    std::vector<int64_t> coords(n);
-    for_each_output(g, [&](int64_t p, const std::vector<int64_t>& o, const std::vector<const std::vector<int64_t>*>& win) {
+    for_each_output(g, [&](int64_t p, const std::vector<int64_t>& o, const Window& win) {
       double sum = 0;
       int64_t count = 1;
       for (size_t i = 0; i < n; ++i)
         count *= include_pad ? g.dims[i].padded_count[size_t(o[i])] : int64_t(win[i]->size());
-      for_each_tap(win, coords, [&](const std::vector<int64_t>& xc) {
-        int64_t r = 0;
-        for (size_t i = 0; i < n; ++i) r += xc[i] * row_stride[i];
-        sum += double(xp[r]);
-      });
-      // A window entirely in padding (possible only with count_include_pad=0 and huge pads) is 0/0.
+      for_each_tap(win, [&](int64_t off) { sum += double(xp[off]); });
+      // A window entirely in padding (count_include_pad=0 with pads as large as the kernel) is 0/0.
       y[plane * g.out_size + p] = T(count > 0 ? sum / double(count) : std::nan(""));
     });
   }

@@ -275,19 +275,22 @@ TEST_CASE("communicator: a missing replica ends in a timeout naming it") {
   auto world = make_in_process_world(3, opts);
   std::vector<std::string> errors(3);
   std::vector<double> took(3, 0);
+  std::atomic<int> failed{0};
   run_collect(world, [&](Communicator& c) {
     auto t0 = Clock::now();
     std::vector<float> x(4, 1.0f);
     c.barrier();
     try {
       if (c.rank() == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // "stuck" elsewhere
+        // "Stuck" elsewhere until the others gave up (at most 5 s).
+        while (failed < 2 && seconds_since(t0) < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         return;
       }
       c.all_reduce_sum(x.data(), x.size(), DType::f32);
     } catch (const std::exception& e) {
       took[c.rank()] = seconds_since(t0);
       errors[c.rank()] = e.what();
+      ++failed;
       throw;
     }
   });
@@ -304,9 +307,11 @@ TEST_CASE("communicator: a timeout also bounds asynchronous all-reduces") {
   opts.timeout_s = 0.2;
   auto world = make_in_process_world(2, opts);
   std::string error;
+  std::atomic<bool> failed{false};
   run_collect(world, [&](Communicator& c) {
     if (c.rank() == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      auto t0 = Clock::now();
+      while (!failed && seconds_since(t0) < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return;
     }
     float x = 1;
@@ -316,6 +321,7 @@ TEST_CASE("communicator: a timeout also bounds asynchronous all-reduces") {
     } catch (const Error& e) {
       error = e.what();
     }
+    failed = true;
     // Queued work after the failure fails at once.
     CHECK_THROWS_WITH_AS(c.wait(c.start_all_reduce_sum(&x, 1, DType::f32)), doctest::Contains("unusable"), Error);
   });

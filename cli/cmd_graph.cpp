@@ -1,0 +1,53 @@
+// `onnxdp graph MODEL [--train] [--devices cpu:N] --out FILE.onnx`: writes the graph onnxdp runs
+// as an ONNX file (open it in Netron): the imported forward graph, or with --train the SPMD
+// training graph of one replica, with loss, backward and the collectives (domain onnxdp) where
+// the data-parallel pass put them.
+#include <fstream>
+
+#include "cli/commands.h"
+#include "importer/graph_export.h"
+#include "train/pipeline.h"
+#include "train/trainer.h"
+
+namespace onnxdp::cli {
+
+Command add_graph_command(CLI::App& parent) {
+  auto o = std::make_shared<TrainOptions>();
+  auto out = std::make_shared<std::string>();
+  auto training = std::make_shared<bool>(false);
+  auto replica = std::make_shared<int>(0);
+  auto loss = std::make_shared<std::string>("cross_entropy");
+  CLI::App* sub = parent.add_subcommand("graph", "Write the graph onnxdp runs (forward, or the training graph) as ONNX");
+  sub->add_option("model", o->model, "The .onnx model")->required();
+  sub->add_option("--out", *out, "The .onnx file to write")->required();
+  sub->add_flag("--train", *training, "The training graph: loss, backward, collectives");
+  sub->add_option("--devices", o->devices, "cpu or cpu:N: the world whose replica graph to write")->capture_default_str();
+  sub->add_option("--replica", *replica, "Which replica's graph (shards differ when the batch splits unevenly)")
+      ->capture_default_str();
+  sub->add_option("--batch-size", o->batch_size, "Global batch size")->capture_default_str();
+  sub->add_option("--loss", *loss, "cross_entropy | mse | bce_with_logits | l1 | none")->capture_default_str();
+  sub->add_option("--label", o->label, "Name of the target input")->capture_default_str();
+  sub->add_option("--freeze", o->freeze, "Initializers not to train (regex, repeatable)");
+  sub->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics");
+  sub->add_option("--bucket-mb", o->bucket_mb, "Gradient bucket size in MB")->capture_default_str();
+  return Command{sub, [=] {
+                   Graph g;
+                   if (*training) {
+                     o->loss = loss_kind_from_name(*loss);
+                     int world = local_replicas(o->devices);
+                     if (*replica < 0 || *replica >= world) fail("--replica {} is not in a world of {}", *replica, world);
+                     g = training_graph(*o, world, *replica).g;
+                   } else {
+                     ImportOptions io;
+                     io.batch_size = o->batch_size;
+                     g = load_graph(o->model, io);
+                   }
+                   onnx::ModelProto m = graph_to_onnx(g);
+                   std::ofstream f(*out, std::ios::binary | std::ios::trunc);
+                   if (!f || !m.SerializeToOstream(&f)) fail("cannot write '{}'", *out);
+                   std::printf("wrote %s: %zu nodes\n", out->c_str(), g.nodes.size());
+                   return 0;
+                 }};
+}
+
+}  // namespace onnxdp::cli
