@@ -3,6 +3,7 @@
 // (which would train, which are frozen), the op histogram and the ops onnxdp does not support.
 // Unsupported ops are facts (exit 0); a file that does not parse is an error (exit 1).
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "train/pipeline.h"
 #include "train/trainer.h"
 #include "graph/graph.h"
 #include "importer/importer.h"
@@ -220,7 +222,9 @@ json inspect_model(const std::string& path) {
     for (int64_t d : t.dims()) {
       dims.push_back(d);
       if (d < 0 || (d != 0 && elements > (int64_t(1) << 62) / d)) {
-        problems.push_back(fmt::format("initializer '{}' has invalid dims", t.name()));
+        std::string ds;
+        for (int64_t x : t.dims()) ds += (ds.empty() ? "" : ", ") + std::to_string(x);
+        problems.push_back(fmt::format("initializer '{}' has dims [{}]: negative, or more than 2^62 elements", t.name(), ds));
         elements = 0;
         break;
       }
@@ -267,6 +271,15 @@ json inspect_model(const std::string& path) {
   j["nodes"] = gp.node_size();
   j["ops"] = ops;
   j["unsupported_ops"] = unsupported;
+  // The whole load (tensors, external data, shape rules) when the proto-level facts found nothing
+  // wrong: what `run` and `train` would meet first.
+  if (problems.empty() && unsupported.empty()) {
+    try {
+      load_graph(m, std::filesystem::path(path).parent_path().string());
+    } catch (const Error& e) {
+      problems.push_back(fmt::format("the model does not load: {}", e.what()));
+    }
+  }
   j["problems"] = problems;
   j["supported"] = unsupported.empty() && problems.empty();
   return j;
@@ -402,6 +415,22 @@ Command add_inspect_command(CLI::App& parent) {
                    else {
                      print_text(j);
                      if (j.contains("train")) print_training(j["train"]);
+                   }
+                   // Like a linter: the facts are printed either way; the exit status says whether
+                   // onnxdp can run the model.
+                   if (!j["supported"].get<bool>()) {
+                     std::string first;
+                     if (!j["unsupported_ops"].empty()) {
+                       const json& u = j["unsupported_ops"][0];
+                       first = fmt::format("node {} ({}, domain {}) is not supported", u["node"].get<std::string>(),
+                                           u["op_type"].get<std::string>(), u["domain"].get<std::string>());
+                     } else {
+                       first = j["problems"][0].get<std::string>();
+                     }
+                     size_t more = j["unsupported_ops"].size() + j["problems"].size() - 1;
+                     std::fprintf(stderr, "onnxdp: error: onnxdp cannot run %s: %s%s\n", opt->model.c_str(), first.c_str(),
+                                  more ? fmt::format(" ({} more above)", more).c_str() : "");
+                     return 1;
                    }
                    return 0;
                  }};

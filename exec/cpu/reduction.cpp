@@ -93,6 +93,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   // The reduction of flat R-positions [rb, re) at input offset `base`, walking whole rows.
   auto partial = [&](int64_t base, int64_t rb, int64_t re) {
     A acc = init;
+    if (rb >= re) return acc;  // (also the empty set, where row may be 0)
     int64_t q = rb / row, col = rb % row, j = rb;
     while (j < re) {
       int64_t off = base, rest = q;
