@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exec/device.h"
 #include "exec/plan.h"
 #include "graph/autodiff.h"
 #include "graph/passes/inference_mode.h"
@@ -557,6 +558,12 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
 
 TrainResult train(const TrainOptions& o) {
   const int local = local_replicas(o.devices);
+  if (o.devices == "auto" && !o.quiet) {
+    CudaInfo cuda = cuda_info();
+    fmt::print(stderr, "onnxdp: training on the CPU ({}{})\n",
+               cuda.device_count > 0 ? "CUDA kernels are not built yet" : "no GPU: ",
+               cuda.device_count > 0 ? "" : cuda.status);
+  }
   CommOptions copts;
   copts.timeout_s = o.comm_timeout_s;
   LaunchInfo launch = detect_launch();

@@ -36,7 +36,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, when a dir is given)
   bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
   bool quiet = false;
-  std::string devices = "cpu";  // cpu, cpu:N (N replicas as threads; under mpirun, N per process), auto
+  std::string devices = "auto";  // auto (all GPUs, else the CPU with a notice), cpu, cpu:N (N replicas as threads; under mpirun, N per process), auto
   bool local_bn = false;        // per-replica BatchNormalization statistics (DDP's default)
   double bucket_mb = 25;        // gradient all-reduce bucket size (the first is 1 MB)
   double comm_timeout_s = 300;  // a collective waiting longer fails (a peer died or diverged)
