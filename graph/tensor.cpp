@@ -110,7 +110,7 @@ Tensor Tensor::from_i64(const std::vector<int64_t>& v, Shape s) {
   if (s.empty()) s = {int64_t(v.size())};
   Tensor t(DType::i64, s);
   if (t.numel() != int64_t(v.size())) fail("from_i64: {} values for shape {}", v.size(), shape_str(s));
-  std::memcpy(t.data(), v.data(), v.size() * 8);
+  if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * 8);
   return t;
 }
 
@@ -118,7 +118,7 @@ Tensor Tensor::from_f32(const std::vector<float>& v, Shape s) {
   if (s.empty()) s = {int64_t(v.size())};
   Tensor t(DType::f32, s);
   if (t.numel() != int64_t(v.size())) fail("from_f32: {} values for shape {}", v.size(), shape_str(s));
-  std::memcpy(t.data(), v.data(), v.size() * 4);
+  if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * 4);
   return t;
 }
 
