@@ -1,7 +1,5 @@
 #include "exec/fold.h"
 
-#include <cstring>
-
 #include "exec/kernel.h"
 #include "graph/shape_helpers.h"
 
@@ -28,10 +26,7 @@ void infer_and_fold(Graph& g) {
     if (n.op == Op::Shape) {
       // The input may be an activation without data: Shape's kernel would see no shape, so the
       // shared helper reads the static shape from the graph.
-      std::vector<int64_t> dims = shape_op_dims(g.value(n.inputs[0]).shape, n);
-      Tensor t(DType::i64, {int64_t(dims.size())});
-      if (!dims.empty()) std::memcpy(t.data(), dims.data(), dims.size() * sizeof(int64_t));
-      outs.push_back(std::move(t));
+      outs.push_back(Tensor::from_i64(shape_op_dims(g.value(n.inputs[0]).shape, n)));
     } else {
       std::vector<const Tensor*> ins;
       for (ValueId in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &g.value(in).data);
