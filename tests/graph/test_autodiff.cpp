@@ -109,3 +109,39 @@ TEST_CASE("autodiff: a missing gradient rule names the node") {
   std::vector<ValueId> ps = c.params;
   CHECK_THROWS_WITH_AS(autodiff(c.g, loss, ps), doctest::Contains("(AllGather): gradient"), Error);
 }
+
+TEST_CASE("autodiff: Identity, Cast, Flatten, Squeeze, Split and Trilu") {
+  Case c;
+  ValueId x = c.param("x", {2, 1, 3, 4});
+  ValueId id = c.node(Op::Identity, {x});
+  ValueId cast = c.node(Op::Cast, {id}, {{"to", Attr(int64_t(11))}});           // f64 -> f64
+  ValueId sq = c.node(Op::Squeeze, {cast, c.ints({1}, "sq_axes")});              // [2, 3, 4]
+  std::vector<ValueId> parts = c.node_n(Op::Split, {sq, c.ints({1, 2}, "split")},
+                                        {{"axis", Attr(int64_t(1))}}, 2);       // [2, 1, 4], [2, 2, 4]
+  ValueId tri = c.node(Op::Trilu, {parts[1]}, {{"upper", Attr(int64_t(0))}});    // lower triangle of [2, 4]
+  ValueId flat = c.node(Op::Flatten, {tri}, {{"axis", Attr(int64_t(1))}});       // [2, 8]
+  ValueId first = c.node(Op::Flatten, {parts[0]}, {{"axis", Attr(int64_t(1))}}); // [2, 4]
+  gradcheck(c, c.node(Op::Concat, {flat, first}, {{"axis", Attr(int64_t(1))}}));
+}
+
+TEST_CASE("autodiff: Split with an unused output gives zeros for it") {
+  Case c;
+  ValueId x = c.param("x", {6, 2});
+  std::vector<ValueId> parts = c.node_n(Op::Split, {x, c.ints({2, 4}, "split")}, {{"axis", Attr(int64_t(0))}}, 2);
+  gradcheck(c, c.node(Op::Exp, {parts[1]}));
+}
+
+TEST_CASE("autodiff: AllReduce's gradient is the AllReduce of the incoming gradients") {
+  // In a world of one the collective is the identity, and so is its gradient.
+  Case c;
+  ValueId x = c.param("x", {3, 2});
+  gradcheck(c, c.node(Op::Tanh, {c.node(Op::AllReduce, {x})}));
+  // Structure: the backward of one forward AllReduce is one AllReduce.
+  Case d;
+  ValueId y = d.param("y", {3, 2});
+  ValueId loss = d.node(Op::ReduceSum, {d.node(Op::AllReduce, {y})}, {{"keepdims", Attr(int64_t(0))}});
+  autodiff(d.g, loss, {y});
+  int reduces = 0;
+  for (const Node& n : d.g.nodes) reduces += n.op == Op::AllReduce;
+  CHECK(reduces == 2);
+}
