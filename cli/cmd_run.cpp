@@ -1,10 +1,14 @@
-// `onnxdp run MODEL --data IN.npz --out OUT.npz [--batch-size N] [--train-mode]`: the forward
-// pass over every sample of IN.npz, in inference mode unless --train-mode.
+// `onnxdp run MODEL --data IN.npz --out OUT.npz [--batch-size N] [--train-mode] [--devices cpu:N]`:
+// the forward pass over every sample of IN.npz, in inference mode unless --train-mode.
 //
 // Arrays named like graph inputs are fed (others ignored); axis 0 is the sample axis. Samples go
 // through in batches of --batch-size; the last, smaller batch runs with its own shape (a second
 // compiled plan). Outputs are concatenated along axis 0 and written under their graph output
 // names. The data is checked against the model's declared inputs before anything is compiled.
+//
+// With several replicas (--devices cpu:N, mpirun) each batch is split over them as in training:
+// the graph gets a Scatter on every batched input and an AllGather on every output, so replica 0
+// holds the whole batch's outputs in sample order and alone writes the file.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +20,9 @@
 
 #include "cli/commands.h"
 #include "exec/fold.h"
+#include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
+#include "train/trainer.h"
 #include "exec/plan.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
@@ -30,6 +37,7 @@ struct RunOptions {
   std::string model, data, out;
   int64_t batch_size = 64;
   bool train_mode = false;
+  std::string devices = "auto";
 };
 
 // A graph input as the model declares it, and the array that feeds it.
@@ -124,22 +132,48 @@ Tensor rows(const Tensor& a, int64_t start, int64_t count) {
   return t;
 }
 
-// The graph for one batch size, in inference mode unless asked otherwise.
+// The graph for one batch size, in inference mode unless asked otherwise; in a world of several
+// replicas, replica `rank`'s SPMD graph for its shard of the batch (Scatter in, AllGather out).
 Plan compile_for(const onnx::ModelProto& m, const std::string& model_dir, const std::vector<FedInput>& fed,
-                 int64_t batch, const RunOptions& opt) {
+                 int64_t batch, const RunOptions& opt, int world = 1, int rank = 0) {
+  const int64_t rows = shard_rows(batch, world)[size_t(rank)];
   ImportOptions io;
-  io.batch_size = batch;
+  io.batch_size = rows;
+  std::vector<std::string> batched;
   for (const FedInput& f : fed) {
     Shape s = f.array->shape();
-    if (f.batched) s[0] = batch;
+    if (f.batched) {
+      s[0] = rows;
+      batched.push_back(f.name);
+    }
     io.input_shapes[f.name] = s;
   }
   Graph g = load_graph(m, model_dir, io);
   if (!opt.train_mode) {
     inference_mode(g);
     remove_dead_nodes(g);
-    verify(g);
   }
+  if (world > 1) {
+    DataParallelOptions dp;
+    dp.world_size = world;
+    dp.replica = rank;
+    dp.global_batch = batch;
+    data_parallel_forward(g, dp, batched);
+    for (ValueId& out : g.outputs) {
+      const Value& v = g.value(out);
+      if (v.shape.empty() || v.shape[0] != rows)
+        fail("output '{}' has shape {} for {} of the batch's {} samples: its axis 0 is not the samples, so the "
+             "replicas' parts cannot be gathered; run it with --devices cpu",
+             v.name, shape_str(v.shape), rows, batch);
+      if (v.kind != ValueKind::activation)
+        fail("output '{}' is a graph input or initializer, not computed: run it with --devices cpu", v.name);
+      const std::string name = v.name;
+      g.value(out).name = name + "/shard";  // the gathered value keeps the output's name
+      int n = g.add_node(Op::AllGather, "dp/gather/" + name, {out}, {name}, {{"rows", Attr(batch)}});
+      out = g.nodes[size_t(n)].outputs[0];
+    }
+  }
+  verify(g);
   return Plan(std::move(g));
 }
 
@@ -173,29 +207,66 @@ int run_command(const RunOptions& opt) {
            f.fixed_batch, f.name, n);
   batch = std::min(batch, n);
 
-  const int64_t num_batches = (n + batch - 1) / batch;
-  const int64_t last = n - (num_batches - 1) * batch;
-  std::unique_ptr<Plan> full, tail;
-  std::map<std::string, std::vector<Tensor>> parts;
-  std::vector<std::string> out_names;
-  for (int64_t b = 0; b < num_batches; ++b) {
-    const int64_t start = b * batch, count = b + 1 < num_batches ? batch : last;
-    std::unique_ptr<Plan>& plan = count == batch ? full : tail;
-    if (!plan) plan = std::make_unique<Plan>(compile_for(m, model_dir, fed, count, opt));
-    std::map<std::string, Tensor> inputs;
-    for (const FedInput& f : fed) inputs[f.name] = f.batched ? rows(*f.array, start, count) : *f.array;
-    RunState state;
-    state.step = uint64_t(b);
-    state.batch_offset = start;
-    std::map<std::string, Tensor> outs = plan->run(inputs, state);
-    for (auto& [name, t] : outs) {
-      if (num_batches > 1 && (t.rank() == 0 || t.shape()[0] != count))
-        fail("output '{}' has shape {} for a batch of {} samples: its axis 0 is not the samples, so batches cannot be "
-             "concatenated; run with --batch-size {} to process all samples at once",
-             name, shape_str(t.shape()), count, n);
-      parts[name].push_back(std::move(t));
+  const int local = local_replicas(opt.devices);
+  const bool several = local > 1 || detect_launch().launched;
+  // The batches: (first sample, count). Split over replicas, each needs a sample: a last batch
+  // smaller than the world joins the one before it.
+  std::vector<std::pair<int64_t, int64_t>> batches;
+  for (int64_t start = 0; start < n; start += batch) batches.emplace_back(start, std::min(batch, n - start));
+  const int64_t num_batches = int64_t(batches.size());
+
+  // One replica's pass over every batch; `parts` gets the outputs of each batch in order.
+  auto run_replica = [&](Communicator* comm, std::map<std::string, std::vector<Tensor>>& parts) {
+    const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+    auto todo = batches;
+    if (todo.size() > 1 && todo.back().second < world) {
+      todo[todo.size() - 2].second += todo.back().second;
+      todo.pop_back();
     }
+    if (todo.back().second < world)
+      fail("{} samples cannot be split over {} replicas (each needs one): run with fewer --devices", n, world);
+    std::map<int64_t, std::unique_ptr<Plan>> plans;
+    for (size_t b = 0; b < todo.size(); ++b) {
+      const auto [start, count] = todo[b];
+      std::unique_ptr<Plan>& plan = plans[count];
+      if (!plan) plan = std::make_unique<Plan>(compile_for(m, model_dir, fed, count, opt, world, rank));
+      std::map<std::string, Tensor> inputs;
+      for (const FedInput& f : fed) inputs[f.name] = f.batched ? rows(*f.array, start, count) : *f.array;
+      RunState state;
+      state.step = uint64_t(b);
+      state.sample_offset = start;
+      state.batch_offset = shard_offset(count, world, rank);
+      state.comm = comm;
+      std::map<std::string, Tensor> outs = plan->run(inputs, state);
+      for (auto& [name, t] : outs) {
+        if (todo.size() > 1 && (t.rank() == 0 || t.shape()[0] != count))
+          fail("output '{}' has shape {} for a batch of {} samples: its axis 0 is not the samples, so batches cannot be "
+               "concatenated; run with --batch-size {} to process all samples at once",
+               name, shape_str(t.shape()), count, n);
+        parts[name].push_back(std::move(t));
+      }
+    }
+    if (comm) comm->leave();
+  };
+
+  std::map<std::string, std::vector<Tensor>> parts;
+  bool writer = true;  // this process holds replica 0, which writes the outputs
+  int world_size = 1;
+  if (!several) {
+    run_replica(nullptr, parts);
+  } else {
+    CommWorld world = make_world(local);
+    world_size = world[0]->size();
+    writer = world[0]->rank() == 0;
+    std::vector<std::map<std::string, std::vector<Tensor>>> all(world.size());
+    run_replicas(world, [&](Communicator& c) {
+      size_t k = 0;
+      while (world[k].get() != &c) ++k;
+      run_replica(&c, all[k]);
+    });
+    parts = std::move(all[0]);
   }
+  if (!writer) return 0;
 
   std::map<std::string, Tensor> result;
   for (auto& [name, ps] : parts) {
@@ -216,8 +287,9 @@ int run_command(const RunOptions& opt) {
   write_npz(opt.out, result, true);
   std::string summary;
   for (const auto& [name, t] : result) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", name, shape_str(t.shape()));
-  std::printf("onnxdp: ran %lld samples in %lld batches (%s mode); wrote %s to %s\n", (long long)n,
-              (long long)num_batches, opt.train_mode ? "training" : "inference", summary.c_str(), opt.out.c_str());
+  std::printf("onnxdp: ran %lld samples in %lld batches (%s mode%s); wrote %s to %s\n", (long long)n,
+              (long long)num_batches, opt.train_mode ? "training" : "inference",
+              world_size > 1 ? fmt::format(", {} replicas", world_size).c_str() : "", summary.c_str(), opt.out.c_str());
   return 0;
 }
 
@@ -230,6 +302,8 @@ Command add_run_command(CLI::App& parent) {
   sub->add_option("--data", opt->data, "Input .npz: one array per graph input, axis 0 = samples")->required();
   sub->add_option("--out", opt->out, "Output .npz: one array per graph output")->required();
   sub->add_option("--batch-size", opt->batch_size, "Samples per forward pass (default 64)");
+  sub->add_option("--devices", opt->devices, "cpu, cpu:N (N replicas; under mpirun N per process) or auto")
+      ->capture_default_str();
   sub->add_flag("--train-mode", opt->train_mode,
                 "Run the graph as exported (BatchNormalization batch statistics, live Dropout) instead of "
                 "inference mode");

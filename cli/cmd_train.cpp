@@ -24,7 +24,10 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--max-grad-norm", o->optimizer.max_grad_norm, "Clip the global gradient norm (0: off)");
   cmd->add_option("--lr-schedule", *schedule, "constant | linear | cosine")->capture_default_str();
   cmd->add_option("--warmup-steps", o->warmup_steps, "Linear warmup steps")->capture_default_str();
-  cmd->add_option("--batch-size", o->batch_size, "Global batch size")->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size, "Global batch size of one forward/backward pass")->capture_default_str();
+  cmd->add_option("--grad-accum", o->grad_accum,
+                  "Micro-batches of --batch-size per optimizer step (gradients all-reduced after the last only)")
+      ->capture_default_str();
   auto* epochs = cmd->add_option("--epochs", o->epochs, "Epochs")->capture_default_str();
   auto* steps = cmd->add_option("--steps", o->steps, "Optimizer steps (cross epochs); instead of --epochs");
   epochs->excludes(steps);

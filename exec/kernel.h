@@ -27,7 +27,8 @@ class Communicator;  // parallel/communicator.h
 struct RunState {
   uint64_t seed = 0;
   uint64_t step = 0;
-  int64_t batch_offset = 0;       // index of this replica's first sample in the global batch
+  int64_t batch_offset = 0;       // index of this replica's first row in the global batch (Scatter)
+  int64_t sample_offset = 0;      // index of the global batch's first row in the step (micro-batches, run's batches)
   Communicator* comm = nullptr;   // this replica's world; nullptr: a world of one
 };
 

@@ -240,4 +240,33 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
   return buckets;
 }
 
+void accumulate_gradients(Graph& g, std::vector<ValueId>& grads, const std::vector<std::string>& names) {
+  const size_t first_new = g.nodes.size();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i] == kNoValue) continue;
+    Value in;
+    in.name = "grad_accum/" + names[i];
+    in.dtype = g.value(grads[i]).dtype;
+    in.shape = g.value(grads[i]).shape;
+    in.kind = ValueKind::input;
+    ValueId acc = g.add_value(std::move(in));
+    g.inputs.push_back(acc);
+    int n = g.add_node(Op::Add, "grad_accum/" + names[i] + "/add", {grads[i], acc}, {g.value(grads[i]).name + "/accumulated"});
+    grads[i] = g.nodes[size_t(n)].outputs[0];
+  }
+  // The Add nodes were appended; each moves to just after the node producing its gradient.
+  std::vector<Node> added(std::make_move_iterator(g.nodes.begin() + long(first_new)), std::make_move_iterator(g.nodes.end()));
+  g.nodes.resize(first_new);
+  std::vector<int> after;  // the node each Add follows (-1: before all, for a gradient no node produces)
+  for (const Node& a : added) after.push_back(g.value(a.inputs[0]).producer);
+  std::vector<Node> old = std::move(g.nodes);
+  g.nodes.clear();
+  for (int ni = -1; ni < int(old.size()); ++ni) {
+    if (ni >= 0) g.nodes.push_back(std::move(old[size_t(ni)]));
+    for (size_t k = 0; k < added.size(); ++k)
+      if (after[k] == ni) g.nodes.push_back(std::move(added[k]));
+  }
+  fix_producers(g);
+}
+
 }  // namespace onnxdp

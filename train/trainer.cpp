@@ -163,13 +163,22 @@ std::string first_difference(const std::string& a, const std::string& b) {
   return fmt::format("line {}: '{}' vs '{}'", line, line_at(a, i), line_at(b, i));
 }
 
-// The training graph of replica `rank` of `world` for a global batch of b rows (forward at the
-// shard's rows given by `shapes`, loss, data-parallel rewrite, backward, gradient buckets), its
-// outputs: the loss (over the global batch), the gradients of the trainable parameters, and the
-// BatchNormalization running statistics.
+// One forward/backward pass of an optimizer step: a micro-batch of b global rows out of the
+// step's step_rows (b == step_rows without --grad-accum).
+struct MicroBatch {
+  int64_t b = 0, step_rows = 0;
+  bool accumulate = false;  // --grad-accum > 1: inputs grad_accum/* carry the step's sums so far
+  bool sync = true;         // the step's last micro-batch: gradient buckets all-reduce the sums
+};
+
+// The training graph of replica `rank` of `world` for a micro-batch of mb.b global rows (forward at
+// the shard's rows given by `shapes`, loss, data-parallel rewrite, backward, gradient accumulation,
+// gradient buckets), its outputs: the loss (the step's mean, summed so far), the gradients of the
+// trainable parameters, and the BatchNormalization running statistics.
 TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::string& model_dir, const ImportOptions& shapes,
                                   LossOptions lo, const TrainOptions& o, const std::vector<std::string>& batch_inputs,
-                                  int world, int rank, int64_t b) {
+                                  int world, int rank, const MicroBatch& mb) {
+  const int64_t b = mb.b;
   std::vector<std::regex> freeze;
   for (const auto& f : o.freeze) {
     try {
@@ -192,9 +201,9 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
           if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
             tg.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
     }
-  if (world > 1) {
-    lo.global_batch = b;
-    lo.shard_fraction = double(rows) / double(b);
+  if (world > 1 || mb.step_rows != b) {  // this graph's rows are a share of the step's mean
+    lo.global_batch = mb.step_rows;
+    lo.shard_fraction = double(rows) / double(mb.step_rows);
   }
   ValueId loss = add_loss(g, lo);
   // Trainable: f32 initializers that reach the loss, minus running statistics and --freeze.
@@ -227,8 +236,20 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   dp.bucket_mb = o.bucket_mb;
   data_parallel_forward(g, dp, batch_inputs);
   tg.grads = autodiff(g, loss, wrt);
-  tg.buckets = data_parallel_gradients(g, tg.grads, dp);
-  if (world > 1) {  // the step's loss over the global batch, for the metrics
+  if (mb.accumulate) {
+    accumulate_gradients(g, tg.grads, tg.trainable);
+    Value in;
+    in.name = "grad_accum/loss";
+    in.dtype = g.value(loss).dtype;
+    in.shape = g.value(loss).shape;
+    in.kind = ValueKind::input;
+    ValueId acc = g.add_value(std::move(in));
+    g.inputs.push_back(acc);
+    int idx = g.add_node(Op::Add, "grad_accum/loss/add", {loss, acc}, {"grad_accum/loss/accumulated"});
+    loss = g.nodes[size_t(idx)].outputs[0];
+  }
+  if (mb.sync) tg.buckets = data_parallel_gradients(g, tg.grads, dp);
+  if (world > 1 && mb.sync) {  // the step's loss over the global batch, for the metrics
     int idx = g.add_node(Op::AllReduce, "dp/loss", {loss}, {"dp/loss"}, {{"async", Attr(int64_t(1))}});
     loss = g.nodes[size_t(idx)].outputs[0];
   }
@@ -240,7 +261,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   return tg;
 }
 
-TrainingGraph training_graph(const TrainOptions& o, int world, int replica) {
+TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool last_micro) {
   onnx::ModelProto proto = load_model_proto(o.model);
   const int64_t rows = shard_rows(o.batch_size, world)[size_t(replica)];
   if (rows == 0) fail("a batch of {} rows cannot be split over {} replicas", o.batch_size, world);
@@ -257,8 +278,13 @@ TrainingGraph training_graph(const TrainOptions& o, int world, int replica) {
   lo.class_axis = o.class_axis;
   lo.label_dtype = o.loss == LossKind::cross_entropy ? DType::i64 : DType::f32;
   if (o.loss != LossKind::none) batch_inputs.push_back(o.label);
+  MicroBatch mb;
+  mb.b = o.batch_size;
+  mb.step_rows = o.batch_size * std::max<int64_t>(1, o.grad_accum);
+  mb.accumulate = o.grad_accum > 1;
+  mb.sync = last_micro;
   return make_training_graph(proto, std::filesystem::path(o.model).parent_path().string(), io, lo, o, batch_inputs,
-                             world, replica, o.batch_size);
+                             world, replica, mb);
 }
 
 void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& result) {
@@ -291,16 +317,21 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
   std::vector<std::string> batch_inputs;  // every array fed per step: graph inputs and the label
   for (const auto& [name, t] : data.arrays) batch_inputs.push_back(name);
 
-  // The plan for a global batch of b rows: this replica's shard of them, with the collectives.
-  auto build = [&](int64_t b) {
+  if (o.grad_accum < 1) fail("--grad-accum must be at least 1 (got {})", o.grad_accum);
+  const int64_t K = o.grad_accum;
+
+  // The plan for a micro-batch of mb.b global rows: this replica's shard of them, with the collectives.
+  auto build = [&](const MicroBatch& mb) {
     TrainPlan tp;
+    const int64_t b = mb.b;
     const int64_t rows = shard_rows(b, world)[size_t(rank)];
     if (rows == 0)
-      fail("a batch of {} rows cannot be split over {} replicas (each needs a row); use --drop-last or a larger "
-           "--batch-size", b, world);
-    TrainingGraph tg = make_training_graph(proto, model_dir, shapes_for(data, rows), lo, o, batch_inputs, world, rank, b);
+      fail("a {} of {} rows cannot be split over {} replicas (each needs a row); use --drop-last or a larger "
+           "--batch-size", K > 1 ? "micro-batch" : "batch", b, world);
+    TrainingGraph tg = make_training_graph(proto, model_dir, shapes_for(data, rows), lo, o, batch_inputs, world, rank, mb);
     Graph& g = tg.g;
-    if (master.empty()) {  // the first build makes the flat parameter buffer
+    const bool first = master.empty();
+    if (first) {  // the first build makes the flat parameter buffer
       trainable = tg.trainable;
       size_t total = 0;
       for (const auto& name : trainable) {
@@ -324,7 +355,7 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
     tp.grads = tg.grads;
     tp.loss = tg.loss;
     tp.running_stats = tg.running_stats;
-    if (b == batch) {
+    if (first) {  // the full step's plan, built first on every replica
       for (const Bucket& bk : tg.buckets) result.bucket_bytes.push_back(bk.bytes);
       if (comm) {  // every replica must run the same training graph: compare before step 1
         std::string mine = training_fingerprint(g, tg.buckets);
@@ -342,21 +373,30 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
     return tp;
   };
 
-  std::map<int64_t, TrainPlan> plans;
-  auto plan_for = [&](int64_t b) -> TrainPlan& {
-    auto it = plans.find(b);
-    if (it == plans.end()) it = plans.emplace(b, build(b)).first;
+  std::map<std::tuple<int64_t, int64_t, bool>, TrainPlan> plans;
+  auto plan_for = [&](int64_t b, int64_t step_rows, bool last) -> TrainPlan& {
+    MicroBatch mb;
+    mb.b = b;
+    mb.step_rows = step_rows;
+    mb.accumulate = K > 1;
+    mb.sync = last;
+    auto key = std::make_tuple(b, step_rows, last);
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, build(mb)).first;
     return it->second;
   };
-  plan_for(batch);
+  // A step of n rows runs micro-batches of `batch` rows and a last one of the rest.
+  auto last_micro = [&](int64_t n) { return n - (n - 1) / batch * batch; };
+  const int64_t full_step = std::min(K * batch, data.samples);  // rows of a whole optimizer step
+  plan_for(last_micro(full_step), full_step, true);
   if (comm) {  // replicas start identical: replica 0's parameters and running statistics
     comm->broadcast(flat_params.data(), flat_params.nbytes(), 0);
     for (auto& [name, t] : master)
       if (std::find(trainable.begin(), trainable.end(), name) == trainable.end()) comm->broadcast(t.data(), t.nbytes(), 0);
   }
 
-  const int64_t per_epoch = o.drop_last ? data.samples / batch : (data.samples + batch - 1) / batch;
-  if (per_epoch == 0) fail("--drop-last with batch size {} leaves no batch of the {} samples", batch, data.samples);
+  const int64_t per_epoch = o.drop_last ? data.samples / full_step : (data.samples + full_step - 1) / full_step;
+  if (per_epoch == 0) fail("--drop-last with batch size {} leaves no batch of the {} samples", full_step, data.samples);
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
   Optimizer opt(o.optimizer, flat_params.numel());
   const float base_lr = opt.options().lr;
@@ -368,8 +408,9 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
   }
   const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, total_steps / 10);
   if (!quiet)
-    fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}, {} steps\n",
-               trainable.size(), flat_params.numel(), result.frozen.size(), data.samples, batch, total_steps);
+    fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}{}, {} steps\n",
+               trainable.size(), flat_params.numel(), result.frozen.size(), data.samples, batch,
+               K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps);
 
   std::vector<int64_t> order(static_cast<size_t>(data.samples));
   auto shuffle_for = [&](int64_t ep) {
@@ -418,7 +459,7 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
     if (!opt.m().empty()) c.optimizer["m"] = Tensor::from_f32(opt.m());
     if (!opt.v().empty()) c.optimizer["v"] = Tensor::from_f32(opt.v());
     c.state = {{"step", step}, {"epoch", epoch}, {"cursor", cursor}, {"seed", o.seed}, {"shuffle", o.shuffle},
-               {"batch_size", batch}, {"total_steps", total_steps}, {"optimizer_steps", opt.steps_done()},
+               {"batch_size", batch}, {"grad_accum", K}, {"total_steps", total_steps}, {"optimizer_steps", opt.steps_done()},
                {"base_lr", base_lr}, {"model", o.model}};
     last_checkpoint = save_checkpoint(o.checkpoint_dir, step, c);
   };
@@ -426,37 +467,53 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
   int64_t samples_seen = 0;
   for (int64_t step = first_step; step <= total_steps; ++step) {
     int64_t left = data.samples - cursor;
-    if (left <= 0 || (o.drop_last && left < batch)) {
+    if (left <= 0 || (o.drop_last && left < full_step)) {
       ++epoch;
       cursor = 0;
       shuffle_for(epoch);
       left = data.samples;
     }
-    int64_t b = std::min(batch, left);
-    std::vector<int64_t> idx(order.begin() + cursor, order.begin() + cursor + b);
-    cursor += b;
+    const int64_t b = std::min(full_step, left);  // the step's global rows
     auto t0 = std::chrono::steady_clock::now();
-    TrainPlan& tp = plan_for(b);
-    RunState rs;
-    rs.seed = o.seed;
-    rs.step = uint64_t(step);
-    rs.batch_offset = shard_offset(b, world, rank);
-    rs.comm = comm;
     if (comm) comm->reset_comm_wait_ms();
-    tp.plan->execute(take_rows(data, idx), rs);
-    float loss = tp.plan->ref(tp.loss).as<float>()[0];
+    float loss = 0;
+    for (int64_t start = 0; start < b; start += batch) {  // the micro-batches (one without --grad-accum)
+      const int64_t mrows = std::min(batch, b - start);
+      const bool last = start + mrows == b;
+      TrainPlan& tp = plan_for(mrows, b, last);
+      std::vector<int64_t> idx(order.begin() + cursor + start, order.begin() + cursor + start + mrows);
+      std::map<std::string, Tensor> inputs = take_rows(data, idx);
+      if (K > 1) {  // the sums so far: zero before the first micro-batch
+        if (start == 0) std::memset(flat_grads.data(), 0, flat_grads.nbytes());
+        for (size_t i = 0; i < trainable.size(); ++i)
+          inputs["grad_accum/" + trainable[i]] =
+              Tensor::view(flat_grads, offset[i] * 4, DType::f32, master.at(trainable[i]).shape());
+        Tensor l(DType::f32, {});
+        l.as<float>()[0] = start == 0 ? 0.f : loss;
+        inputs["grad_accum/loss"] = std::move(l);
+      }
+      RunState rs;
+      rs.seed = o.seed;
+      rs.step = uint64_t(step);
+      rs.batch_offset = shard_offset(mrows, world, rank);
+      rs.sample_offset = start;  // Dropout masks as one device's on the whole step
+      rs.comm = comm;
+      tp.plan->execute(inputs, rs);
+      loss = tp.plan->ref(tp.loss).as<float>()[0];
+      for (size_t i = 0; i < trainable.size(); ++i) {
+        TensorRef g = tp.plan->ref(tp.grads[i]);
+        std::memcpy(flat_grads.as<float>() + offset[i], g.data, size_t(g.numel) * 4);
+      }
+      for (auto& [v, name] : tp.running_stats) {
+        TensorRef r = tp.plan->ref(v);
+        std::memcpy(master.at(name).data(), r.data, master.at(name).nbytes());
+      }
+    }
+    cursor += b;
     if (!std::isfinite(loss))
       fail("the loss is {} at step {} (epoch {}); training stopped. {}", loss, step, epoch + 1,
            last_checkpoint.empty() ? std::string("No checkpoint was written.")
                                    : "The last good checkpoint is " + last_checkpoint + " (--resume continues from it).");
-    for (size_t i = 0; i < trainable.size(); ++i) {
-      TensorRef g = tp.plan->ref(tp.grads[i]);
-      std::memcpy(flat_grads.as<float>() + offset[i], g.data, size_t(g.numel) * 4);
-    }
-    for (auto& [v, name] : tp.running_stats) {
-      TensorRef r = tp.plan->ref(v);
-      std::memcpy(master.at(name).data(), r.data, master.at(name).nbytes());
-    }
     float lr = scheduled_lr(o.schedule, base_lr, step, o.warmup_steps, total_steps);
     float gnorm = opt.step(flat_params.as<float>(), flat_grads.as<float>(), lr);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -22,7 +22,8 @@ struct TrainOptions {
   OptimizerOptions optimizer;
   ScheduleKind schedule = ScheduleKind::constant;
   int64_t warmup_steps = 0;
-  int64_t batch_size = 32;     // the global batch
+  int64_t batch_size = 32;     // the global batch of one forward/backward pass
+  int64_t grad_accum = 1;      // micro-batches of batch_size per optimizer step; all-reduce on the last only
   int64_t epochs = 1;
   int64_t steps = 0;           // > 0: this many optimizer steps, crossing epochs
   bool shuffle = true;
@@ -69,7 +70,9 @@ struct TrainingGraph {
   std::vector<Bucket> buckets;
   std::vector<std::pair<ValueId, std::string>> running_stats;  // BN outputs -> initializer
 };
-TrainingGraph training_graph(const TrainOptions& options, int world, int replica);
+// With --grad-accum K > 1 it is a micro-batch's graph (inputs grad_accum/* carry the step's sums);
+// `last_micro` false gives the graph of the micro-batches before the last: no gradient buckets.
+TrainingGraph training_graph(const TrainOptions& options, int world, int replica, bool last_micro = true);
 // How many replicas --devices asks for in this process (cpu: 1, cpu:N: N).
 int local_replicas(const std::string& devices);
 

@@ -24,8 +24,9 @@ double scalar_value(const KernelCtx& c, int k) {
 }
 
 // data [d0, ..] -> output, mask. Training keeps element p of the global batch when its Philox
-// uniform (exec/philox.h) is >= ratio and scales it by 1/(1-ratio); p = j + batch_offset *
-// (numel / d0) for element j of this replica's rows, so masks do not depend on the batch split.
+// uniform (exec/philox.h) is >= ratio and scales it by 1/(1-ratio); p = j + (sample_offset +
+// batch_offset) * (numel / d0) for element j of this replica's rows, so masks depend neither on the
+// split over replicas nor on the split into micro-batches.
 template <class T>
 void dropout(KernelCtx& c, double ratio) {
   const TensorRef& xr = c.in(0);
@@ -35,7 +36,7 @@ void dropout(KernelCtx& c, double ratio) {
   const int64_t n = xr.numel;
   // Elements per batch row; a scalar has no batch dim and no offset.
   const int64_t row = xr.rank() > 0 && xr.dim(0) > 0 ? n / xr.dim(0) : 0;
-  const uint64_t base = uint64_t(c.run.batch_offset * row);
+  const uint64_t base = uint64_t((c.run.sample_offset + c.run.batch_offset) * row);
   const uint64_t seed = c.node.has("seed") ? uint64_t(c.node.i("seed")) : c.run.seed;
   const uint64_t step = c.run.step;
   const uint32_t stream = philox_stream_id(c.node.name.c_str());

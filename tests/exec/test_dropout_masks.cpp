@@ -53,4 +53,15 @@ TEST_CASE("dropout: masks equal the numpy re-implementation of the Philox layout
   rs.batch_offset = 2;
   auto out2 = ph.run({{"x", two}}, rs);
   for (int i = 0; i < 16; ++i) CHECK(int(out2.at("mask").as<bool>()[i]) == want[2 + i / 8][i % 8]);
+  // The same rows as the second micro-batch of a step (sample_offset 2, the replica's offset 0):
+  // masks do not depend on the split into micro-batches either.
+  rs.batch_offset = 0;
+  rs.sample_offset = 2;
+  auto out3 = ph.run({{"x", two}}, rs);
+  for (int i = 0; i < 16; ++i) CHECK(int(out3.at("mask").as<bool>()[i]) == want[2 + i / 8][i % 8]);
+  // A micro-batch at 1 whose replica starts 1 row further in: rows 2..3 again.
+  rs.batch_offset = 1;
+  rs.sample_offset = 1;
+  auto out4 = ph.run({{"x", two}}, rs);
+  for (int i = 0; i < 16; ++i) CHECK(int(out4.at("mask").as<bool>()[i]) == want[2 + i / 8][i % 8]);
 }

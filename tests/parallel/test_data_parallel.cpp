@@ -176,3 +176,87 @@ TEST_CASE("data parallel: mlp_dynamo on cpu:2 and cpu:4 trains as one device") {
 TEST_CASE("data parallel: cnn (global BatchNorm, Dropout) on cpu:2 and cpu:4 trains as one device") {
   check_replicas_equal_one_device("cnn", 50, 20);
 }
+
+TEST_CASE("gradient accumulation: no gradient all-reduce before the last micro-batch") {
+  TrainOptions o;
+  o.model = model_path("mlp");
+  o.batch_size = 32;
+  o.grad_accum = 2;
+  auto count_inputs = [](const Graph& g) {
+    int n = 0;
+    for (ValueId i : g.inputs) n += g.value(i).name.rfind("grad_accum/", 0) == 0;
+    return n;
+  };
+  TrainingGraph early = training_graph(o, 2, 0, false), last = training_graph(o, 2, 0, true);
+  CHECK(early.buckets.empty());
+  for (const Node& n : early.g.nodes) CHECK_MESSAGE(n.op != Op::AllReduce, n.name);
+  REQUIRE(!last.buckets.empty());
+  // One accumulator input per trainable parameter, and one for the loss.
+  CHECK(count_inputs(early.g) == int(early.trainable.size()) + 1);
+  CHECK(count_inputs(last.g) == int(last.trainable.size()) + 1);
+  // The last micro-batch's buckets all-reduce the sums (gradient + accumulator), each Add placed
+  // right after the node producing its gradient, not at the end of backward.
+  for (const Bucket& b : last.buckets) {
+    const Node& ar = last.g.nodes[size_t(b.node)];
+    for (ValueId in : ar.inputs) {
+      const Node& add = last.g.nodes[size_t(last.g.value(in).producer)];
+      CHECK(add.op == Op::Add);
+      CHECK(last.g.value(add.inputs[1]).name.rfind("grad_accum/", 0) == 0);
+      const int grad_producer = last.g.value(add.inputs[0]).producer;
+      CHECK(last.g.value(in).producer == grad_producer + 1);
+    }
+  }
+  // Without --grad-accum there are no accumulator inputs.
+  o.grad_accum = 1;
+  CHECK(count_inputs(training_graph(o, 2, 0).g) == 0);
+}
+
+namespace {
+// K micro-batches of b rows per step, on 1, 2 or 4 replicas, equal one device with batch K*b.
+void check_accumulation_equals_one_batch(const std::string& model, int64_t step_rows, int64_t steps) {
+  TrainOptions o;
+  o.model = model_path(model);
+  o.batch_size = step_rows;
+  o.steps = steps;
+  o.seed = 5;
+  o.quiet = true;
+  o.optimizer.kind = OptimizerKind::momentum;
+  o.optimizer.lr = 0.05f;
+  TrainResult one = train(o);
+  struct Config {
+    const char* devices;
+    int64_t k;
+  };
+  for (Config c : {Config{"cpu", 2}, Config{"cpu:2", 3}, Config{"cpu:4", 4}}) {
+    CAPTURE(c.devices);
+    CAPTURE(c.k);
+    TrainOptions a = o;
+    a.devices = c.devices;
+    a.grad_accum = c.k;
+    a.batch_size = (step_rows + c.k - 1) / c.k;
+    TrainResult r = train(a);
+    REQUIRE(r.losses.size() == one.losses.size());
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      CAPTURE(i);
+      CHECK(r.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
+    }
+    for (const auto& [name, t] : one.parameters) {
+      CAPTURE(name);
+      std::vector<double> x = t.to_f64(), y = r.parameters.at(name).to_f64();
+      size_t bad = 0;
+      for (size_t i = 0; i < x.size(); ++i) bad += std::abs(x[i] - y[i]) > 1e-7 + 1e-5 * std::abs(x[i]);
+      CHECK(bad == 0);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("gradient accumulation: mlp, K micro-batches equal one batch of K times the rows (uneven last step)") {
+  // 1500 samples, steps of 96 rows: step 16 has 60 (48+12 for K=2, 32+28 for K=3, 24+24+12 for K=4).
+  check_accumulation_equals_one_batch("mlp", 96, 20);
+}
+
+TEST_CASE("gradient accumulation: tiny_lm and mlp_dynamo equal one batch") {
+  check_accumulation_equals_one_batch("tiny_lm", 24, 10);
+  check_accumulation_equals_one_batch("mlp_dynamo", 96, 10);
+}

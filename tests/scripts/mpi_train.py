@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """onnxdp train under mpirun: per-step losses and final parameters of `mpirun -np 2` and
 `mpirun -np 2 ... --devices cpu:2` (a world of 4) equal one device's on the same global batch
-(rtol 1e-5); ranks that disagree on the model stop with a clear error; a killed rank ends the job
+(rtol 1e-5), also with --grad-accum; `onnxdp run` under mpirun writes one device's outputs; ranks that disagree on the model stop with a clear error; a killed rank ends the job
 within bounded time, never a hang.
 
     mpi_train.py ONNXDP_BINARY MPIEXEC
@@ -22,10 +22,10 @@ FLAGS = ["--allow-run-as-root", "--oversubscribe"]
 ENV = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
 
-def train(cmd, model, tmp, tag, extra=()):
+def train(cmd, model, tmp, tag, extra=(), batch=None):
     metrics, saved = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".onnx")
     # 20 steps; batches of 97 put a partial batch of 45 rows at step 16 of mlp/cnn (1500 samples).
-    batch = "30" if model == "tiny_lm" else "97"
+    batch = batch or ("30" if model == "tiny_lm" else "97")
     args = cmd + ["train", os.path.join(ROOT, "models", model, "model.onnx"), "--steps", "20", "--batch-size", batch,
                   "--optimizer", "momentum", "--lr", "0.05", "--seed", "5", "--quiet", "--metrics", metrics,
                   "--save", saved, *extra]
@@ -56,6 +56,28 @@ def main():
             for ok in (same(one, two, f"{model}: mpirun -np 2 vs one device"),
                        same(one, four, f"{model}: mpirun -np 2 --devices cpu:2 vs one device")):
                 passed, failed = passed + ok, failed + (not ok)
+
+        # Gradient accumulation across ranks: 2 micro-batches of 48 per step on 2 ranks of 2
+        # replicas equal one device's steps of 96 (the last step of the epoch has 60 rows: 48 + 12).
+        one = train([onnxdp], "mlp", tmp, "accum_one", batch="96")
+        acc = train([mpiexec, *FLAGS, "-np", "2", onnxdp], "mlp", tmp, "accum_np2x2", ["--devices", "cpu:2",
+                    "--grad-accum", "2"], batch="48")
+        ok = same(one, acc, "mlp: mpirun -np 2 --devices cpu:2 --grad-accum 2 (48 rows) vs one device (96 rows)")
+        passed, failed = passed + ok, failed + (not ok)
+
+        # onnxdp run under mpirun: rank 0 writes the outputs of one device, in sample order (cnn in
+        # training mode: BatchNormalization over the whole batch, Dropout by sample position).
+        outs = {}
+        for tag, pre in (("one", [onnxdp]), ("np2", [mpiexec, *FLAGS, "-np", "2", onnxdp])):
+            outs[tag] = os.path.join(tmp, f"run_{tag}.npz")
+            subprocess.run([*pre, "run", os.path.join(ROOT, "models", "cnn", "model.onnx"), "--data",
+                            os.path.join(ROOT, "models", "cnn", "eval.npz"), "--out", outs[tag], "--batch-size", "50",
+                            "--train-mode", "--devices", "cpu:2"], check=True, env=ENV, timeout=300,
+                           capture_output=True)
+        a, b = np.load(outs["one"]), np.load(outs["np2"])
+        ok = set(a.files) == set(b.files) and all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a.files)
+        print(f"cnn: mpirun -np 2 onnxdp run --devices cpu:2 vs cpu:2 in one process: {'equal' if ok else 'DIFFERENT'}")
+        passed, failed = passed + ok, failed + (not ok)
 
         # Two ranks with different models: a clear error before step 1, no hang.
         args = lambda m: [onnxdp, "train", os.path.join(ROOT, "models", m, "model.onnx"), "--steps", "3", "--quiet",
