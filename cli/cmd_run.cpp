@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "exec/device.h"
 #include "exec/fold.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
@@ -259,7 +260,9 @@ int run_command(const RunOptions& opt) {
     world_size = world[0]->size();
     writer = world[0]->rank() == 0;
     std::vector<std::map<std::string, std::vector<Tensor>>> all(world.size());
+    const int host_processes = processes_on_host();
     run_replicas(world, [&](Communicator& c) {
+      use_replica_threads(local, host_processes);
       size_t k = 0;
       while (world[k].get() != &c) ++k;
       run_replica(&c, all[k]);

@@ -1,5 +1,8 @@
 // `onnxdp train MODEL ...`: the training issue's CLI, names exactly as documented in README.md.
+#include <filesystem>
+
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "train/trainer.h"
 
 namespace onnxdp::cli {
@@ -17,31 +20,42 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--class-axis", o->class_axis, "cross_entropy: axis of the classes (-1: last; 1: ONNX-style [N, C, ...])")
       ->capture_default_str();
   cmd->add_option("--optimizer", *optimizer, "sgd | momentum | adam | adamw")->capture_default_str();
-  cmd->add_option("--lr", o->optimizer.lr, "Learning rate (default: sgd/momentum 0.01, adam/adamw 0.001)");
+  cmd->add_option("--lr,--learning-rate", o->optimizer.lr, "Learning rate (default: sgd/momentum 0.01, adam/adamw 0.001)");
   cmd->add_option("--momentum", o->optimizer.momentum, "Momentum of the momentum optimizer")->capture_default_str();
   cmd->add_flag("--nesterov", o->optimizer.nesterov, "Nesterov momentum");
   cmd->add_option("--weight-decay", o->optimizer.weight_decay, "Weight decay (default: adamw 0.01, others 0)");
   cmd->add_option("--max-grad-norm", o->optimizer.max_grad_norm, "Clip the global gradient norm (0: off)");
-  cmd->add_option("--lr-schedule", *schedule, "constant | linear | cosine")->capture_default_str();
+  cmd->add_option("--lr-schedule,--lr-scheduler-type", *schedule, "constant | linear | cosine")->capture_default_str();
   cmd->add_option("--warmup-steps", o->warmup_steps, "Linear warmup steps")->capture_default_str();
-  cmd->add_option("--batch-size", o->batch_size, "Global batch size of one forward/backward pass")->capture_default_str();
-  cmd->add_option("--grad-accum", o->grad_accum,
+  auto* batch = cmd->add_option("--batch-size", o->batch_size, "Global batch size of one forward/backward pass")
+                    ->capture_default_str();
+  auto* per_device = cmd->add_option("--per-device-train-batch-size", o->per_device_batch_size,
+                                     "Rows per replica instead of --batch-size (global batch = this x replicas)");
+  batch->excludes(per_device);
+  cmd->add_option("--grad-accum,--gradient-accumulation-steps", o->grad_accum,
                   "Micro-batches of --batch-size per optimizer step (gradients all-reduced after the last only)")
       ->capture_default_str();
-  auto* epochs = cmd->add_option("--epochs", o->epochs, "Epochs")->capture_default_str();
-  auto* steps = cmd->add_option("--steps", o->steps, "Optimizer steps (cross epochs); instead of --epochs");
+  auto* epochs = cmd->add_option("--epochs,--num-train-epochs", o->epochs, "Epochs")->capture_default_str();
+  auto* steps = cmd->add_option("--steps,--max-steps", o->steps, "Optimizer steps (cross epochs); instead of --epochs");
   epochs->excludes(steps);
   cmd->add_flag("--drop-last", o->drop_last, "Drop the last partial batch of each epoch");
   auto no_shuffle = std::make_shared<bool>(false);
   cmd->add_flag("--no-shuffle", *no_shuffle, "Keep the data's order");
   cmd->add_option("--seed", o->seed, "Seed for shuffling and dropout")->capture_default_str();
   cmd->add_option("--freeze", o->freeze, "Do not train initializers whose name matches this regex (repeatable)");
-  cmd->add_option("--metrics", o->metrics, "Write one JSON object per step to this file");
-  cmd->add_option("--save", o->save, "Write the trained model to this .onnx file");
-  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "Write checkpoint-STEP/ folders here");
-  cmd->add_option("--checkpoint-every", o->checkpoint_every, "Steps between checkpoints (0: at the end only)");
+  auto output_dir = std::make_shared<std::string>();
+  cmd->add_option("--output-dir", *output_dir,
+                  "Folder for the run's metrics.jsonl, tensorboard/, checkpoint-STEP/ and model.onnx "
+                  "(default: runs/<model name>, or runs/<model name>-N when that holds an earlier run)");
+  cmd->add_option("--report-to", o->report_to, "What the output folder gets: jsonl, tensorboard (comma-separated) or none")
+      ->capture_default_str();
+  cmd->add_option("--metrics", o->metrics, "Write one JSON object per step to this file (default: OUTPUT_DIR/metrics.jsonl)");
+  cmd->add_option("--save", o->save, "Write the trained model to this .onnx file (default: OUTPUT_DIR/model.onnx)");
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "Write checkpoint-STEP/ folders here (default: OUTPUT_DIR)");
+  cmd->add_option("--checkpoint-every,--save-steps", o->checkpoint_every, "Steps between checkpoints (0: at the end only)");
   cmd->add_flag("--resume", o->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
   cmd->add_option("--eval-data", o->eval_data, "Evaluate on this .npz after training (loss, accuracy)");
+  cmd->add_option("--eval-every,--eval-steps", o->eval_every, "Also evaluate every N steps (needs --eval-data)");
   cmd->add_option("--devices", o->devices, "cpu, cpu:N (N replicas; under mpirun N per process) or auto")
       ->capture_default_str();
   cmd->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics (DDP's default; not equivalent to one device)");
@@ -49,9 +63,24 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--comm-timeout", o->comm_timeout_s, "Seconds a replica waits for the others before failing")
       ->capture_default_str();
+  cmd->add_option("--log-every,--logging-steps", o->log_every, "Steps between progress lines when output is not a terminal (0: ~10 a run)");
   cmd->add_flag("--quiet", o->quiet, "Print nothing but errors");
+  auto config = std::make_shared<std::string>();
+  cmd->add_option("--config", *config, "Options from a TOML file (keys as the long option names; the command line wins)")
+      ->configurable(false);
   auto action = [=]() {
+    if (!config->empty()) apply_config_file(*cmd, *config);
     TrainOptions opts = *o;
+    opts.output_dir = *output_dir;
+    if (opts.output_dir.empty()) {  // a fresh folder under runs/ for every run that does not resume
+      const std::string stem = std::filesystem::path(opts.model).stem().string();
+      const std::string parent = std::filesystem::path(opts.model).parent_path().filename().string();
+      const std::string name = stem == "model" && !parent.empty() ? parent : stem;
+      opts.output_dir = "runs/" + name;
+      for (int n = 2; !opts.resume && std::filesystem::exists(opts.output_dir) &&
+                      !std::filesystem::is_empty(opts.output_dir); ++n)
+        opts.output_dir = "runs/" + name + "-" + std::to_string(n);
+    }
     opts.shuffle = !*no_shuffle;
     opts.loss = loss_kind_from_name(*loss);
     opts.optimizer.kind = optimizer_kind_from_name(*optimizer);

@@ -16,6 +16,7 @@ Command add_inspect_command(CLI::App& parent);
 Command add_run_command(CLI::App& parent);
 Command add_train_command(CLI::App& parent);
 Command add_graph_command(CLI::App& parent);
+Command add_plot_command(CLI::App& parent);
 
 // `onnxdp --version`: the version and what CUDA onnxdp sees.
 void print_version();

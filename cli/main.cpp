@@ -7,16 +7,18 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "exec/device.h"
 #include "graph/error.h"
 
 int main(int argc, char** argv) {
+  onnxdp::prefer_passive_openmp_wait(argv);
   using namespace onnxdp::cli;
   CLI::App app{"onnxdp: train ONNX models data-parallel across devices and machines"};
   app.require_subcommand(0, 1);
   bool version = false;
   app.add_flag("--version", version, "Print the version and the backends onnxdp sees");
   std::vector<Command> commands = {add_inspect_command(app), add_run_command(app), add_train_command(app),
-                                   add_graph_command(app)};
+                                   add_graph_command(app), add_plot_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

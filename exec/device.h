@@ -14,4 +14,20 @@ struct CudaInfo {
 
 CudaInfo cuda_info();
 
+// CPU threads for one of `replicas` replicas of this process when `processes_on_host` processes
+// (MPI ranks) share the machine: the cores split evenly, at least one each (OMP_NUM_THREADS, when
+// set, is the whole process's budget instead of the core count). Call it on each replica's thread
+// before it runs a plan. With several replicas in the process BLAS runs single-threaded inside
+// each: the replicas are the parallelism, and concurrent multi-threaded BLAS calls would queue on
+// one thread pool. Returns the threads each replica gets.
+int use_replica_threads(int replicas, int processes_on_host);
+// OpenMP threads that wait for work by spinning (libgomp's default) starve the BLAS threads and
+// the other replicas whenever cores are shared (a loaded machine, several ranks or replicas per
+// host): a step then runs 10-20x slower. Unless OMP_WAIT_POLICY is set, this sets it to PASSIVE
+// and re-executes the program (libgomp reads it when it loads, before main), so call it first in
+// main. Set OMP_WAIT_POLICY=ACTIVE to keep spinning on a dedicated machine.
+void prefer_passive_openmp_wait(char** argv);
+// How many processes of this job run on this machine (the launcher's local size; 1 if none).
+int processes_on_host();
+
 }  // namespace onnxdp

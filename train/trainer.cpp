@@ -9,8 +9,12 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <regex>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +28,8 @@
 #include "train/checkpoint.h"
 #include "train/npz.h"
 #include "train/pipeline.h"
+#include "train/progress.h"
+#include "train/tensorboard.h"
 
 namespace onnxdp {
 
@@ -115,6 +121,82 @@ void share_parameters(Graph& g, const std::map<std::string, Tensor>& master) {
     if (it != master.end()) g.value(p).data = it->second;
   }
 }
+
+// Held-out evaluation with the current parameters: the mean loss over the samples and, for
+// cross_entropy, the accuracy over every classified position. Plans per batch size are kept.
+class Evaluator {
+ public:
+  Evaluator(const std::string& path, const onnx::ModelProto& proto, const std::string& model_dir, const LossOptions& lo,
+            const TrainOptions& o, bool need_label)
+      : proto_(proto), model_dir_(model_dir), lo_(lo), o_(o), need_label_(need_label),
+        data_(load_dataset(path, proto, o.label, need_label)) {}
+
+  struct Result {
+    double loss = 0, accuracy = -1;  // accuracy < 0: not a classifier
+  };
+  Result run(const std::map<std::string, Tensor>& parameters) {
+    const int64_t eb = std::min<int64_t>(256, data_.samples);
+    double loss_sum = 0;
+    int64_t correct = 0, positions = 0;
+    const bool classifier = o_.loss == LossKind::cross_entropy;
+    for (int64_t start = 0; start < data_.samples; start += eb) {
+      const int64_t b = std::min(eb, data_.samples - start);
+      if (!plans_.count(b)) {
+        Graph g = load_graph(proto_, model_dir_, shapes_for(data_, b));
+        inference_mode(g);
+        ValueId out = g.outputs[0];
+        ValueId loss = need_label_ ? add_loss(g, lo_) : out;
+        share_parameters(g, parameters);
+        g.outputs = {out, loss};
+        verify(g);
+        plans_[b] = std::make_unique<Plan>(std::move(g));
+        outs_[b] = {out, loss};
+      }
+      std::vector<int64_t> idx(static_cast<size_t>(b));
+      std::iota(idx.begin(), idx.end(), start);
+      Plan& p = *plans_[b];
+      p.execute(take_rows(data_, idx), {});
+      loss_sum += double(p.ref(outs_[b].second).as<float>()[0]) * double(b);
+      if (!classifier) continue;
+      TensorRef logits = p.ref(outs_[b].first);
+      const std::vector<int64_t>& lab = labels();
+      const int64_t r = logits.rank();
+      const int64_t axis = o_.class_axis < 0 ? r - 1 : o_.class_axis;
+      int64_t C = logits.dim(int(axis)), inner = 1;
+      for (int64_t k = axis + 1; k < r; ++k) inner *= logits.dim(int(k));
+      const int64_t outer = logits.numel / (C * inner);
+      const int64_t per_sample = outer * inner / b;
+      const float* x = logits.as<float>();
+      for (int64_t q = 0; q < outer; ++q)
+        for (int64_t in = 0; in < inner; ++in) {
+          int64_t best = 0;
+          for (int64_t c = 1; c < C; ++c)
+            if (x[(q * C + c) * inner + in] > x[(q * C + best) * inner + in]) best = c;
+          correct += best == lab[size_t(start * per_sample + q * inner + in)];
+          ++positions;
+        }
+    }
+    Result res;
+    res.loss = loss_sum / double(data_.samples);
+    if (classifier) res.accuracy = double(correct) / double(positions);
+    return res;
+  }
+
+ private:
+  const std::vector<int64_t>& labels() {
+    if (labels_.empty()) labels_ = data_.arrays.at(o_.label).to_i64();
+    return labels_;
+  }
+  const onnx::ModelProto& proto_;
+  std::string model_dir_;
+  LossOptions lo_;
+  const TrainOptions& o_;
+  bool need_label_;
+  Dataset data_;
+  std::vector<int64_t> labels_;
+  std::map<int64_t, std::unique_ptr<Plan>> plans_;
+  std::map<int64_t, std::pair<ValueId, ValueId>> outs_;
+};
 
 struct TrainPlan {
   std::unique_ptr<Plan> plan;
@@ -287,11 +369,13 @@ TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool
                              world, replica, mb);
 }
 
-void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& result) {
+void train_replica(const TrainOptions& options, Communicator* comm, TrainResult& result) {
   const int world = comm ? comm->size() : 1;
   const int rank = comm ? comm->rank() : 0;
   const bool lead = rank == 0;
-  const bool quiet = o.quiet || !lead;
+  const bool quiet = options.quiet || !lead;
+  TrainOptions o = options;
+  if (o.per_device_batch_size > 0) o.batch_size = o.per_device_batch_size * world;
   onnx::ModelProto proto = load_model_proto(o.model);
   std::string data_path = o.data;
   if (data_path.empty()) data_path = (fs::path(o.model).parent_path() / fs::path(o.model).stem()).string() + ".npz";
@@ -318,6 +402,10 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
   for (const auto& [name, t] : data.arrays) batch_inputs.push_back(name);
 
   if (o.grad_accum < 1) fail("--grad-accum must be at least 1 (got {})", o.grad_accum);
+  // Held-out data is checked before step 1, not after the training.
+  std::unique_ptr<Evaluator> evaluator;
+  if (lead && !o.eval_data.empty())
+    evaluator = std::make_unique<Evaluator>(o.eval_data, proto, model_dir, lo, o, need_label);
   const int64_t K = o.grad_accum;
 
   // The plan for a micro-batch of mb.b global rows: this replica's shard of them, with the collectives.
@@ -407,6 +495,10 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
     if (!metrics) fail("cannot write metrics file '{}'", o.metrics);
   }
   const int64_t log_every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, total_steps / 10);
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (lead && !o.tensorboard_dir.empty()) tensorboard = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
+  std::unique_ptr<ProgressReporter> progress;
+  if (!quiet) progress = std::make_unique<ProgressReporter>(total_steps, o.progress_bar && isatty(fileno(stdout)), log_every);
   if (!quiet)
     fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}{}, {} steps\n",
                trainable.size(), flat_params.numel(), result.frozen.size(), data.samples, batch,
@@ -517,103 +609,142 @@ void train_replica(const TrainOptions& o, Communicator* comm, TrainResult& resul
     float lr = scheduled_lr(o.schedule, base_lr, step, o.warmup_steps, total_steps);
     float gnorm = opt.step(flat_params.as<float>(), flat_grads.as<float>(), lr);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double samples_per_s = dt > 0 ? double(b) / dt : 0.0;
+    const double comm_wait = comm ? comm->comm_wait_ms() : 0.0;
     samples_seen += b;
+    result.comm_wait_ms += comm_wait;
     result.losses.push_back(loss);
+    if (!lead) continue;
+    // Evaluation every --eval-every steps, and after the last step when --eval-data is given.
+    std::optional<Evaluator::Result> ev;
+    if (evaluator && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total_steps)) {
+      ev = evaluator->run(master);
+      result.evaluated = true;
+      result.eval_loss = ev->loss;
+      result.eval_accuracy = ev->accuracy;
+    }
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                          {"samples_per_s", dt > 0 ? double(b) / dt : 0.0}, {"epoch", epoch + 1},
-                          {"comm_wait_ms", comm ? comm->comm_wait_ms() : 0.0}};
+                          {"samples_per_s", samples_per_s}, {"epoch", epoch + 1}, {"comm_wait_ms", comm_wait}};
+      if (ev) {
+        j["eval_loss"] = ev->loss;
+        if (ev->accuracy >= 0) j["eval_accuracy"] = ev->accuracy;
+      }
       metrics << j.dump() << "\n";
       metrics.flush();
     }
-    if (lead && !o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == total_steps))
+    if (tensorboard) {
+      tensorboard->scalar("train/loss", step, loss);
+      tensorboard->scalar("train/learning_rate", step, lr);
+      tensorboard->scalar("train/grad_norm", step, gnorm);
+      tensorboard->scalar("perf/samples_per_s", step, float(samples_per_s));
+      tensorboard->scalar("perf/comm_wait_ms", step, float(comm_wait));
+      if (ev) {
+        tensorboard->scalar("eval/loss", step, float(ev->loss));
+        if (ev->accuracy >= 0) tensorboard->scalar("eval/accuracy", step, float(ev->accuracy));
+      }
+      if (step % log_every == 0 || step == total_steps) tensorboard->flush();
+    }
+    if (!o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == total_steps))
       write_checkpoint(step);
-    if (!quiet && (step % log_every == 0 || step == total_steps || step == 1))
-      fmt::print("step {:>6}/{}  epoch {}  loss {:.4f}  lr {:.3g}\n", step, total_steps, epoch + 1, loss, lr);
+    if (progress) {
+      progress->update(step, loss, lr, samples_per_s);
+      if (ev)
+        progress->message(ev->accuracy >= 0
+                              ? fmt::format("eval at step {}: loss {:.4f}, accuracy {:.2f} %", step, ev->loss, 100 * ev->accuracy)
+                              : fmt::format("eval at step {}: loss {:.4f}", step, ev->loss));
+    }
   }
+  if (progress) progress->finish();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.steps = total_steps;
   result.samples_per_s = secs > 0 ? double(samples_seen) / secs : 0;
+  size_t arena = 0;
+  for (const auto& [key, tp] : plans) arena = std::max(arena, tp.plan->arena_bytes());
+  const size_t state_bytes = flat_params.nbytes() + flat_grads.nbytes() + (opt.m().size() + opt.v().size()) * 4;
+  result.peak_bytes = arena + state_bytes;
 
   result.parameters = master;
   result.world_size = world;
   if (comm) comm->leave();  // the collectives are over; what follows is replica 0's alone
   if (!lead) return;
+  if (tensorboard) {
+    result.tensorboard_dir = o.tensorboard_dir;
+    tensorboard.reset();
+  }
+  result.metrics_file = o.metrics;
+  result.last_checkpoint = last_checkpoint;
   if (!o.save.empty()) {
     std::map<std::string, Tensor> values;
     for (const auto& [name, t] : master) values[name] = t;
     export_model(o.model, o.save, values);
-    if (!quiet) fmt::print("trained model written to {}\n", o.save);
+    result.saved_model = o.save;
   }
-
-  if (!o.eval_data.empty()) {
-    Dataset ev = load_dataset(o.eval_data, proto, o.label, need_label);
-    int64_t eb = std::min<int64_t>(256, ev.samples);
-    double loss_sum = 0;
-    int64_t correct = 0, positions = 0;
-    bool classifier = o.loss == LossKind::cross_entropy;
-    std::map<int64_t, std::unique_ptr<Plan>> eplans;
-    std::map<int64_t, std::pair<ValueId, ValueId>> eouts;
-    for (int64_t start = 0; start < ev.samples; start += eb) {
-      int64_t b = std::min(eb, ev.samples - start);
-      if (!eplans.count(b)) {
-        Graph g = load_graph(proto, model_dir, shapes_for(ev, b));
-        inference_mode(g);
-        ValueId out = g.outputs[0];
-        ValueId loss = need_label ? add_loss(g, lo) : out;
-        share_parameters(g, master);
-        g.outputs = {out, loss};
-        verify(g);
-        eplans[b] = std::make_unique<Plan>(std::move(g));
-        eouts[b] = {out, loss};
-      }
-      std::vector<int64_t> idx(static_cast<size_t>(b));
-      std::iota(idx.begin(), idx.end(), start);
-      Plan& p = *eplans[b];
-      p.execute(take_rows(ev, idx), {});
-      loss_sum += double(p.ref(eouts[b].second).as<float>()[0]) * double(b);
-      if (classifier) {
-        TensorRef logits = p.ref(eouts[b].first);
-        const Tensor& labels = ev.arrays.at(o.label);
-        std::vector<int64_t> lab = labels.to_i64();
-        int64_t r = logits.rank();
-        int64_t axis = o.class_axis < 0 ? r - 1 : o.class_axis;
-        int64_t C = logits.dim(int(axis)), inner = 1;
-        for (int64_t k = axis + 1; k < r; ++k) inner *= logits.dim(int(k));
-        int64_t outer = logits.numel / (C * inner);
-        int64_t per_sample = outer * inner / b;
-        const float* x = logits.as<float>();
-        for (int64_t q = 0; q < outer; ++q)
-          for (int64_t in = 0; in < inner; ++in) {
-            int64_t best = 0;
-            for (int64_t c = 1; c < C; ++c)
-              if (x[(q * C + c) * inner + in] > x[(q * C + best) * inner + in]) best = c;
-            int64_t pos = q * inner + in;
-            correct += best == lab[size_t(start * per_sample + pos)];
-            ++positions;
-          }
-      }
-    }
-    result.evaluated = true;
-    result.eval_loss = loss_sum / double(ev.samples);
-    if (classifier) result.eval_accuracy = double(correct) / double(positions);
+  if (quiet) return;
+  // The end-of-run summary.
+  auto mb = [](double bytes) { return fmt::format("{:.1f} MB", bytes / (1024.0 * 1024.0)); };
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const int64_t steps_run = int64_t(result.losses.size());
+  fmt::print("done: {} steps in {:.1f} s, final loss {:.4f}, {:.0f} samples/s{}\n", steps_run, secs,
+             result.losses.empty() ? 0.f : result.losses.back(), result.samples_per_s,
+             world > 1 ? fmt::format(" over {} replicas", world) : std::string());
+  if (result.evaluated) {
+    if (result.eval_accuracy >= 0)
+      fmt::print("eval on {}: loss {:.4f}, accuracy {:.2f} %\n", o.eval_data, result.eval_loss, 100 * result.eval_accuracy);
+    else
+      fmt::print("eval on {}: loss {:.4f}\n", o.eval_data, result.eval_loss);
   }
-
-  if (!quiet) {
-    if (!result.losses.empty())
-      fmt::print("done: {} steps, final loss {:.4f}, {:.0f} samples/s\n", total_steps, result.losses.back(),
-                 result.samples_per_s);
-    if (!last_checkpoint.empty()) fmt::print("last checkpoint: {}\n", last_checkpoint);
-    if (result.evaluated) {
-      if (result.eval_accuracy >= 0)
-        fmt::print("eval on {}: loss {:.4f}, accuracy {:.2f} %\n", o.eval_data, result.eval_loss, 100 * result.eval_accuracy);
-      else
-        fmt::print("eval on {}: loss {:.4f}\n", o.eval_data, result.eval_loss);
-    }
-  }
+  fmt::print("memory per replica: {} (activations {}, parameters + gradients + optimizer state {}); process peak RSS {}\n",
+             mb(double(result.peak_bytes)), mb(double(arena)), mb(double(state_bytes)), mb(double(ru.ru_maxrss) * 1024));
+  if (world > 1)
+    fmt::print("waiting on communication: {:.2f} ms per step on average ({:.1f} % of the run)\n",
+               steps_run ? result.comm_wait_ms / double(steps_run) : 0.0,
+               secs > 0 ? 100.0 * result.comm_wait_ms / 1000.0 / secs : 0.0);
+  if (!result.saved_model.empty()) fmt::print("trained model: {}\n", result.saved_model);
+  if (!last_checkpoint.empty()) fmt::print("last checkpoint: {}\n", last_checkpoint);
+  if (!o.metrics.empty()) fmt::print("metrics: {}\n", o.metrics);
+  if (!result.tensorboard_dir.empty()) fmt::print("tensorboard: tensorboard --logdir {}\n", result.tensorboard_dir);
 }
 
-TrainResult train(const TrainOptions& o) {
+namespace {
+// Where a run's files go: --output-dir fills in what --metrics, --checkpoint-dir and --save leave
+// empty, as --report-to asks; an earlier run's checkpoints are never overwritten.
+TrainOptions resolve_outputs(TrainOptions o) {
+  bool jsonl = false, tensorboard = false;
+  std::string rest = o.report_to;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    if (item == "jsonl") jsonl = true;
+    else if (item == "tensorboard") tensorboard = true;
+    else if (item != "none" && !item.empty())
+      fail("--report-to '{}': '{}' is not one of jsonl, tensorboard, none", o.report_to, item);
+  }
+  if (!o.output_dir.empty()) {
+    const fs::path d = o.output_dir;
+    if (o.metrics.empty() && jsonl) o.metrics = (d / "metrics.jsonl").string();
+    if (o.tensorboard_dir.empty() && tensorboard) o.tensorboard_dir = (d / "tensorboard").string();
+    if (o.checkpoint_dir.empty()) o.checkpoint_dir = d.string();
+    if (o.save.empty()) o.save = (d / "model.onnx").string();
+    std::error_code ec;
+    if (detect_launch().rank == 0) fs::create_directories(d, ec);  // other ranks write nothing
+    if (ec) fail("cannot create the output folder '{}': {}", o.output_dir, ec.message());
+  }
+  if (o.eval_every > 0 && o.eval_data.empty()) fail("--eval-every needs --eval-data FILE.npz");
+  if (!o.checkpoint_dir.empty() && !o.resume) {
+    std::string earlier = latest_checkpoint(o.checkpoint_dir);
+    if (!earlier.empty())
+      fail("'{}' already holds checkpoints of an earlier run ({}): pass --resume to continue it, or choose another "
+           "--output-dir / --checkpoint-dir", o.checkpoint_dir, earlier);
+  }
+  return o;
+}
+}  // namespace
+
+TrainResult train(const TrainOptions& options) {
+  const TrainOptions o = resolve_outputs(options);
   const int local = local_replicas(o.devices);
   if (o.devices == "auto" && !o.quiet) {
     CudaInfo cuda = cuda_info();
@@ -631,7 +762,9 @@ TrainResult train(const TrainOptions& o) {
   }
   CommWorld world = make_world(local, copts);
   std::vector<TrainResult> results(world.size());
+  const int host_processes = processes_on_host();
   run_replicas(world, [&](Communicator& c) {
+    use_replica_threads(local, host_processes);
     size_t k = 0;
     while (world[k].get() != &c) ++k;
     train_replica(o, &c, results[k]);

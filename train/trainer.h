@@ -23,6 +23,7 @@ struct TrainOptions {
   ScheduleKind schedule = ScheduleKind::constant;
   int64_t warmup_steps = 0;
   int64_t batch_size = 32;     // the global batch of one forward/backward pass
+  int64_t per_device_batch_size = 0;  // > 0: instead of batch_size, this many rows per replica
   int64_t grad_accum = 1;      // micro-batches of batch_size per optimizer step; all-reduce on the last only
   int64_t epochs = 1;
   int64_t steps = 0;           // > 0: this many optimizer steps, crossing epochs
@@ -30,9 +31,16 @@ struct TrainOptions {
   bool drop_last = false;
   uint64_t seed = 0;
   std::vector<std::string> freeze;  // regexes over initializer names
+  // One place for a run's files: metrics.jsonl, tensorboard/, checkpoint-STEP/ and model.onnx go
+  // there unless --metrics, --checkpoint-dir or --save put them elsewhere. Empty: only what those
+  // three name is written (the CLI's default is runs/<model name>, see cli/cmd_train.cpp).
+  std::string output_dir;
+  std::string report_to = "jsonl,tensorboard";  // what output_dir gets: jsonl, tensorboard, none
+  std::string tensorboard_dir;  // TensorBoard event files (output_dir/tensorboard when report_to has it)
   std::string metrics;         // jsonl file, one object per step
   std::string save;            // trained .onnx out
   std::string eval_data;       // .npz evaluated after training (loss, accuracy)
+  int64_t eval_every = 0;      // > 0: also evaluate every this many steps (needs eval_data)
   std::string checkpoint_dir;  // checkpoint-STEP/ folders go here
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, when a dir is given)
   bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
@@ -41,7 +49,8 @@ struct TrainOptions {
   bool local_bn = false;        // per-replica BatchNormalization statistics (DDP's default)
   double bucket_mb = 25;        // gradient all-reduce bucket size (the first is 1 MB)
   double comm_timeout_s = 300;  // a collective waiting longer fails (a peer died or diverged)
-  int64_t log_every = 0;       // 0: about 10 lines per run
+  int64_t log_every = 0;       // 0: about 10 lines per run (when output is not a terminal)
+  bool progress_bar = true;    // a redrawn status line when stdout is a terminal
 };
 
 struct TrainResult {
@@ -52,6 +61,9 @@ struct TrainResult {
   std::vector<std::string> trainable, frozen;
   bool evaluated = false;
   double eval_loss = 0, eval_accuracy = -1;  // accuracy < 0: not a classifier
+  double comm_wait_ms = 0;     // summed over the steps
+  size_t peak_bytes = 0;       // this replica's largest plan: activation arena + parameters, gradients, optimizer state
+  std::string output_dir, saved_model, last_checkpoint, metrics_file, tensorboard_dir;
   int world_size = 1;
   std::vector<size_t> bucket_bytes;  // the gradient buckets of the full-batch plan
   std::map<std::string, Tensor> parameters;  // final trained values (replica 0), by initializer name

@@ -15,51 +15,20 @@
 #include "graph/passes/inference_mode.h"
 #include "onnx/onnx_pb.h"
 #include "train/npz.h"
+#include "tests/test_util.h"
 
 using namespace onnxdp;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "onnxdp_cli_XXXXXX").string();
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-std::string q(const std::string& s) { return "'" + s + "'"; }
-
-struct Result {
-  int rc = -1;  // exit status; 128 + signal when it crashed
-  std::string out, err;
-};
-
-Result onnxdp_cli(const TempDir& tmp, const std::string& args) {
-  std::string out = tmp.file("stdout.txt"), err = tmp.file("stderr.txt");
-  std::string cmd = q(ONNXDP_BINARY) + " " + args + " >" + q(out) + " 2>" + q(err);
-  int st = std::system(cmd.c_str());
-  Result r;
-  if (WIFEXITED(st)) r.rc = WEXITSTATUS(st);
-  else if (WIFSIGNALED(st)) r.rc = 128 + WTERMSIG(st);
-  r.out = read_text(out);
-  r.err = read_text(err);
-  return r;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test::CliResult;
+using test::contains;
+using test::onnxdp_cli;
+using test::q;
+using test::read_text;
+using test::TempDir;
+using Result = CliResult;
 
 // ---- models built with the ONNX protobuf API ---------------------------------------------------
 

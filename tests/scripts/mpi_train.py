@@ -28,7 +28,7 @@ def train(cmd, model, tmp, tag, extra=(), batch=None):
     batch = batch or ("30" if model == "tiny_lm" else "97")
     args = cmd + ["train", os.path.join(ROOT, "models", model, "model.onnx"), "--steps", "20", "--batch-size", batch,
                   "--optimizer", "momentum", "--lr", "0.05", "--seed", "5", "--quiet", "--metrics", metrics,
-                  "--save", saved, *extra]
+                  "--save", saved, "--output-dir", os.path.join(tmp, tag), *extra]
     subprocess.run(args, check=True, env=ENV, timeout=600)
     losses = [json.loads(line)["loss"] for line in open(metrics)]
     params = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(saved).graph.initializer}
@@ -81,7 +81,7 @@ def main():
 
         # Two ranks with different models: a clear error before step 1, no hang.
         args = lambda m: [onnxdp, "train", os.path.join(ROOT, "models", m, "model.onnx"), "--steps", "3", "--quiet",
-                          "--comm-timeout", "30"]
+                          "--comm-timeout", "30", "--output-dir", os.path.join(tmp, "mismatch_" + m)]
         p = subprocess.run([mpiexec, *FLAGS, "-np", "1", *args("mlp"), ":", "-np", "1", *args("mlp_dynamo")],
                            capture_output=True, text=True, env=ENV, timeout=120)
         ok = p.returncode != 0 and "different training graph" in p.stderr
@@ -91,7 +91,7 @@ def main():
         # Rank 1 is killed during training: the job ends with an error within bounded time.
         script = (f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then (sleep 3; kill -9 $$) & fi; '
                   f'exec {onnxdp} train {os.path.join(ROOT, "models", "tiny_lm", "model.onnx")} --steps 100000 '
-                  f'--batch-size 8 --quiet --comm-timeout 20')
+                  f'--batch-size 8 --quiet --comm-timeout 20 --output-dir {os.path.join(tmp, "killed")}')
         start = time.time()
         p = subprocess.run([mpiexec, *FLAGS, "-np", "2", "sh", "-c", script], capture_output=True, text=True, env=ENV,
                            timeout=300)

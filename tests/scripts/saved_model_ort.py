@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def check(onnxdp, name, tmp):
     model = os.path.join(ROOT, "models", name, "model.onnx")
     saved = os.path.join(tmp, name + "_trained.onnx")
-    subprocess.run([onnxdp, "train", model, "--steps", "15", "--batch-size", "32", "--quiet", "--save", saved],
+    subprocess.run([onnxdp, "train", model, "--steps", "15", "--batch-size", "32", "--quiet", "--save", saved,
+                    "--output-dir", os.path.join(tmp, name + "_run")],
                    check=True)
     ref = np.load(os.path.join(ROOT, "models", name, "reference.npz"))
     out = os.path.join(tmp, name + "_out.npz")
