@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""One PyTorch training run for bench/compare.py, in its own process so that its peak RSS can be
+read on its own (os.wait4 in the parent).
+
+    torch_worker.py --model NAME --onnx MODEL.onnx --data D.npz --batch B --steps N --threads T \
+                    --lr 1e-3 --out result.json
+
+Builds the module as bench_models does, loads the initial weights from MODEL.onnx (so it starts
+where onnxdp starts), trains N AdamW steps on D.npz in file order (wrapping around, like
+`onnxdp train --no-shuffle`), and writes {"loop_s", "losses"} to --out. loop_s is the wall time of
+the N steps alone (module import and set-up excluded).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--onnx", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    import bench_models as bm
+
+    torch.set_num_threads(a.threads)
+    model = bm.build(a.model)
+    bm.load_weights(model, a.onnx)
+    model.train()
+    data = np.load(a.data)
+    x_all = torch.from_numpy(data[bm.MODELS[a.model]["input"]])
+    y_all = torch.from_numpy(data["label"])
+    n = x_all.shape[0]
+    # AdamW with torch's defaults (weight decay 0.01), as onnxdp's adamw.
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    losses = []
+    cursor = 0
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        if cursor >= n:
+            cursor = 0
+        x = x_all[cursor:cursor + a.batch]
+        y = y_all[cursor:cursor + a.batch]
+        cursor += a.batch
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    loop_s = time.perf_counter() - t0
+    with open(a.out, "w") as f:
+        json.dump({"loop_s": loop_s, "losses": losses, "torch": torch.__version__,
+                   "threads": torch.get_num_threads()}, f)
+
+
+if __name__ == "__main__":
+    main()
