@@ -22,6 +22,7 @@ struct TempDir {
   }
   ~TempDir() {
     std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, ec);  // a test may have made it read-only
     std::filesystem::remove_all(path, ec);
   }
   TempDir(const TempDir&) = delete;

@@ -8,25 +8,14 @@
 #include <fstream>
 
 #include "cli/config_file.h"
+#include "tests/test_util.h"
 
 using namespace onnxdp;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "onnxdp_config_XXXXXX").string();
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using onnxdp::test::TempDir;
 
 // A `train` subcommand with a few options of each kind; parse() runs the command line, then the
 // config file the way the real action does.

@@ -8,47 +8,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "onnxdp_plotcli_XXXXXX").string();
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-std::string q(const std::string& s) { return "'" + s + "'"; }
-
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
-
-Result onnxdp_cli(const TempDir& tmp, const std::string& args) {
-  std::string out = tmp.file("stdout.txt"), err = tmp.file("stderr.txt");
-  int st = std::system((q(ONNXDP_BINARY) + " " + args + " >" + q(out) + " 2>" + q(err)).c_str());
-  Result r;
-  if (WIFEXITED(st)) r.rc = WEXITSTATUS(st);
-  else if (WIFSIGNALED(st)) r.rc = 128 + WTERMSIG(st);
-  r.out = read_text(out);
-  r.err = read_text(err);
-  return r;
-}
+using onnxdp::test::onnxdp_cli;
+using onnxdp::test::q;
+using onnxdp::test::read_text;
+using onnxdp::test::TempDir;
+using Result = onnxdp::test::CliResult;
 
 }  // namespace
 

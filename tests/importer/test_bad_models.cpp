@@ -17,28 +17,18 @@
 
 #include "importer/onnx_io.h"
 #include "train/pipeline.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace onnxdp;
 
 namespace {
 
+using onnxdp::test::TempDir;
+
 const fs::path kCorpus = fs::path(ONNXDP_SOURCE_DIR) / "tests" / "bad_models";
 
 // A fresh temporary folder, removed with the object.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "onnxdp_bad_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 struct BadCase {
   std::string what;
   // Builds the case (in `tmp` when it needs links) and returns the model path.

@@ -15,12 +15,15 @@
 #include "exec/plan.h"
 #include "importer/onnx_io.h"
 #include "train/pipeline.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace onnxdp;
 using google::protobuf::util::MessageDifferencer;
 
 namespace {
+
+using onnxdp::test::TempDir;
 
 const fs::path kCorpus = fs::path(ONNXDP_SOURCE_DIR) / "tests" / "bad_models";
 
@@ -30,19 +33,6 @@ const std::vector<float> kB = {0.125f, -0.75f};
 //   row 0: [1 + 3, 2 + 3] + b = [4.125, 4.25];  row 1: [-1 + 4, 0.5 + 4] + b = [3.125, 3.75].
 const std::vector<float> kWNew = {1, 0, 0, 1, 1, 1};
 const std::vector<float> kYNew = {4.125f, 4.25f, 3.125f, 3.75f};
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "onnxdp_export_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::vector<float> values(const Tensor& t) {
   REQUIRE(t.dtype() == DType::f32);

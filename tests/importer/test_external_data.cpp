@@ -11,11 +11,14 @@
 #include "exec/plan.h"
 #include "importer/onnx_io.h"
 #include "train/pipeline.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace onnxdp;
 
 namespace {
+
+using onnxdp::test::TempDir;
 
 const fs::path kGood = fs::path(ONNXDP_SOURCE_DIR) / "tests" / "bad_models" / "good_external";
 
@@ -46,19 +49,6 @@ void check_model_dir(const std::string& model_path) {
   CHECK(values(g.value(w).data) == kW);  // exact: the bytes are copied, not computed
   CHECK(values(g.value(b).data) == kB);
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "onnxdp_ext_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 }  // namespace
 

@@ -119,6 +119,28 @@ TEST_CASE("data parallel: BatchNormalization statistics are reduced over the glo
 }
 
 namespace {
+// Per-step losses (rtol 1e-5) and final parameters (1e-7 + 1e-5 relative) of two runs agree.
+void check_same_training(const TrainResult& one, const TrainResult& n) {
+  REQUIRE(n.losses.size() == one.losses.size());
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(n.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
+  }
+  for (const auto& [name, t] : one.parameters) {
+    CAPTURE(name);
+    std::vector<double> a = t.to_f64(), b = n.parameters.at(name).to_f64();
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      double d = std::abs(a[i] - b[i]);
+      worst = std::max(worst, d);
+      bad += d > 1e-7 + 1e-5 * std::abs(a[i]);
+    }
+    INFO("largest absolute difference " << worst);
+    CHECK(bad == 0);
+  }
+}
+
 void check_replicas_equal_one_device(const std::string& model, int64_t batch, int64_t steps) {
   TrainOptions o;
   o.model = model_path(model);
@@ -137,25 +159,7 @@ void check_replicas_equal_one_device(const std::string& model, int64_t batch, in
     o.devices = dev;
     TrainResult n = train(o);
     CHECK(n.world_size == std::stoi(std::string(dev).substr(4)));
-    REQUIRE(n.losses.size() == one.losses.size());
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      CAPTURE(i);
-      CHECK(n.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
-    }
-    for (const auto& [name, t] : one.parameters) {
-      CAPTURE(name);
-      const Tensor& u = n.parameters.at(name);
-      std::vector<double> a = t.to_f64(), b = u.to_f64();
-      size_t bad = 0;
-      double worst = 0;
-      for (size_t i = 0; i < a.size(); ++i) {
-        double d = std::abs(a[i] - b[i]);
-        worst = std::max(worst, d);
-        bad += d > 1e-7 + 1e-5 * std::abs(a[i]);
-      }
-      INFO("largest absolute difference " << worst);
-      CHECK(bad == 0);
-    }
+    check_same_training(one, n);
   }
 }
 }  // namespace
@@ -234,19 +238,7 @@ void check_accumulation_equals_one_batch(const std::string& model, int64_t step_
     a.devices = c.devices;
     a.grad_accum = c.k;
     a.batch_size = (step_rows + c.k - 1) / c.k;
-    TrainResult r = train(a);
-    REQUIRE(r.losses.size() == one.losses.size());
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      CAPTURE(i);
-      CHECK(r.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
-    }
-    for (const auto& [name, t] : one.parameters) {
-      CAPTURE(name);
-      std::vector<double> x = t.to_f64(), y = r.parameters.at(name).to_f64();
-      size_t bad = 0;
-      for (size_t i = 0; i < x.size(); ++i) bad += std::abs(x[i] - y[i]) > 1e-7 + 1e-5 * std::abs(x[i]);
-      CHECK(bad == 0);
-    }
+    check_same_training(one, train(a));
   }
 }
 }  // namespace

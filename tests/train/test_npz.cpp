@@ -11,31 +11,20 @@
 
 #include "graph/error.h"
 #include "train/npz.h"
+#include "tests/test_util.h"
 
 using namespace onnxdp;
 namespace fs = std::filesystem;
 
 namespace {
 
+using onnxdp::test::TempDir;
+
 std::string fixture(const std::string& name) {
   return std::string(ONNXDP_SOURCE_DIR) + "/tests/fixtures/npz/" + name;
 }
 
 // A fresh scratch folder under the system temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "onnxdp_npz_XXXXXX").string();
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
 // The message of the Error that f throws ("" if none).
 template <class F>
 std::string error_of(F&& f) {

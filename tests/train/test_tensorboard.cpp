@@ -15,31 +15,15 @@
 
 #include "graph/error.h"
 #include "train/tensorboard.h"
+#include "tests/test_util.h"
 
 using namespace onnxdp;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "onnxdp_tb_XXXXXX").string();
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using onnxdp::test::TempDir;
+using onnxdp::test::read_text;
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
