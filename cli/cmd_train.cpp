@@ -65,6 +65,7 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--log-every,--logging-steps", o->log_every, "Steps between progress lines when output is not a terminal (0: ~10 a run)");
   cmd->add_flag("--quiet", o->quiet, "Print nothing but errors");
+  cmd->add_flag("--profile", o->profile, "Time every kernel and print where a step's time goes (per op, GFLOP/s)");
   auto config = std::make_shared<std::string>();
   cmd->add_option("--config", *config, "Options from a TOML file (keys as the long option names; the command line wins)")
       ->configurable(false);

@@ -22,6 +22,7 @@ struct TensorRef {
 };
 
 class Communicator;  // parallel/communicator.h
+struct Profile;       // exec/profile.h
 
 // Per-run state a kernel may need (Dropout's counter-based generator is keyed by these).
 struct RunState {
@@ -30,6 +31,7 @@ struct RunState {
   int64_t batch_offset = 0;       // index of this replica's first row in the global batch (Scatter)
   int64_t sample_offset = 0;      // index of the global batch's first row in the step (micro-batches, run's batches)
   Communicator* comm = nullptr;   // this replica's world; nullptr: a world of one
+  Profile* profile = nullptr;     // when set, every kernel call is timed into it
 };
 
 struct KernelCtx {

@@ -1,6 +1,9 @@
 #include "exec/plan.h"
 
+#include "exec/profile.h"
 #include "parallel/communicator.h"
+
+#include <chrono>
 
 #include <algorithm>
 #include <cstring>
@@ -84,8 +87,15 @@ void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& 
     ctx.inputs.reserve(n.inputs.size());
     for (ValueId in : n.inputs) ctx.inputs.push_back(ref(in));
     for (ValueId o : n.outputs) ctx.outputs.push_back(ref(o));
+    if (!state.profile) {
+      cpu_kernel(n.op)(ctx);
+      continue;
+    }
+    auto t0 = std::chrono::steady_clock::now();
     cpu_kernel(n.op)(ctx);
+    state.profile->add(n, ctx, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  if (state.profile) ++state.profile->runs;
   // Asynchronous all-reduces (gradient buckets) finish before the caller reads any output.
   if (state.comm) state.comm->wait_all();
 }

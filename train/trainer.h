@@ -51,6 +51,7 @@ struct TrainOptions {
   double comm_timeout_s = 300;  // a collective waiting longer fails (a peer died or diverged)
   int64_t log_every = 0;       // 0: about 10 lines per run (when output is not a terminal)
   bool progress_bar = true;    // a redrawn status line when stdout is a terminal
+  bool profile = false;        // time every kernel of replica 0 and print where the step's time goes
 };
 
 struct TrainResult {

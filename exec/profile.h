@@ -1,0 +1,34 @@
+// Where a step's time goes: per op, the kernels' wall time, calls, and for the GEMM-shaped ops
+// (MatMul, Gemm, Conv and its gradients) the floating-point work, so the achieved GFLOP/s can be
+// set against what BLAS alone reaches on this machine (`onnxdp train --profile`).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "exec/kernel.h"
+
+namespace onnxdp {
+
+struct OpProfile {
+  double seconds = 0;
+  int64_t calls = 0;
+  double flops = 0;  // multiply-adds x 2, for the GEMM-shaped ops; 0 for the others
+};
+
+struct Profile {
+  std::map<Op, OpProfile> ops;
+  int64_t runs = 0;  // plan executions (forward/backward passes) recorded
+
+  // One kernel call of node n (its inputs and outputs as the kernel saw them) that took `seconds`.
+  void add(const Node& n, const KernelCtx& c, double seconds);
+  // A table of the ops by time, per optimizer step (`steps` of them recorded), heaviest first.
+  std::string table(int64_t steps, int max_rows = 15) const;
+};
+
+// GFLOP/s of one multi-threaded single-precision GEMM of n x n x n through BLAS, the best of a few
+// runs: the ceiling the GEMM-shaped ops of a step can be held against.
+double blas_sgemm_gflops(int n = 512);
+
+}  // namespace onnxdp

@@ -1,0 +1,59 @@
+// The --profile bookkeeping: every kernel call counted, and the GEMM-shaped ops' floating-point
+// work taken from the shapes they ran with (2 x M x N x K for a matrix product).
+#include <doctest/doctest.h>
+
+#include "exec/plan.h"
+#include "exec/profile.h"
+#include "tests/test_util.h"
+
+using namespace onnxdp;
+
+TEST_CASE("profile: calls, time and the flops of MatMul and Gemm") {
+  Graph g;
+  auto input = [&](const char* name, Shape s) {
+    Value v;
+    v.name = name;
+    v.shape = std::move(s);
+    v.kind = ValueKind::input;
+    ValueId id = g.add_value(v);
+    g.inputs.push_back(id);
+    return id;
+  };
+  ValueId a = input("a", {3, 5, 7}), b = input("b", {7, 4}), c = input("c", {6, 7});
+  int mm = g.add_node(Op::MatMul, "mm", {a, b}, {"y"});                                      // [3,5,4], K 7
+  int gm = g.add_node(Op::Gemm, "gm", {c, b}, {"z"}, {{"transA", Attr(int64_t(0))}});         // [6,4], K 7
+  int ad = g.add_node(Op::Add, "add", {g.nodes[size_t(gm)].outputs[0], g.nodes[size_t(gm)].outputs[0]}, {"w"});
+  g.outputs = {g.nodes[size_t(mm)].outputs[0], g.nodes[size_t(ad)].outputs[0]};
+  Plan p(g);
+  Tensor ta(DType::f32, {3, 5, 7}), tb(DType::f32, {7, 4}), tc(DType::f32, {6, 7});
+  Profile prof;
+  RunState rs;
+  rs.profile = &prof;
+  for (int r = 0; r < 3; ++r) p.execute({{"a", ta}, {"b", tb}, {"c", tc}}, rs);
+  CHECK(prof.runs == 3);
+  REQUIRE(prof.ops.count(Op::MatMul));
+  CHECK(prof.ops.at(Op::MatMul).calls == 3);
+  CHECK(prof.ops.at(Op::MatMul).flops == doctest::Approx(3 * 2.0 * (3 * 5 * 4) * 7));
+  CHECK(prof.ops.at(Op::Gemm).flops == doctest::Approx(3 * 2.0 * (6 * 4) * 7));
+  CHECK(prof.ops.at(Op::Add).flops == 0);
+  CHECK(prof.ops.at(Op::Add).calls == 3);
+  const std::string t = prof.table(3);
+  CHECK(test::contains(t, "MatMul"));
+  CHECK(test::contains(t, "kernels in all"));
+  // No profile pointer: nothing recorded.
+  p.execute({{"a", ta}, {"b", tb}, {"c", tc}}, {});
+  CHECK(prof.runs == 3);
+  CHECK(blas_sgemm_gflops(64) > 0);
+}
+
+TEST_CASE("cli: train --profile prints where a step's time goes and BLAS's own GEMM rate") {
+  test::TempDir tmp;
+  test::CliResult r = test::onnxdp_cli(tmp, "train " + test::q(std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/model.onnx") +
+                                                " --steps 4 --profile --output-dir " + test::q(tmp.file("o")));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(test::contains(r.out, "profile of replica 0 over steps 2..4"));
+  CHECK(test::contains(r.out, "Gemm"));
+  CHECK(test::contains(r.out, "optimizer (fused, flat)"));
+  CHECK(test::contains(r.out, "BLAS alone on this machine:"));
+}
