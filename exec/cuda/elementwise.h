@@ -1,0 +1,58 @@
+// The elementwise ops on CUDA, seen from the graph: which nodes run there, and running one.
+//
+//   if (cuda::elementwise_runs(node, dtype)) cuda::elementwise_forward(node, inputs, out, stream);
+//
+// Device tensors are DeviceRefs (a device pointer with the Value's dtype and shape). Clip's bounds
+// and LeakyRelu's alpha are read from the node / the host copies the caller passes.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "graph/tensor.h"
+
+namespace onnxdp::cuda {
+
+struct DeviceRef {
+  void* data = nullptr;  // device memory; nullptr for an absent optional input
+  DType dtype = DType::f32;
+  const Shape* shape = nullptr;
+  int64_t numel = 0;
+};
+
+// Clip's bounds as host values of the input's dtype (f64 input with f32 bounds allowed, as on the
+// CPU); absent: the type's range.
+struct ClipBounds {
+  const Tensor* lo = nullptr;
+  const Tensor* hi = nullptr;
+};
+
+// Ops with a CUDA elementwise kernel: Add Sub Mul Div Pow Min Max Sqrt Exp Log Neg Abs Reciprocal
+// Relu LeakyRelu Sigmoid Tanh Erf Gelu Softplus Clip Identity Equal Less Greater Not Where.
+bool is_elementwise(Op op);
+
+// Whether this node has a kernel for its input dtypes (f16 / bf16 are not there yet, except Where).
+bool elementwise_runs(const Graph& g, const Node& n);
+
+// Runs node n on device tensors; out has the node's output shape. `stream` is a cudaStream_t.
+void elementwise_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
+                         const ClipBounds& clip = {}, void* stream = nullptr);
+
+// run_node (exec/kernel.h) on CUDA: copies the host inputs to the GPU, runs the node's kernel,
+// copies output 0 back. For tests against the CPU kernel. Throws onnxdp::Error without a GPU.
+std::vector<Tensor> run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs);
+
+// The same, with the kernels' element loop run on the host (elementwise_emulate): the op / dtype
+// dispatch, broadcast layout, index math, attributes and functors of the CUDA path, checkable
+// without a GPU. It is not evidence that the device code runs.
+std::vector<Tensor> emulate_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs);
+
+// Number of GPUs; with none, the reason ("no CUDA device", or the runtime's error string such as
+// "CUDA driver version is insufficient for CUDA runtime version").
+struct DeviceCount {
+  int count = 0;
+  std::string reason;  // set when count == 0
+};
+DeviceCount device_count();
+
+}  // namespace onnxdp::cuda

@@ -1,0 +1,88 @@
+// The launch interface of the CUDA elementwise kernels (exec/cuda/elementwise.cu), in plain C++17
+// with no CUDA, fmt or graph headers so that nvcc and the host compiler both read it. The host side
+// (exec/cuda/elementwise.cpp) turns a Node and its tensors into one EwLaunch; the kernels apply the
+// functors of exec/functors.h, the same ones the CPU kernels run.
+#pragma once
+#include <cstdint>
+
+#include "exec/functors.h"  // ONNXDP_HD
+
+namespace onnxdp::cuda {
+
+enum class EwOp : uint8_t {
+  // out = f(a, b), numbers (f32, f64, i32, i64)
+  Add, Sub, Mul, Div, Min, Max,
+  // out = a^b: base f32 / f64, exponent f32 / f64 / i32 / i64
+  Pow,
+  // out = f(a), numbers
+  Identity, Neg, Abs, Relu, Clip,
+  // out = f(a), f32 / f64
+  Sqrt, Exp, Log, Reciprocal, LeakyRelu, Sigmoid, Tanh, Erf, Gelu, GeluTanh, Softplus,
+  // bool out = f(a, b), numbers and bool
+  Equal, Less, Greater,
+  // bool out = !a
+  Not,
+  // out = a ? b : c, any element type (copied by size)
+  Where,
+};
+
+// Element types the kernels instantiate (graph's DType has more; the host side maps and refuses).
+enum class EwType : uint8_t { f32, f64, i32, i64, boolean, u16 };
+
+inline constexpr int kEwMaxRank = 8;
+
+// The iteration space after merging dims (exec/cpu/broadcast.h's BroadcastLoop): output element i
+// has coordinates over dims[0..rank), input k is read at sum(coord[d] * strides[k][d]).
+struct EwLayout {
+  int rank = 1;
+  int64_t numel = 0;
+  int64_t dims[kEwMaxRank] = {1};
+  int64_t strides[3][kEwMaxRank] = {};
+  bool contiguous = false;  // every input has the output's shape, or one element: no index math
+  bool scalar[3] = {};      // with contiguous: input k has one element
+};
+
+// Offsets of output element i in each of the N inputs: the index math of the kernels, also run
+// on the host by elementwise_emulate.
+template <int N>
+ONNXDP_HD inline void ew_input_offsets(const EwLayout& l, int64_t i, int64_t (&off)[N]) {
+  if (l.contiguous) {
+    for (int k = 0; k < N; ++k) off[k] = l.scalar[k] ? 0 : i;
+    return;
+  }
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    const int64_t n = l.dims[d], c = i % n;
+    i /= n;
+    for (int k = 0; k < N; ++k) off[k] += c * l.strides[k][d];
+  }
+}
+
+struct EwLaunch {
+  EwOp op = EwOp::Identity;
+  EwType type = EwType::f32;   // input 0's type (Where: input 1's)
+  EwType type1 = EwType::f32;  // Pow: the exponent's type
+  EwLayout layout;
+  void* out = nullptr;
+  const void* in[3] = {nullptr, nullptr, nullptr};
+  float alpha = 0.01f;                 // LeakyRelu
+  int64_t clip_lo_i = 0, clip_hi_i = 0;  // Clip bounds for integer types
+  double clip_lo_f = 0, clip_hi_f = 0;   // Clip bounds for float types
+};
+
+// Launches on `stream` (a cudaStream_t; nullptr: the default stream) and checks the launch.
+// Throws onnxdp::Error for an op / type pair that has no kernel (see elementwise_supported).
+void elementwise_launch(const EwLaunch& l, void* stream);
+
+// The same dispatch, layout and functors run by a loop on the host, on host memory: what a launch
+// would compute, checkable where there is no GPU (tests/gpu/test_cuda_elementwise.cpp). Only the
+// device execution itself (and device math library rounding) is not covered by it.
+void elementwise_emulate(const EwLaunch& l);
+
+// Throws onnxdp::Error naming the op and types (defined on the host side, elementwise.cpp).
+[[noreturn]] void elementwise_no_kernel(const EwLaunch& l);
+
+// Whether elementwise_launch has a kernel for op on these types (type1: Pow's exponent).
+bool elementwise_supported(EwOp op, EwType type, EwType type1 = EwType::f32);
+
+}  // namespace onnxdp::cuda
