@@ -169,7 +169,29 @@ void grad_LogSoftmax(GradCtx& c) {  // dx = dy - exp(y) * sum(dy, axis)
 void grad_MatMul(GradCtx& c) {
   // y = a @ b over the last two axes, batch axes broadcast: da = dy @ b^T, db = a^T @ dy, each
   // summed over the batch axes its input was broadcast along.
-  if (c.in(0).shape.size() < 2 || c.in(1).shape.size() < 2) gradient_missing(c);
+  const Shape &sa = c.in(0).shape, &sb = c.in(1).shape;
+  if (sa.size() < 2 || sb.size() < 2) gradient_missing(c);
+  if (sb.size() == 2) {
+    // A Linear layer: a [..., m, k] @ W [k, n]. Its rows are independent, so with a and dy seen
+    // as [r, k] and [r, n] (r = the product of a's leading dims): dW = a^T dy is one GEMM summing
+    // over every row of every batch (no transposed copy of a, no [batch, k, n] partial products to
+    // reduce), and da = dy W^T one more.
+    const int64_t k = sb[0], n = sb[1], r = shape_numel(Shape(sa.begin(), sa.end() - 1));
+    auto reshape = [&](ValueId v, const Shape& s) {  // allowzero: a 0 in s is a 0, not "keep"
+      return c.emit(Op::Reshape, {v, c.ints(s)}, {{"allowzero", Attr(int64_t(1))}});
+    };
+    auto rows = [&](ValueId v, int64_t cols) { return sa.size() == 2 ? v : reshape(v, {r, cols}); };
+    auto gemm = [&](ValueId x, ValueId w, int64_t ta, int64_t tb) {
+      return c.emit(Op::Gemm, {x, w}, {{"transA", Attr(ta)}, {"transB", Attr(tb)}});
+    };
+    const ValueId dy = rows(c.dy(), n);
+    if (c.needs(0)) {
+      ValueId da = gemm(dy, c.in_id(1), 0, 1);  // [r, k]
+      c.add(0, sa.size() == 2 ? da : reshape(da, sa));
+    }
+    if (c.needs(1)) c.add(1, gemm(rows(c.in_id(0), k), dy, 1, 0));
+    return;
+  }
   if (c.needs(0)) add_reduced(c, 0, c.emit(Op::MatMul, {c.dy(), swap_last2(c, c.in_id(1))}));
   if (c.needs(1)) add_reduced(c, 1, c.emit(Op::MatMul, {swap_last2(c, c.in_id(0)), c.dy()}));
 }

@@ -9,7 +9,10 @@ namespace onnxdp {
 
 namespace {
 // Ops that only re-view their input's elements in the same order: the gradient is dy re-viewed.
-void reshape_back(GradCtx& c) { c.add(0, c.emit(Op::Reshape, {c.dy(), c.ints(c.in(0).shape)})); }
+// allowzero: a 0 in the target shape is a zero-size dim, not "keep the input's dim".
+void reshape_back(GradCtx& c) {
+  c.add(0, c.emit(Op::Reshape, {c.dy(), c.ints(c.in(0).shape)}, {{"allowzero", Attr(int64_t(1))}}));
+}
 }  // namespace
 
 void grad_Identity(GradCtx& c) { c.add(0, c.dy()); }

@@ -2,6 +2,7 @@
 // exec/functors.h (shared with other backends); numpy broadcasting in exec/cpu/broadcast.h;
 // f32/f64 matrix products go to OpenBLAS.
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -208,7 +209,7 @@ void matmul(KernelCtx& c) {
     return;
   }
   const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
-  for (int64_t bi = 0; bi < nbatch; ++bi) {
+  auto one = [&](int64_t bi) {  // y[bi] = a[bi] @ b[bi], a and b indexed through their broadcast
     int64_t rest = bi, oa = 0, ob = 0;
     for (size_t d = batch.size(); d-- > 0;) {
       int64_t coord = rest % batch[d];
@@ -217,7 +218,24 @@ void matmul(KernelCtx& c) {
       ob += coord * sb[d];
     }
     gemm<T>(false, false, m, n, k, 1, pa + oa * m * k, k, pb + ob * k * n, n, 0, py + bi * m * n);
+  };
+  // Many small products (attention's [b, heads] of [t, d] x [d, t]): the threads split the batch,
+  // each running single-threaded BLAS, rather than every thread joining each small product in
+  // turn. Worth it when the batch splits evenly enough among the threads.
+  const int threads = omp_get_max_threads();
+  const bool by_batch = threads > 1 && nbatch * m * n * k > kParallelMinElements &&
+                        (nbatch % threads == 0 || nbatch >= 4 * int64_t(threads));
+  if (!by_batch) {
+    for (int64_t bi = 0; bi < nbatch; ++bi) one(bi);
+    return;
   }
+  // OpenBLAS' thread count is process-wide (Debian's pthreads build has no per-thread setting):
+  // one while the batch loop runs. With replicas as threads it is one already and left alone.
+  const int blas_threads = kIsFloat<T> ? openblas_get_num_threads() : 1;
+  if (blas_threads > 1) openblas_set_num_threads(1);
+#pragma omp parallel for schedule(static)
+  for (int64_t bi = 0; bi < nbatch; ++bi) one(bi);
+  if (blas_threads > 1) openblas_set_num_threads(blas_threads);
 }
 
 template <class T>

@@ -25,6 +25,52 @@ TEST_CASE("autodiff: batched broadcasting MatMul") {
   gradcheck(c, c.node(Op::MatMul, {a, b}));
 }
 
+TEST_CASE("autodiff: MatMul by a 2-D weight (a Linear layer), a of rank 2, 3 and 4") {
+  for (Shape sa : {Shape{3, 4}, Shape{2, 3, 4}, Shape{2, 3, 1, 4}, Shape{2, 0, 3, 4}}) {
+    INFO("a " << shape_str(sa));
+    Case c;
+    ValueId a = c.param("a", sa);
+    ValueId w = c.param("w", {4, 5});
+    gradcheck(c, c.node(Op::Tanh, {c.node(Op::MatMul, {a, w})}));
+  }
+  // Only the weight needs a gradient: a is a constant.
+  Case c;
+  ValueId w = c.param("w", {4, 2});
+  Tensor x(DType::f64, {2, 3, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.as<double>()[i] = 0.1 * double(i % 7) - 0.3;
+  gradcheck(c, c.node(Op::MatMul, {c.constant(x, "x"), w}));
+}
+
+TEST_CASE("autodiff: a Linear weight's gradient is one Gemm over the rows, without Transpose or ReduceSum") {
+  // y = x [2, 3, 4] @ w [4, 5]: dw = Gemm(transA) of x and dy seen as [6, 4] and [6, 5]; dx =
+  // Gemm(transB) of dy and w, reshaped back to [2, 3, 4].
+  Case c;
+  ValueId x = c.param("x", {2, 3, 4});
+  ValueId w = c.param("w", {4, 5});
+  ValueId y = c.node(Op::MatMul, {x, w});
+  ValueId loss = c.node(Op::ReduceSum, {c.node(Op::Tanh, {y})}, {{"keepdims", Attr(int64_t(0))}});
+  const size_t forward_nodes = c.g.nodes.size();
+  std::vector<ValueId> grads = autodiff(c.g, loss, {x, w});
+  verify(c.g);
+  CHECK(c.g.value(grads[0]).shape == Shape{2, 3, 4});
+  CHECK(c.g.value(grads[1]).shape == Shape{4, 5});
+  std::map<Op, int> count;
+  for (size_t i = forward_nodes; i < c.g.nodes.size(); ++i) ++count[c.g.nodes[i].op];
+  CHECK(count[Op::Transpose] == 0);
+  CHECK(count[Op::ReduceSum] == 0);
+  CHECK(count[Op::MatMul] == 0);
+  CHECK(count[Op::Gemm] == 2);
+  const Node* dw = nullptr;
+  for (const Node& n : c.g.nodes)
+    if (!n.outputs.empty() && n.outputs[0] == grads[1]) dw = &n;
+  REQUIRE(dw != nullptr);
+  CHECK(dw->op == Op::Gemm);
+  CHECK(dw->i("transA") == 1);
+  CHECK(dw->i("transB") == 0);
+  CHECK(c.g.value(dw->inputs[0]).shape == Shape{6, 4});
+  CHECK(c.g.value(dw->inputs[1]).shape == Shape{6, 5});
+}
+
 TEST_CASE("autodiff: broadcasting arithmetic") {
   Case c;
   ValueId a = c.param("a", {2, 3}, 0.5, 1.5);
