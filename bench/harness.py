@@ -3,6 +3,7 @@ folder, running one child process and reading its wall time and peak RSS, descri
 and writing result files."""
 import datetime
 import json
+import shutil
 import os
 import platform
 import re
@@ -94,9 +95,13 @@ def run_child(cmd, env, log_prefix):
 
 
 def onnxdp_cmd(onnxdp, onnx_path, npz_path, batch, steps, lr, devices, metrics):
+    # Each trial starts in an empty run folder (onnxdp never writes over an earlier run's checkpoints).
+    shutil.rmtree(os.path.splitext(metrics)[0] + "-run", ignore_errors=True)
     return [onnxdp, "train", onnx_path, "--data", npz_path, "--steps", str(steps),
             "--batch-size", str(batch), "--optimizer", "adamw", "--lr", repr(lr), "--no-shuffle",
-            "--devices", devices, "--metrics", metrics, "--quiet"]
+            "--devices", devices, "--metrics", metrics, "--quiet",
+            # the run's folder (checkpoint, trained model) beside the metrics, not under ./runs
+            "--output-dir", os.path.splitext(metrics)[0] + "-run", "--report-to", "none"]
 
 
 def read_metrics(path):

@@ -6,8 +6,11 @@
 // coordinates. Floats accumulate in double, integers and bools in int64. Many outputs are split
 // over OpenMP threads; few outputs with a large R-space split the R-space instead, and combine the
 // per-thread partial results in a fixed order (so a run is reproducible for a thread count).
+// Two fast paths (see reduce()) cover the common layouts of training graphs: a wide contiguous
+// kept block (bias gradients) and a sum over one contiguous reduced dim (Softmax backward).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -126,6 +129,72 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
 
   const bool parallel = n_out * n_red > kParallelMinElements;
   const int threads = omp_get_max_threads();
+
+  // Fast path 1: the innermost kept dim is contiguous (stride 1) and wide, e.g. a bias gradient
+  // ([rows, n] -> [n]). The generic loop walks each output's R-space down a column (a strided,
+  // cache-hostile walk); here a task owns a block of w neighbouring outputs and adds whole row
+  // segments into a block of accumulators. Each output still sums its R-positions one by one in
+  // flat row-major order, from `init` -- the same order as the generic loop, so the results are
+  // bit-identical to it and do not depend on the thread count or on w.
+  // (Too few blocks to keep the threads busy: the generic loop, which can split the R-space.)
+  const int64_t n_inner = kd.size.empty() ? 0 : kd.size.back();
+  const int64_t w_min = (n_inner + 4 * threads - 1) / (4 * int64_t(threads));  // 4 blocks a thread
+  const int64_t w = std::clamp<int64_t>((w_min + 15) / 16 * 16, 64, 512);
+  const int64_t n_blocks = (n_inner + w - 1) / w, n_tasks = (n_inner ? n_out / n_inner : 0) * n_blocks;
+  if (!kd.size.empty() && kd.stride.back() == 1 && n_inner >= 16 &&
+      (!parallel || threads == 1 || n_tasks >= 2 * int64_t(threads))) {
+    const int64_t n = n_inner;
+    const bool par = parallel && threads > 1 && n_tasks > 1;
+#pragma omp parallel if (par)
+    {
+      std::vector<A> acc(static_cast<size_t>(w));
+      std::vector<int64_t> idx(static_cast<size_t>(nr));
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < n_tasks; ++task) {
+        const int64_t ob = task / n_blocks, c0 = (task % n_blocks) * w, cw = std::min(w, n - c0);
+        const T* base = src + base_of(ob * n) + c0;
+        std::fill(acc.begin(), acc.begin() + cw, init);
+        std::fill(idx.begin(), idx.end(), 0);
+        int64_t off = 0;  // input offset of R-position q (odometer over the R dims)
+        for (int64_t q = 0; q < n_red; ++q) {
+          const T* p = base + off;
+          for (int64_t c = 0; c < cw; ++c) acc[size_t(c)] = combine(acc[size_t(c)], load(p[c]));
+          for (int d = nr - 1; d >= 0; --d) {
+            off += rd.stride[size_t(d)];
+            if (++idx[size_t(d)] < rd.size[size_t(d)]) break;
+            off -= rd.size[size_t(d)] * rd.stride[size_t(d)];
+            idx[size_t(d)] = 0;
+          }
+        }
+        for (int64_t c = 0; c < cw; ++c) store(ob * n + c0 + c, acc[size_t(c)]);
+      }
+    }
+    return;
+  }
+
+  // Fast path 2: sums over one contiguous R-dim (e.g. Softmax backward: sum over the last axis),
+  // with enough outputs to split them over threads. Each output sums its row in 8 interleaved
+  // lanes (lane l takes elements l, l+8, l+16, ...; each lane in order, from 0), then combines
+  // the lanes as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) and adds the tail elements in order. The
+  // lanes break the serial add chain; the order is fixed, so a run is reproducible and does not
+  // depend on the thread count. Floats still accumulate in double.
+  if constexpr (K != ReduceKind::max && E::kind == ElemKind::floating) {
+    if (nr == 1 && row_stride == 1 && row >= 32 && (n_out >= 4 * int64_t(threads) || !parallel || threads == 1)) {
+#pragma omp parallel for if (parallel) schedule(static)
+      for (int64_t o = 0; o < n_out; ++o) {
+        const T* p = src + base_of(o);
+        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t t = 0;
+        for (; t + 8 <= row; t += 8)
+          for (int k = 0; k < 8; ++k) l[k] += load(p[t + k]);
+        double acc = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        for (; t < row; ++t) acc += load(p[t]);
+        store(o, acc);
+      }
+      return;
+    }
+  }
+
   if (!parallel || n_out >= 4 * int64_t(threads) || threads == 1) {
 #pragma omp parallel for if (parallel) schedule(static)
     for (int64_t o = 0; o < n_out; ++o) store(o, partial(base_of(o), 0, n_red));
