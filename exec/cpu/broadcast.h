@@ -136,15 +136,64 @@ void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const
   }
   if (same_or_scalar) {
     const std::array<int64_t, N> s{(ins[K]->numel == 1 && n != 1 ? int64_t(0) : int64_t(1))...};
+    if constexpr (N == 2) {  // one operand a scalar: read it once, so the loop is contiguous
+      using T0 = std::tuple_element_t<0, std::tuple<TIn...>>;
+      using T1 = std::tuple_element_t<1, std::tuple<TIn...>>;
+      const T0* a = std::get<0>(p);
+      const T1* b = std::get<1>(p);
+      if (s[0] == 0 && s[1] == 1) {
+        const T0 av = a[0];
+#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+        for (int64_t i = 0; i < n; ++i) o[i] = f(av, b[i]);
+        return;
+      }
+      if (s[0] == 1 && s[1] == 0) {
+        const T1 bv = b[0];
+#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
+        return;
+      }
+    }
 #pragma omp parallel for if (n > kParallelMinElements) schedule(static)
     for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<K>(p)[i * s[K]]...);
     return;
   }
 
   const BroadcastLoop<N> loop(*out.shape, {ins[K]->shape...});
+  // The innermost strides are the same for every run: pick a loop whose reads the compiler sees
+  // as contiguous (stride 1) or invariant (stride 0) where it can, so it vectorises.
+  std::array<int64_t, N> in_st{};
+  for (size_t k = 0; k < N; ++k) in_st[k] = loop.strides[k].back();
+  bool all_unit = true;
+  for (size_t k = 0; k < N; ++k) all_unit = all_unit && in_st[k] == 1;
+  int pattern = all_unit ? 1 : 0;  // 1: all contiguous; 2: (1, 0); 3: (0, 1); 0: general
+  if constexpr (N == 2) {
+    if (in_st[0] == 1 && in_st[1] == 0) pattern = 2;
+    if (in_st[0] == 0 && in_st[1] == 1) pattern = 3;
+  }
   auto body = [&](int64_t pos, int64_t len, const std::array<int64_t, N>& off,
                   const std::array<int64_t, N>& inner) {
-    for (int64_t j = 0; j < len; ++j) o[pos + j] = f(std::get<K>(p)[off[K] + j * inner[K]]...);
+    TOut* oo = o + pos;
+    if (pattern == 1) {
+      const std::tuple<const TIn*...> q{(std::get<K>(p) + off[K])...};
+      for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(q)[j]...);
+      return;
+    }
+    if constexpr (N == 2) {
+      const auto* a = std::get<0>(p) + off[0];
+      const auto* b = std::get<1>(p) + off[1];
+      if (pattern == 2) {
+        const auto bv = b[0];
+        for (int64_t j = 0; j < len; ++j) oo[j] = f(a[j], bv);
+        return;
+      }
+      if (pattern == 3) {
+        const auto av = a[0];
+        for (int64_t j = 0; j < len; ++j) oo[j] = f(av, b[j]);
+        return;
+      }
+    }
+    for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(p)[off[K] + j * inner[K]]...);
   };
   constexpr int64_t chunk = 16384;
   const int64_t chunks = (n + chunk - 1) / chunk;

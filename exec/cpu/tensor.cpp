@@ -69,18 +69,57 @@ void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides
   }
   const int r = int(dims.size());
   const int64_t row = dims[size_t(r - 1)], inner = st[size_t(r - 1)], rows = numel / row;
+  if (r >= 2 && inner != 1 && st[size_t(r - 2)] == 1) {
+    // The last two dims swapped (Transpose's [.., n, m] -> [.., m, n], attention's perms): each
+    // outer index is a [rows2, row] matrix read from a column-major one. Copy it in square tiles
+    // so the strided reads of a tile stay in cache; threads split the tiles.
+    const int64_t rows2 = dims[size_t(r - 2)], outer = numel / (rows2 * row);
+    constexpr int64_t kTile = 32;
+    const int64_t ta = (rows2 + kTile - 1) / kTile, tb = (row + kTile - 1) / kTile, per = ta * tb;
 #pragma omp parallel for if (numel > kParallelMinElements) schedule(static)
-  for (int64_t i = 0; i < rows; ++i) {
-    int64_t rest = i, off = base;
+    for (int64_t t = 0; t < outer * per; ++t) {
+      const int64_t o = t / per, a0 = (t % per) / tb * kTile, b0 = (t % per) % tb * kTile;
+      int64_t rest = o, off = base;
+      for (int d = r - 3; d >= 0; --d) {
+        off += (rest % dims[size_t(d)]) * st[size_t(d)];
+        rest /= dims[size_t(d)];
+      }
+      U* om = out + o * rows2 * row;
+      const int64_t a1 = std::min(a0 + kTile, rows2), b1 = std::min(b0 + kTile, row);
+      for (int64_t a = a0; a < a1; ++a)
+        for (int64_t b = b0; b < b1; ++b) om[a * row + b] = in[off + a + b * inner];
+    }
+    return;
+  }
+  // Threads take chunks of rows; within a chunk the input offset of the next row is carried
+  // through the outer coordinates rather than recomputed by division (rows may be short: 32
+  // elements for attention's [b, t, heads, d] -> [b, heads, t, d]).
+  constexpr int64_t kChunk = 256;
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+#pragma omp parallel for if (numel > kParallelMinElements) schedule(static)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t i0 = ch * kChunk, i1 = std::min(rows, i0 + kChunk);
+    std::vector<int64_t> coord(size_t(r), 0);
+    int64_t rest = i0, off = base;
     for (int d = r - 2; d >= 0; --d) {
-      off += (rest % dims[size_t(d)]) * st[size_t(d)];
+      coord[size_t(d)] = rest % dims[size_t(d)];
+      off += coord[size_t(d)] * st[size_t(d)];
       rest /= dims[size_t(d)];
     }
-    U* o = out + i * row;
-    if (inner == 1) {
-      std::memcpy(o, in + off, size_t(row) * sizeof(U));
-    } else {
-      for (int64_t j = 0; j < row; ++j) o[j] = in[off + j * inner];
+    for (int64_t i = i0; i < i1; ++i) {
+      U* o = out + i * row;
+      if (inner == 1) {
+        std::memcpy(o, in + off, size_t(row) * sizeof(U));
+      } else {
+        for (int64_t j = 0; j < row; ++j) o[j] = in[off + j * inner];
+      }
+      for (int d = r - 2; d >= 0; --d) {  // next row
+        ++coord[size_t(d)];
+        off += st[size_t(d)];
+        if (coord[size_t(d)] < dims[size_t(d)]) break;
+        off -= dims[size_t(d)] * st[size_t(d)];
+        coord[size_t(d)] = 0;
+      }
     }
   }
 }
