@@ -10,6 +10,8 @@
 #include <iterator>
 #include <string>
 
+#include "graph/error.h"
+
 namespace onnxdp::test {
 
 // A fresh folder under the system temp dir, removed with everything in it at the end of scope.
@@ -33,6 +35,17 @@ struct TempDir {
 inline std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// The message of the onnxdp::Error that f throws, "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }

@@ -51,15 +51,7 @@ std::string write(const TempDir& tmp, const std::string& name, const std::string
   return tmp.file(name);
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using onnxdp::test::error_of;
 
 }  // namespace
 

@@ -10,21 +10,13 @@
 
 #include "exec/cuda/check.h"
 #include "graph/error.h"
+#include "tests/test_util.h"
 
 using namespace onnxdp;
 
 namespace {
 
-// The message the checked call threw, or "" when it did not throw.
-template <class F>
-std::string thrown(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using onnxdp::test::error_of;
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -39,7 +31,7 @@ TEST_CASE("cuda check: CUDA runtime failure names call, file, line and cudaGetEr
   cudaGetLastError();
   REQUIRE(direct != cudaSuccess);
   const int line = __LINE__ + 1;
-  std::string msg = thrown([&] { ONNXDP_CUDA_CHECK(cudaMalloc(&p, too_much)); });
+  std::string msg = error_of([&] { ONNXDP_CUDA_CHECK(cudaMalloc(&p, too_much)); });
   INFO(msg);
   CHECK(has(msg, "CUDA call failed: cudaMalloc(&p, too_much)"));
   CHECK(has(msg, "tests/exec/test_cuda_check.cpp:" + std::to_string(line)));
@@ -54,7 +46,7 @@ TEST_CASE("cuda check: cudaGetDeviceCount fails exactly when there is no GPU") {
   int n = -1;
   cudaError_t direct = cudaGetDeviceCount(&n);
   cudaGetLastError();
-  std::string msg = thrown([&] { ONNXDP_CUDA_CHECK(cudaGetDeviceCount(&n)); });
+  std::string msg = error_of([&] { ONNXDP_CUDA_CHECK(cudaGetDeviceCount(&n)); });
   if (direct == cudaSuccess) {
     CHECK(msg.empty());
     MESSAGE("this machine has " << n << " GPU(s): the no-driver branch did not run");
@@ -70,7 +62,7 @@ TEST_CASE("cuda check: ONNXDP_CUDA_CHECK_LAUNCH reports the pending error as a k
   // runtime's initialisation error is pending and is reported like a launch failure.
   cudaError_t pending = cudaPeekAtLastError();
   const int line = __LINE__ + 1;
-  std::string msg = thrown([] { ONNXDP_CUDA_CHECK_LAUNCH(); });
+  std::string msg = error_of([] { ONNXDP_CUDA_CHECK_LAUNCH(); });
   if (pending == cudaSuccess) {
     CHECK(msg.empty());
   } else {
@@ -86,7 +78,7 @@ TEST_CASE("cuda check: cuBLAS failure names the status and cublasGetStatusString
   cublasStatus_t direct = cublasSgemm(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &alpha, nullptr, 1, nullptr, 1,
                                       &beta, nullptr, 1);
   REQUIRE(direct != CUBLAS_STATUS_SUCCESS);
-  std::string msg = thrown([&] {
+  std::string msg = error_of([&] {
     ONNXDP_CUDA_CHECK(cublasSgemm(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &alpha, nullptr, 1, nullptr, 1, &beta,
                                   nullptr, 1));
   });
@@ -102,7 +94,7 @@ TEST_CASE("cuda check: cublasCreate fails exactly when there is no GPU") {
   const bool gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
   cudaGetLastError();
   cublasHandle_t h = nullptr;
-  std::string msg = thrown([&] { ONNXDP_CUDA_CHECK(cublasCreate(&h)); });
+  std::string msg = error_of([&] { ONNXDP_CUDA_CHECK(cublasCreate(&h)); });
   if (gpu) {
     CHECK(msg.empty());
     if (h) cublasDestroy(h);
@@ -117,7 +109,7 @@ TEST_CASE("cuda check: cuDNN failure names the call and cudnnGetErrorString") {
   // A null handle: CUDNN_STATUS_BAD_PARAM on every machine.
   cudnnStatus_t direct = cudnnSetStream(nullptr, nullptr);
   REQUIRE(direct != CUDNN_STATUS_SUCCESS);
-  std::string msg = thrown([&] { ONNXDP_CUDA_CHECK(cudnnSetStream(nullptr, nullptr)); });
+  std::string msg = error_of([&] { ONNXDP_CUDA_CHECK(cudnnSetStream(nullptr, nullptr)); });
   INFO(msg);
   CHECK(has(msg, "cuDNN call failed: cudnnSetStream(nullptr, nullptr) at tests/exec/test_cuda_check.cpp:"));
   CHECK(has(msg, cudnnGetErrorString(direct)));
@@ -128,7 +120,7 @@ TEST_CASE("cuda check: NCCL failure names the call, ncclGetErrorString and NCCL'
   // A null communicator: ncclInvalidArgument on every machine, before NCCL touches CUDA.
   ncclResult_t direct = ncclCommCount(nullptr, &count);
   REQUIRE(direct == ncclInvalidArgument);
-  std::string msg = thrown([&] { ONNXDP_CUDA_CHECK(ncclCommCount(nullptr, &count)); });
+  std::string msg = error_of([&] { ONNXDP_CUDA_CHECK(ncclCommCount(nullptr, &count)); });
   INFO(msg);
   CHECK(has(msg, "NCCL call failed: ncclCommCount(nullptr, &count) at tests/exec/test_cuda_check.cpp:"));
   CHECK(has(msg, ncclGetErrorString(direct)));
@@ -136,8 +128,8 @@ TEST_CASE("cuda check: NCCL failure names the call, ncclGetErrorString and NCCL'
   // Every status code has its own string.
   CHECK(std::string(ncclGetErrorString(ncclInvalidArgument)) != ncclGetErrorString(ncclUnhandledCudaError));
   // Success and "in progress" are not failures.
-  CHECK(thrown([] { ONNXDP_CUDA_CHECK(ncclSuccess); }).empty());
-  CHECK(thrown([] { ONNXDP_CUDA_CHECK(ncclInProgress); }).empty());
+  CHECK(error_of([] { ONNXDP_CUDA_CHECK(ncclSuccess); }).empty());
+  CHECK(error_of([] { ONNXDP_CUDA_CHECK(ncclInProgress); }).empty());
 }
 
 }  // TEST_SUITE("cuda")

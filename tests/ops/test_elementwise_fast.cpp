@@ -12,10 +12,7 @@
 
 #include "exec/kernel.h"
 
-namespace onnxdp::optest {
-std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs = {},
-                           int n_out = 1, int first_const = 1);
-}  // namespace onnxdp::optest
+#include "tests/ops/op_test_util.h"
 
 using namespace onnxdp;
 using namespace onnxdp::optest;

@@ -11,11 +11,7 @@
 
 #include "exec/kernel.h"
 
-namespace onnxdp::optest {
-Tensor ints(std::vector<int64_t> v);
-std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs = {},
-                           int n_out = 1, int first_const = 1);
-}  // namespace onnxdp::optest
+#include "tests/ops/op_test_util.h"
 
 using namespace onnxdp;
 using namespace onnxdp::optest;

@@ -9,25 +9,7 @@
 #include "exec/kernel.h"
 #include "importer/importer.h"
 
-// Helpers defined in test_tensor.cpp.
-namespace onnxdp::optest {
-Tensor make(DType t, Shape s, const std::vector<double>& v);
-Tensor arange(DType t, Shape s, double start = 0, double step = 1);
-Tensor ints(std::vector<int64_t> v);
-void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& expected, double rtol = 1e-6);
-std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs = {},
-                           int n_out = 1, int first_const = 1);
-onnx::AttributeProto attr_i(const std::string& name, int64_t v);
-onnx::AttributeProto attr_f(const std::string& name, float v);
-onnx::AttributeProto attr_s(const std::string& name, const std::string& v);
-onnx::AttributeProto attr_ints(const std::string& name, const std::vector<int64_t>& v);
-onnx::AttributeProto attr_floats(const std::string& name, const std::vector<float>& v);
-onnx::AttributeProto attr_t(const std::string& name, const Tensor& t);
-std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
-                             const std::vector<onnx::AttributeProto>& attrs = {}, int n_out = 1, int first_const = 1);
-std::string error_of(const std::function<void()>& f);
-void check_node_tests(const std::set<std::string>& ops, int min_passed);
-}  // namespace onnxdp::optest
+#include "tests/ops/op_test_util.h"
 
 using namespace onnxdp;
 using namespace onnxdp::optest;

@@ -3,9 +3,10 @@
 // values computed with numpy (pasted), the older opsets' attribute forms through the importer, and
 // the ONNX backend node tests of the tensor, generator and reduction ops.
 //
-// This file also defines the helpers of namespace onnxdp::optest, which test_generator.cpp and
-// test_reduction.cpp declare and use.
+// This file also defines the helpers of tests/ops/op_test_util.h, which the other op tests use.
 #include <doctest/doctest.h>
+
+#include "tests/ops/op_test_util.h"
 
 #include <cmath>
 #include <cstdio>
@@ -23,7 +24,7 @@
 
 namespace onnxdp::optest {
 
-// ---- helpers (declared again in test_generator.cpp and test_reduction.cpp) ---------------------
+// ---- helpers (declared in tests/ops/op_test_util.h) ------------------------------------------
 
 Tensor make(DType t, Shape s, const std::vector<double>& v) {
   Tensor x(t, s);
@@ -34,7 +35,7 @@ Tensor make(DType t, Shape s, const std::vector<double>& v) {
   return x;
 }
 
-Tensor arange(DType t, Shape s, double start = 0, double step = 1) {
+Tensor arange(DType t, Shape s, double start, double step) {
   std::vector<double> v(size_t(shape_numel(s)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = start + double(i) * step;
   return make(t, s, v);
@@ -42,7 +43,7 @@ Tensor arange(DType t, Shape s, double start = 0, double step = 1) {
 
 Tensor ints(std::vector<int64_t> v) { return Tensor::from_i64(v); }
 
-void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& expected, double rtol = 1e-6) {
+void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& expected, double rtol) {
   CHECK(dtype_name(t.dtype()) == std::string(dtype_name(d)));
   CHECK(shape_str(t.shape()) == shape_str(s));
   if (t.dtype() != d || t.shape() != s) return;
@@ -60,8 +61,8 @@ void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& 
 
 // One node of `op` through its shape rule and CPU kernel. Inputs before `first_const` are graph
 // inputs, the others constants (shape rules need shape arguments known).
-std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs = {},
-                           int n_out = 1, int first_const = 1) {
+std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs,
+                           int n_out, int first_const) {
   Graph g;
   std::vector<ValueId> ids;
   std::vector<const Tensor*> ptrs;
@@ -161,7 +162,7 @@ onnx::ModelProto one_node_model(int opset, const std::string& op_type, const std
 }
 
 std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
-                             const std::vector<onnx::AttributeProto>& attrs = {}, int n_out = 1, int first_const = 1) {
+                             const std::vector<onnx::AttributeProto>& attrs, int n_out, int first_const) {
   onnx::ModelProto m = one_node_model(opset, op_type, inputs, attrs, n_out);
   ImportOptions opt;
   std::map<std::string, Tensor> feed;

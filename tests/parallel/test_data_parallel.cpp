@@ -141,18 +141,23 @@ void check_same_training(const TrainResult& one, const TrainResult& n) {
   }
 }
 
-void check_replicas_equal_one_device(const std::string& model, int64_t batch, int64_t steps) {
+// Quiet training with SGD + momentum: parameters move linearly in the gradients, so rounding
+// differences between summation orders stay at rounding size (Adam's normalised step would turn a
+// 1e-9 gradient difference on a parameter whose gradient is ~0 into a full learning-rate step).
+TrainOptions momentum_run(const std::string& model, int64_t batch, int64_t steps, uint64_t seed) {
   TrainOptions o;
   o.model = model_path(model);
   o.batch_size = batch;
   o.steps = steps;
-  o.seed = 3;
+  o.seed = seed;
   o.quiet = true;
-  // SGD with momentum: parameters move linearly in the gradients, so rounding differences between
-  // summation orders stay at rounding size (Adam's normalised step would turn a 1e-9 gradient
-  // difference on a parameter whose gradient is ~0 into a full learning-rate step).
   o.optimizer.kind = OptimizerKind::momentum;
   o.optimizer.lr = 0.05f;
+  return o;
+}
+
+void check_replicas_equal_one_device(const std::string& model, int64_t batch, int64_t steps) {
+  TrainOptions o = momentum_run(model, batch, steps, 3);
   TrainResult one = train(o);
   for (const char* dev : {"cpu:2", "cpu:4"}) {
     CAPTURE(dev);
@@ -218,14 +223,7 @@ TEST_CASE("gradient accumulation: no gradient all-reduce before the last micro-b
 namespace {
 // K micro-batches of b rows per step, on 1, 2 or 4 replicas, equal one device with batch K*b.
 void check_accumulation_equals_one_batch(const std::string& model, int64_t step_rows, int64_t steps) {
-  TrainOptions o;
-  o.model = model_path(model);
-  o.batch_size = step_rows;
-  o.steps = steps;
-  o.seed = 5;
-  o.quiet = true;
-  o.optimizer.kind = OptimizerKind::momentum;
-  o.optimizer.lr = 0.05f;
+  TrainOptions o = momentum_run(model, step_rows, steps, 5);
   TrainResult one = train(o);
   struct Config {
     const char* devices;

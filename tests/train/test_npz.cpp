@@ -24,17 +24,7 @@ std::string fixture(const std::string& name) {
   return std::string(ONNXDP_SOURCE_DIR) + "/tests/fixtures/npz/" + name;
 }
 
-// A fresh scratch folder under the system temp dir, removed at the end of the test.
-// The message of the Error that f throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using onnxdp::test::error_of;
 
 // A zip holding raw members (name -> bytes), stored or deflated.
 void write_zip(const std::string& path, const std::map<std::string, std::string>& members, bool deflate = false) {

@@ -35,15 +35,7 @@ size_t count(const std::string& s, const std::string& part) {
   return n;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using onnxdp::test::error_of;
 
 // 60 steps as the trainer writes them: loss decaying, warmup then cosine lr, noisy throughput;
 // eval_loss on two lines.

@@ -27,15 +27,7 @@ using onnxdp::test::read_text;
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using onnxdp::test::error_of;
 
 uint64_t le(const std::string& s, size_t pos, int bytes) {
   uint64_t v = 0;
