@@ -70,7 +70,9 @@ def main():
             for dev in a.devices:
                 metrics = os.path.join(workdir, name, f"m-{dev.replace(':', '_')}.jsonl")
                 cmd = h.onnxdp_cmd(a.onnxdp, onnx_path, npz_path, batch, steps, a.lr, dev, metrics)
-                rc, wall, rss, err = h.run_child(cmd, h.thread_env(a.threads, a.omp_wait_policy), metrics[:-6])
+                # onnxdp splits OMP_NUM_THREADS over its replicas: the process gets threads x replicas.
+                env = h.thread_env(a.threads * replicas_of(dev), a.omp_wait_policy)
+                rc, wall, rss, err = h.run_child(cmd, env, metrics[:-6])
                 r = {"model": name, "params": params, "batch": batch, "devices": dev, "steps": steps,
                      "wall_s": wall, "peak_rss_mb": rss}
                 if rc != 0:
