@@ -209,65 +209,59 @@ int run_command(const RunOptions& opt) {
   batch = std::min(batch, n);
 
   const int local = local_replicas(opt.devices);
-  const bool several = local > 1 || detect_launch().launched;
+  CommWorld world;  // empty: one replica, no collectives
+  if (local > 1 || detect_launch().launched) world = make_world(local);
+  const int world_size = world.empty() ? 1 : world[0]->size();
   // The batches: (first sample, count). Split over replicas, each needs a sample: a last batch
   // smaller than the world joins the one before it.
   std::vector<std::pair<int64_t, int64_t>> batches;
   for (int64_t start = 0; start < n; start += batch) batches.emplace_back(start, std::min(batch, n - start));
+  if (batches.size() > 1 && batches.back().second < world_size) {
+    batches[batches.size() - 2].second += batches.back().second;
+    batches.pop_back();
+  }
+  if (batches.back().second < world_size)
+    fail("{} samples cannot be split over {} replicas (each needs one): run with fewer --devices", n, world_size);
   const int64_t num_batches = int64_t(batches.size());
 
-  // One replica's pass over every batch; `parts` gets the outputs of each batch in order.
-  auto run_replica = [&](Communicator* comm, std::map<std::string, std::vector<Tensor>>& parts) {
-    const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
-    auto todo = batches;
-    if (todo.size() > 1 && todo.back().second < world) {
-      todo[todo.size() - 2].second += todo.back().second;
-      todo.pop_back();
-    }
-    if (todo.back().second < world)
-      fail("{} samples cannot be split over {} replicas (each needs one): run with fewer --devices", n, world);
+  // One replica's pass over every batch; replica 0 keeps the (gathered) outputs in `parts`.
+  std::map<std::string, std::vector<Tensor>> parts;
+  auto run_replica = [&](Communicator* comm) {
+    const int rank = comm ? comm->rank() : 0;
     std::map<int64_t, std::unique_ptr<Plan>> plans;
-    for (size_t b = 0; b < todo.size(); ++b) {
-      const auto [start, count] = todo[b];
+    for (size_t b = 0; b < batches.size(); ++b) {
+      const auto [start, count] = batches[b];
       std::unique_ptr<Plan>& plan = plans[count];
-      if (!plan) plan = std::make_unique<Plan>(compile_for(m, model_dir, fed, count, opt, world, rank));
+      if (!plan) plan = std::make_unique<Plan>(compile_for(m, model_dir, fed, count, opt, world_size, rank));
       std::map<std::string, Tensor> inputs;
       for (const FedInput& f : fed) inputs[f.name] = f.batched ? rows(*f.array, start, count) : *f.array;
       RunState state;
       state.step = uint64_t(b);
       state.sample_offset = start;
-      state.batch_offset = shard_offset(count, world, rank);
+      state.batch_offset = shard_offset(count, world_size, rank);
       state.comm = comm;
       std::map<std::string, Tensor> outs = plan->run(inputs, state);
       for (auto& [name, t] : outs) {
-        if (todo.size() > 1 && (t.rank() == 0 || t.shape()[0] != count))
+        if (batches.size() > 1 && (t.rank() == 0 || t.shape()[0] != count))
           fail("output '{}' has shape {} for a batch of {} samples: its axis 0 is not the samples, so batches cannot be "
                "concatenated; run with --batch-size {} to process all samples at once",
                name, shape_str(t.shape()), count, n);
-        parts[name].push_back(std::move(t));
+        if (rank == 0) parts[name].push_back(std::move(t));
       }
     }
     if (comm) comm->leave();
   };
 
-  std::map<std::string, std::vector<Tensor>> parts;
   bool writer = true;  // this process holds replica 0, which writes the outputs
-  int world_size = 1;
-  if (!several) {
-    run_replica(nullptr, parts);
+  if (world.empty()) {
+    run_replica(nullptr);
   } else {
-    CommWorld world = make_world(local);
-    world_size = world[0]->size();
     writer = world[0]->rank() == 0;
-    std::vector<std::map<std::string, std::vector<Tensor>>> all(world.size());
     const int host_processes = processes_on_host();
     run_replicas(world, [&](Communicator& c) {
       use_replica_threads(local, host_processes);
-      size_t k = 0;
-      while (world[k].get() != &c) ++k;
-      run_replica(&c, all[k]);
+      run_replica(&c);
     });
-    parts = std::move(all[0]);
   }
   if (!writer) return 0;
 

@@ -71,6 +71,24 @@ void fix_producers(Graph& g) {
       if (o != kNoValue) g.value(o).producer = int(ni);
 }
 
+// Puts each new node right after the node of index `first` (-1: before every node), new nodes
+// after the same node in the order given; returns their indices in the reordered g.nodes.
+std::vector<int> insert_after(Graph& g, std::vector<std::pair<int, Node>> inserts) {
+  std::vector<Node> old = std::move(g.nodes);
+  g.nodes.clear();
+  std::vector<int> where(inserts.size());
+  for (int ni = -1; ni < int(old.size()); ++ni) {
+    if (ni >= 0) g.nodes.push_back(std::move(old[size_t(ni)]));
+    for (size_t k = 0; k < inserts.size(); ++k)
+      if (inserts[k].first == ni) {
+        where[k] = int(g.nodes.size());
+        g.nodes.push_back(std::move(inserts[k].second));
+      }
+  }
+  fix_producers(g);
+  return where;
+}
+
 // Training-mode BatchNormalization with statistics over the global batch, from ordinary ops:
 //   mean = AllReduce(sum x) / n,  var = AllReduce(sum (x - mean)^2) / n  (biased, as ONNX),
 //   y = (x - mean) / sqrt(var + eps) * scale + bias, running = running * m + batch * (1 - m).
@@ -224,49 +242,37 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
     }
     inserts.emplace_back(last, std::move(n));
   }
-  std::vector<Node> old = std::move(g.nodes);
-  g.nodes.clear();
-  std::vector<int> where(buckets.size());
-  for (int ni = -1; ni < int(old.size()); ++ni) {
-    if (ni >= 0) g.nodes.push_back(std::move(old[size_t(ni)]));
-    for (size_t b = 0; b < inserts.size(); ++b)
-      if (inserts[b].first == ni) {
-        where[b] = int(g.nodes.size());
-        g.nodes.push_back(inserts[b].second);
-      }
-  }
+  std::vector<int> where = insert_after(g, std::move(inserts));
   for (size_t b = 0; b < buckets.size(); ++b) buckets[b].node = where[b];
-  fix_producers(g);
   return buckets;
 }
 
-void accumulate_gradients(Graph& g, std::vector<ValueId>& grads, const std::vector<std::string>& names) {
-  const size_t first_new = g.nodes.size();
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (grads[i] == kNoValue) continue;
+void accumulate_gradients(Graph& g, std::vector<ValueId>& grads, const std::vector<std::string>& names,
+                          ValueId& loss) {
+  // sum = v + input "grad_accum/<name>" (shaped like v), appended to g.nodes for now.
+  auto accumulate = [&](ValueId v, const std::string& name) {
     Value in;
-    in.name = "grad_accum/" + names[i];
-    in.dtype = g.value(grads[i]).dtype;
-    in.shape = g.value(grads[i]).shape;
+    in.name = "grad_accum/" + name;
+    in.dtype = g.value(v).dtype;
+    in.shape = g.value(v).shape;
     in.kind = ValueKind::input;
     ValueId acc = g.add_value(std::move(in));
     g.inputs.push_back(acc);
-    int n = g.add_node(Op::Add, "grad_accum/" + names[i] + "/add", {grads[i], acc}, {g.value(grads[i]).name + "/accumulated"});
-    grads[i] = g.nodes[size_t(n)].outputs[0];
+    int n = g.add_node(Op::Add, "grad_accum/" + name + "/add", {v, acc}, {g.value(v).name + "/accumulated"});
+    return g.nodes[size_t(n)].outputs[0];
+  };
+  const size_t first_new = g.nodes.size();
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (grads[i] != kNoValue) grads[i] = accumulate(grads[i], names[i]);
+  loss = accumulate(loss, "loss");
+  // Each Add moves to just after the node producing its gradient (or the loss).
+  std::vector<std::pair<int, Node>> inserts;
+  for (size_t k = first_new; k < g.nodes.size(); ++k) {
+    const int producer = g.value(g.nodes[k].inputs[0]).producer;
+    inserts.emplace_back(producer, std::move(g.nodes[k]));
   }
-  // The Add nodes were appended; each moves to just after the node producing its gradient.
-  std::vector<Node> added(std::make_move_iterator(g.nodes.begin() + long(first_new)), std::make_move_iterator(g.nodes.end()));
   g.nodes.resize(first_new);
-  std::vector<int> after;  // the node each Add follows (-1: before all, for a gradient no node produces)
-  for (const Node& a : added) after.push_back(g.value(a.inputs[0]).producer);
-  std::vector<Node> old = std::move(g.nodes);
-  g.nodes.clear();
-  for (int ni = -1; ni < int(old.size()); ++ni) {
-    if (ni >= 0) g.nodes.push_back(std::move(old[size_t(ni)]));
-    for (size_t k = 0; k < added.size(); ++k)
-      if (after[k] == ni) g.nodes.push_back(std::move(added[k]));
-  }
-  fix_producers(g);
+  insert_after(g, std::move(inserts));
 }
 
 }  // namespace onnxdp

@@ -50,8 +50,10 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
 
 // Gradient accumulation (--grad-accum): a graph input "grad_accum/<names[i]>" per gradient, added
 // to it right after the node producing it (so a bucket's all-reduce still starts as early); grads[i]
-// is replaced by the sum. The micro-batches before the last run a graph without buckets and feed
-// each other their sums; the last one's buckets all-reduce the whole step's gradients at once.
-void accumulate_gradients(Graph& g, std::vector<ValueId>& grads, const std::vector<std::string>& names);
+// is replaced by the sum, and the loss likewise by loss + input "grad_accum/loss". The micro-batches
+// before the last run a graph without buckets and feed each other their sums; the last one's
+// buckets all-reduce the whole step's gradients at once.
+void accumulate_gradients(Graph& g, std::vector<ValueId>& grads, const std::vector<std::string>& names,
+                          ValueId& loss);
 
 }  // namespace onnxdp

@@ -320,18 +320,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   dp.bucket_mb = o.bucket_mb;
   data_parallel_forward(g, dp, batch_inputs);
   tg.grads = autodiff(g, loss, wrt);
-  if (mb.accumulate) {
-    accumulate_gradients(g, tg.grads, tg.trainable);
-    Value in;
-    in.name = "grad_accum/loss";
-    in.dtype = g.value(loss).dtype;
-    in.shape = g.value(loss).shape;
-    in.kind = ValueKind::input;
-    ValueId acc = g.add_value(std::move(in));
-    g.inputs.push_back(acc);
-    int idx = g.add_node(Op::Add, "grad_accum/loss/add", {loss, acc}, {"grad_accum/loss/accumulated"});
-    loss = g.nodes[size_t(idx)].outputs[0];
-  }
+  if (mb.accumulate) accumulate_gradients(g, tg.grads, tg.trainable, loss);
   if (mb.sync) tg.buckets = data_parallel_gradients(g, tg.grads, dp);
   if (world > 1 && mb.sync) {  // the step's loss over the global batch, for the metrics
     int idx = g.add_node(Op::AllReduce, "dp/loss", {loss}, {"dp/loss"}, {{"async", Attr(int64_t(1))}});
@@ -386,7 +375,6 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
   if (o.batch_size <= 0) fail("--batch-size must be positive");
   const int64_t batch = std::min(o.batch_size, data.samples);
   const std::string model_dir = fs::path(o.model).parent_path().string();
-
 
   LossOptions lo;
   lo.kind = o.loss;
@@ -559,6 +547,12 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
   };
   auto t_start = std::chrono::steady_clock::now();
   int64_t samples_seen = 0;
+  // --grad-accum: the accumulator inputs of the micro-batch graphs are views of flat_grads.
+  std::map<std::string, Tensor> accumulated;
+  if (K > 1)
+    for (size_t i = 0; i < trainable.size(); ++i)
+      accumulated["grad_accum/" + trainable[i]] =
+          Tensor::view(flat_grads, offset[i] * 4, DType::f32, master.at(trainable[i]).shape());
   // --profile: replica 0's kernels, from step 2 on (step 1 pays for first touches of memory).
   Profile profile;
   int64_t profiled_steps = 0;
@@ -581,11 +575,9 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
       TrainPlan& tp = plan_for(mrows, b, last);
       std::vector<int64_t> idx(order.begin() + cursor + start, order.begin() + cursor + start + mrows);
       std::map<std::string, Tensor> inputs = take_rows(data, idx);
-      if (K > 1) {  // the sums so far: zero before the first micro-batch
+      if (K > 1) {  // the sums so far (views of flat_grads): zero before the first micro-batch
         if (start == 0) std::memset(flat_grads.data(), 0, flat_grads.nbytes());
-        for (size_t i = 0; i < trainable.size(); ++i)
-          inputs["grad_accum/" + trainable[i]] =
-              Tensor::view(flat_grads, offset[i] * 4, DType::f32, master.at(trainable[i]).shape());
+        inputs.insert(accumulated.begin(), accumulated.end());
         Tensor l(DType::f32, {});
         l.as<float>()[0] = start == 0 ? 0.f : loss;
         inputs["grad_accum/loss"] = std::move(l);

@@ -64,7 +64,7 @@ struct TrainResult {
   double eval_loss = 0, eval_accuracy = -1;  // accuracy < 0: not a classifier
   double comm_wait_ms = 0;     // summed over the steps
   size_t peak_bytes = 0;       // this replica's largest plan: activation arena + parameters, gradients, optimizer state
-  std::string output_dir, saved_model, last_checkpoint, metrics_file, tensorboard_dir;
+  std::string saved_model, last_checkpoint, metrics_file, tensorboard_dir;  // where the lead's files went
   int world_size = 1;
   std::vector<size_t> bucket_bytes;  // the gradient buckets of the full-batch plan
   std::map<std::string, Tensor> parameters;  // final trained values (replica 0), by initializer name
