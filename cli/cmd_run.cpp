@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "exec/device.h"
+#include "exec/device_backend.h"
 #include "exec/fold.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
@@ -136,7 +137,8 @@ Tensor rows(const Tensor& a, int64_t start, int64_t count) {
 // The graph for one batch size, in inference mode unless asked otherwise; in a world of several
 // replicas, replica `rank`'s SPMD graph for its shard of the batch (Scatter in, AllGather out).
 Plan compile_for(const onnx::ModelProto& m, const std::string& model_dir, const std::vector<FedInput>& fed,
-                 int64_t batch, const RunOptions& opt, int world = 1, int rank = 0) {
+                 int64_t batch, const RunOptions& opt, std::shared_ptr<DeviceBackend> device, int world = 1,
+                 int rank = 0) {
   const int64_t rows = shard_rows(batch, world)[size_t(rank)];
   ImportOptions io;
   io.batch_size = rows;
@@ -175,7 +177,7 @@ Plan compile_for(const onnx::ModelProto& m, const std::string& model_dir, const 
     }
   }
   verify(g);
-  return Plan(std::move(g));
+  return Plan(std::move(g), PlanOptions{.device = std::move(device)});
 }
 
 int run_command(const RunOptions& opt) {
@@ -208,7 +210,8 @@ int run_command(const RunOptions& opt) {
            f.fixed_batch, f.name, n);
   batch = std::min(batch, n);
 
-  const int local = local_replicas(opt.devices);
+  const DeviceList devices = parse_devices(opt.devices, local_rank_on_host(), processes_on_host());
+  const int local = int(devices.index.size());
   CommWorld world;  // empty: one replica, no collectives
   if (local > 1 || detect_launch().launched) world = make_world(local);
   const int world_size = world.empty() ? 1 : world[0]->size();
@@ -226,13 +229,15 @@ int run_command(const RunOptions& opt) {
 
   // One replica's pass over every batch; replica 0 keeps the (gathered) outputs in `parts`.
   std::map<std::string, std::vector<Tensor>> parts;
-  auto run_replica = [&](Communicator* comm) {
+  auto run_replica = [&](Communicator* comm, int local_index) {
     const int rank = comm ? comm->rank() : 0;
+    std::shared_ptr<DeviceBackend> device;
+    if (devices.kind != DeviceKind::cpu) device = make_device_backend(devices.kind, devices.index[size_t(local_index)]);
     std::map<int64_t, std::unique_ptr<Plan>> plans;
     for (size_t b = 0; b < batches.size(); ++b) {
       const auto [start, count] = batches[b];
       std::unique_ptr<Plan>& plan = plans[count];
-      if (!plan) plan = std::make_unique<Plan>(compile_for(m, model_dir, fed, count, opt, world_size, rank));
+      if (!plan) plan = std::make_unique<Plan>(compile_for(m, model_dir, fed, count, opt, device, world_size, rank));
       std::map<std::string, Tensor> inputs;
       for (const FedInput& f : fed) inputs[f.name] = f.batched ? rows(*f.array, start, count) : *f.array;
       RunState state;
@@ -254,13 +259,15 @@ int run_command(const RunOptions& opt) {
 
   bool writer = true;  // this process holds replica 0, which writes the outputs
   if (world.empty()) {
-    run_replica(nullptr);
+    run_replica(nullptr, 0);
   } else {
     writer = world[0]->rank() == 0;
     const int host_processes = processes_on_host();
     run_replicas(world, [&](Communicator& c) {
       use_replica_threads(local, host_processes);
-      run_replica(&c);
+      size_t k = 0;
+      while (world[k].get() != &c) ++k;
+      run_replica(&c, int(k));
     });
   }
   if (!writer) return 0;
@@ -299,7 +306,7 @@ Command add_run_command(CLI::App& parent) {
   sub->add_option("--data", opt->data, "Input .npz: one array per graph input, axis 0 = samples")->required();
   sub->add_option("--out", opt->out, "Output .npz: one array per graph output")->required();
   sub->add_option("--batch-size", opt->batch_size, "Samples per forward pass (default 64)");
-  sub->add_option("--devices", opt->devices, "cpu, cpu:N (N replicas; under mpirun N per process) or auto")
+  sub->add_option("--devices", opt->devices, "auto (every GPU, else the CPU), cpu, cpu:N (N replicas; under mpirun N per process), cuda (every GPU; under mpirun one per process) or cuda:0,1,...")
       ->capture_default_str();
   sub->add_flag("--train-mode", opt->train_mode,
                 "Run the graph as exported (BatchNormalization batch statistics, live Dropout) instead of "

@@ -56,7 +56,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", o->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
   cmd->add_option("--eval-data", o->eval_data, "Evaluate on this .npz after training (loss, accuracy)");
   cmd->add_option("--eval-every,--eval-steps", o->eval_every, "Also evaluate every N steps (needs --eval-data)");
-  cmd->add_option("--devices", o->devices, "cpu, cpu:N (N replicas; under mpirun N per process) or auto")
+  cmd->add_option("--devices", o->devices, "auto (every GPU, else the CPU), cpu, cpu:N (N replicas; under mpirun N per process), cuda (every GPU; under mpirun one per process) or cuda:0,1,...")
       ->capture_default_str();
   cmd->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics (DDP's default; not equivalent to one device)");
   cmd->add_option("--bucket-mb", o->bucket_mb, "Gradient all-reduce bucket size in MB (the first bucket is 1 MB)")

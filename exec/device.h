@@ -29,5 +29,7 @@ int use_replica_threads(int replicas, int processes_on_host);
 void prefer_passive_openmp_wait(char** argv);
 // How many processes of this job run on this machine (the launcher's local size; 1 if none).
 int processes_on_host();
+// This process's index among them (the launcher's local rank; 0 if none).
+int local_rank_on_host();
 
 }  // namespace onnxdp

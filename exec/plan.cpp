@@ -1,5 +1,6 @@
 #include "exec/plan.h"
 
+#include "exec/device_backend.h"
 #include "exec/profile.h"
 #include "parallel/communicator.h"
 
@@ -60,26 +61,85 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
     arena_bytes_ = std::max(arena_bytes_, off + size);
   }
   arena_ = Tensor(DType::u8, {int64_t(std::max<size_t>(arena_bytes_, 1))});
+  if (!opts_.device) return;
+
+  DeviceBackend& dev = *opts_.device;
+  dev.activate();
+  data_offset_.assign(nv, -1);
+  size_t data_bytes = 0;
+  for (size_t v = 0; v < nv; ++v) {
+    const Value& val = graph_.values[v];
+    if (offset_[v] >= 0 || val.data.empty()) continue;
+    data_offset_[v] = int64_t(data_bytes);
+    data_bytes += align_up(val.data.nbytes());
+  }
+  auto device_buffer = [&](size_t bytes) {
+    return std::shared_ptr<void>(dev.alloc(std::max<size_t>(bytes, 1)), [d = opts_.device](void* p) {
+      d->activate();
+      d->release(p);
+    });
+  };
+  device_arena_ = device_buffer(arena_bytes_);
+  device_data_ = device_buffer(data_bytes);
+  device_bytes_ = arena_bytes_ + data_bytes;
+  for (size_t v = 0; v < nv; ++v)
+    if (data_offset_[v] >= 0 && graph_.values[v].data.nbytes())
+      dev.to_device(device_ptr(ValueId(v)), graph_.values[v].data.data(), graph_.values[v].data.nbytes());
+  on_device_.resize(size_t(nn));
+  for (int ni = 0; ni < nn; ++ni) on_device_[size_t(ni)] = dev.has_kernel(graph_, graph_.nodes[size_t(ni)]);
+  on_host_.assign(nv, 0);
+}
+
+void* Plan::device_ptr(ValueId id) const {
+  if (offset_[size_t(id)] >= 0) return static_cast<uint8_t*>(device_arena_.get()) + offset_[size_t(id)];
+  if (data_offset_[size_t(id)] >= 0) return static_cast<uint8_t*>(device_data_.get()) + data_offset_[size_t(id)];
+  fail("value '{}' has no storage on {}", graph_.value(id).name, opts_.device->name());
+}
+
+std::string Plan::host_ops() const {
+  std::map<std::string, int> count;
+  for (size_t ni = 0; ni < on_device_.size(); ++ni)
+    if (!on_device_[ni]) ++count[op_name(graph_.nodes[ni].op)];
+  std::string s;
+  for (const auto& [op, k] : count) s += (s.empty() ? "" : ", ") + op + (k > 1 ? " x" + std::to_string(k) : "");
+  return s;
 }
 
 TensorRef Plan::ref(ValueId id) {
   if (id == kNoValue) return {};
   Value& v = graph_.value(id);
-  if (offset_[size_t(id)] >= 0)
-    return TensorRef{arena_.as<uint8_t>() + offset_[size_t(id)], v.dtype, &v.shape, shape_numel(v.shape)};
+  if (offset_[size_t(id)] >= 0) {
+    uint8_t* host = arena_.as<uint8_t>() + offset_[size_t(id)];
+    const int64_t numel = shape_numel(v.shape);
+    if (opts_.device && !on_host_[size_t(id)]) {
+      if (numel) opts_.device->to_host(host, device_ptr(id), size_t(numel) * dtype_size(v.dtype));
+      on_host_[size_t(id)] = 1;
+    }
+    return TensorRef{host, v.dtype, &v.shape, numel};
+  }
   if (!v.data.empty()) return TensorRef{v.data.data(), v.dtype, &v.shape, v.data.numel()};
   fail("value '{}' has no storage in the plan", v.name);
 }
 
+namespace {
+// The tensor fed for graph input v: by name, with exactly its dtype and shape.
+const Tensor& fed(const std::map<std::string, Tensor>& inputs, const Value& v) {
+  auto it = inputs.find(v.name);
+  if (it == inputs.end()) fail("input '{}' was not given", v.name);
+  const Tensor& t = it->second;
+  if (t.dtype() != v.dtype || t.shape() != v.shape)
+    fail("input '{}' is {} {}, the model expects {} {}", v.name, dtype_name(t.dtype()), shape_str(t.shape()),
+         dtype_name(v.dtype), shape_str(v.shape));
+  return t;
+}
+
+bool is_collective(Op op) { return std::strcmp(op_info(op).category, "collective") == 0; }
+}  // namespace
+
 void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& state) {
+  if (opts_.device) return execute_on_device(inputs, state);
   for (ValueId i : graph_.inputs) {
-    const Value& v = graph_.value(i);
-    auto it = inputs.find(v.name);
-    if (it == inputs.end()) fail("input '{}' was not given", v.name);
-    const Tensor& t = it->second;
-    if (t.dtype() != v.dtype || t.shape() != v.shape)
-      fail("input '{}' is {} {}, the model expects {} {}", v.name, dtype_name(t.dtype()), shape_str(t.shape()),
-           dtype_name(v.dtype), shape_str(v.shape));
+    const Tensor& t = fed(inputs, graph_.value(i));
     if (t.nbytes()) std::memcpy(ref(i).data, t.data(), t.nbytes());
   }
   for (const Node& n : graph_.nodes) {
@@ -98,6 +158,59 @@ void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& 
   if (state.profile) ++state.profile->runs;
   // Asynchronous all-reduces (gradient buckets) finish before the caller reads any output.
   if (state.comm) state.comm->wait_all();
+}
+
+void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const RunState& state) {
+  DeviceBackend& dev = *opts_.device;
+  dev.activate();
+  std::fill(on_host_.begin(), on_host_.end(), 0);
+  for (ValueId i : graph_.inputs) {
+    const Tensor& t = fed(inputs, graph_.value(i));
+    if (t.nbytes()) {
+      std::memcpy(arena_.as<uint8_t>() + offset_[size_t(i)], t.data(), t.nbytes());
+      dev.to_device(device_ptr(i), t.data(), t.nbytes());
+    }
+    on_host_[size_t(i)] = 1;
+  }
+  // The optimizer and the running statistics update parameters on the host between runs.
+  for (ValueId p : graph_.parameters()) {
+    const Tensor& d = graph_.value(p).data;
+    if (data_offset_[size_t(p)] >= 0 && d.nbytes()) dev.to_device(device_ptr(p), d.data(), d.nbytes());
+  }
+  auto device_ref = [&](ValueId id) -> TensorRef {
+    if (id == kNoValue) return {};
+    const Value& v = graph_.value(id);
+    return TensorRef{device_ptr(id), v.dtype, &v.shape, shape_numel(v.shape)};
+  };
+  for (size_t ni = 0; ni < graph_.nodes.size(); ++ni) {
+    const Node& n = graph_.nodes[ni];
+    auto t0 = std::chrono::steady_clock::now();
+    KernelCtx ctx{n, {}, {}, state};
+    if (on_device_[ni]) {
+      for (ValueId in : n.inputs) ctx.inputs.push_back(device_ref(in));
+      for (ValueId o : n.outputs) ctx.outputs.push_back(device_ref(o));
+      dev.run(graph_, ctx);
+    } else {  // the CPU kernel on host copies; its outputs go back to the device
+      for (ValueId in : n.inputs) ctx.inputs.push_back(ref(in));
+      for (ValueId o : n.outputs) {  // marked valid on the host first: ref() must not fetch stale device bytes
+        if (o != kNoValue) on_host_[size_t(o)] = 1;
+        ctx.outputs.push_back(ref(o));
+      }
+      cpu_kernel(n.op)(ctx);
+      if (is_collective(n.op) && state.comm) state.comm->wait_all();  // async all-reduces write later
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        const TensorRef& h = ctx.outputs[k];
+        if (h.present() && h.numel) dev.to_device(device_ptr(n.outputs[k]), h.data, size_t(h.numel) * dtype_size(h.dtype));
+      }
+    }
+    if (state.profile) {
+      dev.synchronize();
+      state.profile->add(n, ctx, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  if (state.profile) ++state.profile->runs;
+  if (state.comm) state.comm->wait_all();
+  dev.synchronize();
 }
 
 std::map<std::string, Tensor> Plan::run(const std::map<std::string, Tensor>& inputs, const RunState& state) {

@@ -2,6 +2,7 @@
 // places every activation at an offset in one arena, reusing bytes of values no longer live.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,8 +10,12 @@
 
 namespace onnxdp {
 
+class DeviceBackend;  // exec/device_backend.h
+
 struct PlanOptions {
   int threads = 0;  // 0: OpenMP's default
+  // Where the plan runs: nullptr is the host CPU. Plans of one replica share their device.
+  std::shared_ptr<DeviceBackend> device;
 };
 
 class Plan {
@@ -30,14 +35,32 @@ class Plan {
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, const RunState& state = {});
 
   // The tensor of a value after run(): parameters, constants and activations still in the arena.
+  // On a device, the value is copied to the host first (once per run).
   TensorRef ref(ValueId id);
 
+  // On a device: the ops of the nodes that run the CPU kernel for want of a device kernel, with
+  // their node counts ("Softmax x2, ReduceSum x4"); empty when every node runs on the device.
+  std::string host_ops() const;
+  // On a device: bytes of device memory the plan holds (arena, parameters and constants).
+  size_t device_bytes() const { return device_bytes_; }
+
  private:
+  void execute_on_device(const std::map<std::string, Tensor>& inputs, const RunState& state);
+  void* device_ptr(ValueId id) const;
+
   Graph graph_;
   PlanOptions opts_;
   std::vector<int64_t> offset_;  // per value: byte offset in the arena, -1 when not in the arena
   size_t arena_bytes_ = 0, unshared_bytes_ = 0;
-  Tensor arena_;
+  Tensor arena_;  // the activations; on a device, the host copies of those ref() or host kernels read
+
+  // With a device: the arena's twin there, and the parameters and constants at data_offset_ in
+  // a second buffer (parameters are uploaded every run: the optimizer updates them on the host).
+  std::shared_ptr<void> device_arena_, device_data_;  // released through the device
+  std::vector<int64_t> data_offset_;  // per value with data: byte offset in device_data_, else -1
+  std::vector<char> on_device_;       // per node: has a device kernel
+  std::vector<char> on_host_;         // per value, during a run: the host arena holds its bytes
+  size_t device_bytes_ = 0;
 };
 
 }  // namespace onnxdp

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/device.h"
+#include "exec/device_backend.h"
 #include "exec/plan.h"
 #include "exec/profile.h"
 #include "graph/autodiff.h"
@@ -129,9 +130,9 @@ void share_parameters(Graph& g, const std::map<std::string, Tensor>& master) {
 class Evaluator {
  public:
   Evaluator(const std::string& path, const onnx::ModelProto& proto, const std::string& model_dir, const LossOptions& lo,
-            const TrainOptions& o, bool need_label)
+            const TrainOptions& o, bool need_label, std::shared_ptr<DeviceBackend> device)
       : proto_(proto), model_dir_(model_dir), lo_(lo), o_(o), need_label_(need_label),
-        data_(load_dataset(path, proto, o.label, need_label)) {}
+        data_(load_dataset(path, proto, o.label, need_label)), device_(std::move(device)) {}
 
   struct Result {
     double loss = 0, accuracy = -1;  // accuracy < 0: not a classifier
@@ -151,7 +152,7 @@ class Evaluator {
         share_parameters(g, parameters);
         g.outputs = {out, loss};
         verify(g);
-        plans_[b] = std::make_unique<Plan>(std::move(g));
+        plans_[b] = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device_});
         outs_[b] = {out, loss};
       }
       std::vector<int64_t> idx(static_cast<size_t>(b));
@@ -196,6 +197,7 @@ class Evaluator {
   bool need_label_;
   Dataset data_;
   std::vector<int64_t> labels_;
+  std::shared_ptr<DeviceBackend> device_;
   std::map<int64_t, std::unique_ptr<Plan>> plans_;
   std::map<int64_t, std::pair<ValueId, ValueId>> outs_;
 };
@@ -211,18 +213,7 @@ struct TrainPlan {
 
 // The number of replicas in this process asked for by --devices.
 int local_replicas(const std::string& devices) {
-  if (devices == "cpu" || devices == "auto") return 1;
-  if (devices.rfind("cpu:", 0) == 0) {
-    try {
-      size_t pos = 0;
-      int n = std::stoi(devices.substr(4), &pos);
-      if (pos == devices.size() - 4 && n >= 1 && n <= 1024) return n;
-    } catch (...) {
-    }
-  }
-  if (devices.rfind("cuda", 0) == 0)
-    fail("--devices {}: this build has no CUDA kernels yet; use --devices cpu or cpu:N", devices);
-  fail("--devices '{}' is not understood: use cpu, cpu:N (N replicas) or auto", devices);
+  return int(parse_devices(devices, local_rank_on_host(), processes_on_host()).index.size());
 }
 
 // A fingerprint of what every replica must agree on before step 1: the training graph's nodes
@@ -360,7 +351,8 @@ TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool
                              world, replica, mb);
 }
 
-void train_replica(const TrainOptions& options, Communicator* comm, TrainResult& result) {
+void train_replica(const TrainOptions& options, Communicator* comm, std::shared_ptr<DeviceBackend> device,
+                   TrainResult& result) {
   const int world = comm ? comm->size() : 1;
   const int rank = comm ? comm->rank() : 0;
   const bool lead = rank == 0;
@@ -395,7 +387,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
   // Held-out data is checked before step 1, not after the training.
   std::unique_ptr<Evaluator> evaluator;
   if (lead && !o.eval_data.empty())
-    evaluator = std::make_unique<Evaluator>(o.eval_data, proto, model_dir, lo, o, need_label);
+    evaluator = std::make_unique<Evaluator>(o.eval_data, proto, model_dir, lo, o, need_label, device);
   const int64_t K = o.grad_accum;
 
   // The plan for a micro-batch of mb.b global rows: this replica's shard of them, with the collectives.
@@ -447,7 +439,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
         }
       }
     }
-    tp.plan = std::make_unique<Plan>(std::move(g));
+    tp.plan = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device});
     return tp;
   };
 
@@ -493,6 +485,14 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
     fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}{}, {} steps\n",
                trainable.size(), flat_params.numel(), result.frozen.size(), data.samples, batch,
                K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps);
+  if (!quiet && device) {  // the full step's plan: what runs where, and the device memory it holds
+    const Plan& p = *plans.begin()->second.plan;
+    const std::string host = p.host_ops();
+    fmt::print("onnxdp train: {} holds {:.1f} MiB per replica; {}\n", device->name(),
+               double(p.device_bytes()) / (1024.0 * 1024.0),
+               host.empty() ? std::string("every op runs there")
+                            : "ops without a kernel there run on the CPU with copies (slow): " + host);
+  }
 
   std::vector<int64_t> order(static_cast<size_t>(data.samples));
   auto shuffle_for = [&](int64_t ep) {
@@ -665,10 +665,12 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.steps = total_steps;
   result.samples_per_s = secs > 0 ? double(samples_seen) / secs : 0;
-  size_t arena = 0;
+  size_t arena = 0, device_bytes = 0;
   for (const auto& [key, tp] : plans) arena = std::max(arena, tp.plan->arena_bytes());
+  for (const auto& [key, tp] : plans) device_bytes += tp.plan->device_bytes();
   const size_t state_bytes = flat_params.nbytes() + flat_grads.nbytes() + (opt.m().size() + opt.v().size()) * 4;
   result.peak_bytes = arena + state_bytes;
+  result.device_bytes = device_bytes;
 
   result.parameters = master;
   result.world_size = world;
@@ -703,6 +705,9 @@ void train_replica(const TrainOptions& options, Communicator* comm, TrainResult&
   }
   fmt::print("memory per replica: {} (activations {}, parameters + gradients + optimizer state {}); process peak RSS {}\n",
              mb(double(result.peak_bytes)), mb(double(arena)), mb(double(state_bytes)), mb(double(ru.ru_maxrss) * 1024));
+  if (device)
+    fmt::print("device memory per replica on {}: {} (the plans of every batch size: activations, parameters, constants)\n",
+               device->name(), mb(double(device_bytes)));
   if (world > 1)
     fmt::print("waiting on communication: {:.2f} ms per step on average ({:.1f} % of the run)\n",
                steps_run ? result.comm_wait_ms / double(steps_run) : 0.0,
@@ -759,19 +764,20 @@ TrainOptions resolve_outputs(TrainOptions o) {
 
 TrainResult train(const TrainOptions& options) {
   const TrainOptions o = resolve_outputs(options);
-  const int local = local_replicas(o.devices);
-  if (o.devices == "auto" && !o.quiet) {
-    CudaInfo cuda = cuda_info();
-    fmt::print(stderr, "onnxdp: training on the CPU ({}{})\n",
-               cuda.device_count > 0 ? "CUDA kernels are not built yet" : "no GPU: ",
-               cuda.device_count > 0 ? "" : cuda.status);
-  }
+  const DeviceList devices = parse_devices(o.devices, local_rank_on_host(), processes_on_host());
+  const int local = int(devices.index.size());
+  if (!devices.why_cpu.empty() && !o.quiet && detect_launch().rank == 0)
+    fmt::print(stderr, "onnxdp: no GPU ({}): training on the CPU\n", devices.why_cpu);
+  // Each replica's device, made on the replica's own thread (a CUDA device is current per thread).
+  auto device_of = [&](int k) -> std::shared_ptr<DeviceBackend> {
+    return devices.kind == DeviceKind::cpu ? nullptr : make_device_backend(devices.kind, devices.index[size_t(k)]);
+  };
   CommOptions copts;
   copts.timeout_s = o.comm_timeout_s;
   LaunchInfo launch = detect_launch();
   if (local == 1 && !launch.launched) {
     TrainResult r;
-    train_replica(o, nullptr, r);
+    train_replica(o, nullptr, device_of(0), r);
     return r;
   }
   CommWorld world = make_world(local, copts);
@@ -781,7 +787,7 @@ TrainResult train(const TrainOptions& options) {
     use_replica_threads(local, host_processes);
     size_t k = 0;
     while (world[k].get() != &c) ++k;
-    train_replica(o, &c, results[k]);
+    train_replica(o, &c, device_of(int(k)), results[k]);
   });
   // This process's first replica reports (replica 0 of the world under MPI rank 0).
   return results[0];

@@ -64,6 +64,7 @@ struct TrainResult {
   double eval_loss = 0, eval_accuracy = -1;  // accuracy < 0: not a classifier
   double comm_wait_ms = 0;     // summed over the steps
   size_t peak_bytes = 0;       // this replica's largest plan: activation arena + parameters, gradients, optimizer state
+  size_t device_bytes = 0;     // on a GPU: device memory of this replica's plans (0 on the CPU)
   std::string saved_model, last_checkpoint, metrics_file, tensorboard_dir;  // where the lead's files went
   int world_size = 1;
   std::vector<size_t> bucket_bytes;  // the gradient buckets of the full-batch plan
@@ -86,7 +87,7 @@ struct TrainingGraph {
 // With --grad-accum K > 1 it is a micro-batch's graph (inputs grad_accum/* carry the step's sums);
 // `last_micro` false gives the graph of the micro-batches before the last: no gradient buckets.
 TrainingGraph training_graph(const TrainOptions& options, int world, int replica, bool last_micro = true);
-// How many replicas --devices asks for in this process (cpu: 1, cpu:N: N).
+// How many replicas --devices asks for in this process (cpu: 1, cpu:N: N, cuda: one per GPU).
 int local_replicas(const std::string& devices);
 
 }  // namespace onnxdp

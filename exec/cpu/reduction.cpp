@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "exec/cpu/broadcast.h"  // kParallelMinElements
+#include "exec/cpu/reduce_dims.h"
 #include "exec/kernel.h"
 #include "graph/shape_helpers.h"
 
@@ -24,33 +25,6 @@ namespace onnxdp {
 namespace {
 
 enum class ReduceKind { sum, mean, max };
-
-struct Dims {
-  std::vector<int64_t> size, stride;
-};
-
-// Splits the input's dims into kept and reduced groups (see the file comment).
-void split_dims(const Shape& shape, const std::vector<char>& red, Dims& kept, Dims& reduced) {
-  std::vector<int64_t> st(shape.size());
-  int64_t acc = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    st[d] = acc;
-    acc *= shape[d];
-  }
-  int last = -1;  // kind of the previous group: 0 kept, 1 reduced
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    Dims& g = red[d] ? reduced : kept;
-    if (last == int(red[d])) {  // contiguous neighbours of the same kind: one dim
-      g.size.back() *= shape[d];
-      g.stride.back() = st[d];
-    } else {
-      g.size.push_back(shape[d]);
-      g.stride.push_back(st[d]);
-    }
-    last = int(red[d]);
-  }
-}
 
 template <class E, ReduceKind K>
 void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& red) {
@@ -73,7 +47,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
     else return b > a ? b : a;
   };
 
-  Dims kd, rd;
+  ReduceDims kd, rd;
   split_dims(*in.shape, red, kd, rd);
   int64_t n_out = 1, n_red = 1;
   for (int64_t s : kd.size) n_out *= s;

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -288,6 +289,48 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
 void elementwise_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
                          const ClipBounds& clip, void* stream) {
   forward(n, inputs, out, clip, stream, false);
+}
+
+bool copy_op_runs(const Graph& g, const Node& n) {
+  if ((n.op != Op::Transpose && n.op != Op::Expand) || !n.has_input(0)) return false;
+  const Value& x = g.value(n.inputs[0]);
+  EwType t;
+  if (!ew_type(x.dtype, false, &t) || !elementwise_supported(EwOp::Identity, t)) return false;
+  return n.op == Op::Expand || x.shape.size() <= size_t(kEwMaxRank);
+}
+
+void copy_op_forward(const Node& n, const DeviceRef& in, const DeviceRef& out, void* stream, bool emulate) {
+  EwLaunch l;
+  l.op = EwOp::Identity;
+  l.type = input_type(n, in.dtype);
+  l.in[0] = in.data;
+  l.out = out.data;
+  const Shape& os = *out.shape;
+  if (n.op == Op::Expand) {
+    l.layout = layout_of<1>(n, os, {in.shape});
+  } else {  // Transpose: out[.., j, ..] = in[.., perm[j], ..]
+    const int r = int(in.shape->size());
+    if (r > kEwMaxRank) fail("{}: CUDA Transpose takes at most {} dims, got {}", n.describe(), kEwMaxRank, r);
+    std::vector<int64_t> perm(static_cast<size_t>(r), 0);
+    if (n.has("perm")) perm = n.ints("perm");
+    else for (int d = 0; d < r; ++d) perm[size_t(d)] = r - 1 - d;
+    int64_t stride[kEwMaxRank], acc = 1;
+    for (int d = r - 1; d >= 0; --d) stride[d] = acc, acc *= (*in.shape)[size_t(d)];
+    l.layout.rank = std::max(r, 1);
+    l.layout.numel = shape_numel(os);
+    l.layout.dims[0] = 1;
+    for (int d = 0; d < r; ++d) {
+      l.layout.dims[d] = os[size_t(d)];
+      l.layout.strides[0][d] = stride[perm[size_t(d)]];
+    }
+  }
+  if (emulate) elementwise_emulate(l);
+  else elementwise_launch(l, stream);
+}
+
+void elementwise_emulate_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
+                                 const ClipBounds& clip) {
+  forward(n, inputs, out, clip, nullptr, true);
 }
 
 std::vector<Tensor> emulate_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {

@@ -38,6 +38,18 @@ bool elementwise_runs(const Graph& g, const Node& n);
 void elementwise_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
                          const ClipBounds& clip = {}, void* stream = nullptr);
 
+// Transpose and Expand as broadcast / strided copies through the elementwise Identity kernel (one
+// launch; the input read with permuted strides, or broadcast to the output's shape). Any element
+// type the Identity kernel has; at most 8 dims (Transpose) or 8 merged dims (Expand).
+bool copy_op_runs(const Graph& g, const Node& n);
+// `emulate`: host pointers, the launch run by elementwise_emulate.
+void copy_op_forward(const Node& n, const DeviceRef& in, const DeviceRef& out, void* stream, bool emulate);
+
+// elementwise_forward's launches run on the host by elementwise_emulate, on host pointers (the
+// emulated CUDA device, exec/device_backend.h).
+void elementwise_emulate_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
+                                 const ClipBounds& clip = {});
+
 // run_node (exec/kernel.h) on CUDA: copies the host inputs to the GPU, runs the node's kernel,
 // copies output 0 back. For tests against the CPU kernel. Throws onnxdp::Error without a GPU.
 std::vector<Tensor> run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs);

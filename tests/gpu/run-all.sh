@@ -77,10 +77,12 @@ if ((build_ok)); then
   while IFS='|' read -r name result secs; do
     detail="${secs}s"
     if [ "$name" = gpu.cuda_kernels ]; then
-      n=$({ grep -o 'cuda elementwise on GPU: [^:]*: [0-9]* cases' "$log_dir/ctest.log" || true; } |
+      # "cuda <kernels> on GPU: [what: ]N cases match ..." and "cuda model on GPU: <model>: N steps match".
+      n=$({ grep -oE 'cuda [a-z ]+ on GPU: ([^:]*: )?[0-9]+ cases' "$log_dir/ctest.log" || true; } |
           awk '{s += $(NF-1)} END {print s + 0}')
+      models=$({ grep -oE 'cuda model on GPU: [^:]*: [0-9]+ steps match' "$log_dir/ctest.log" || true; } | sort -u | wc -l)
       reason=$(grep -m1 -o 'no GPU: .* --' "$log_dir/ctest.log" | sed 's/ --$//' || true)
-      if ((n > 0)); then detail="$n op/dtype/shape cases match the CPU kernels, ${secs}s"
+      if ((n > 0)); then detail="$n op/dtype/shape cases match the CPU kernels; $models model runs match the CPU losses; ${secs}s"
       else detail="${reason:-no case ran}"; fi
     fi
     case "$result" in

@@ -1,0 +1,64 @@
+// CUDA kernels of the reductions and Softmax / LogSoftmax: one thread per output (per column for
+// Softmax) running the loop bodies of exec/cuda/reduce_launch.h, which the host emulation runs too.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "exec/cuda/check.h"
+#include "exec/cuda/reduce_launch.h"
+
+namespace onnxdp::cuda {
+
+namespace {
+
+template <class T>
+__global__ void reduce_kernel(ReduceLaunch l) {
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < l.n_out; o += int64_t(gridDim.x) * blockDim.x)
+    reduce_one<T>(l, o);
+}
+
+template <class T>
+__global__ void softmax_kernel(SoftmaxLaunch l) {
+  const int64_t cols = l.outer * l.inner;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
+    softmax_one<T>(l, c);
+}
+
+constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+}  // namespace
+
+void reduce_launch(const ReduceLaunch& l, void* stream) {
+  if (l.n_out == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (l.f64) reduce_kernel<double><<<blocks_for(l.n_out), kThreads, 0, s>>>(l);
+  else reduce_kernel<float><<<blocks_for(l.n_out), kThreads, 0, s>>>(l);
+  ONNXDP_CUDA_CHECK_LAUNCH();
+}
+
+void reduce_emulate(const ReduceLaunch& l) {
+  for (int64_t o = 0; o < l.n_out; ++o) {
+    if (l.f64) reduce_one<double>(l, o);
+    else reduce_one<float>(l, o);
+  }
+}
+
+void softmax_launch(const SoftmaxLaunch& l, void* stream) {
+  const int64_t cols = l.outer * l.inner;
+  if (cols == 0 || l.n == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (l.f64) softmax_kernel<double><<<blocks_for(cols), kThreads, 0, s>>>(l);
+  else softmax_kernel<float><<<blocks_for(cols), kThreads, 0, s>>>(l);
+  ONNXDP_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_emulate(const SoftmaxLaunch& l) {
+  if (l.n == 0) return;
+  for (int64_t c = 0; c < l.outer * l.inner; ++c) {
+    if (l.f64) softmax_one<double>(l, c);
+    else softmax_one<float>(l, c);
+  }
+}
+
+}  // namespace onnxdp::cuda

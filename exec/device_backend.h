@@ -1,0 +1,64 @@
+// A device a Plan runs on other than the host CPU: its memory, the copies to and from it, and the
+// kernels it has (exec/cuda/backend.cpp). A Plan given one keeps every activation in one device
+// arena laid out by the same static memory plan as on the CPU, and the parameters and constants in
+// a second device buffer. A node the device has no kernel for runs the CPU kernel (the reference)
+// on host copies of its inputs, and its outputs are copied back: correct but slow, and the plan
+// says which ops did (Plan::host_ops), so a user sees what is not on the GPU yet.
+//
+//   auto dev = make_device_backend(DeviceKind::cuda, 0);
+//   Plan p(std::move(g), {.device = dev});
+//   p.execute(inputs, rs);
+//   float loss = p.ref(loss_id).as<float>()[0];   // ref() copies the value to the host first
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "exec/kernel.h"
+
+namespace onnxdp {
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual std::string name() const = 0;  // "cuda:0", "cuda-emulated:0"
+  // Makes the device current on the calling thread (each replica runs on its own thread).
+  virtual void activate() = 0;
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  // Ordered with the kernels on the device's stream; to_host returns once the bytes are there.
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Whether node n of g has a kernel here (its dtypes, shapes and attributes included).
+  virtual bool has_kernel(const Graph& g, const Node& n) const = 0;
+  // Runs n; the refs of c hold device pointers. Only called when has_kernel(g, n).
+  virtual void run(const Graph& g, KernelCtx& c) = 0;
+  // Waits for everything queued on the device.
+  virtual void synchronize() = 0;
+};
+
+enum class DeviceKind {
+  cpu,
+  cuda,
+  // The CUDA backend's host side (memory plan, copies, which nodes run where, kernel dispatch,
+  // cuBLAS argument mapping) with device memory and kernels replaced by host memory and host
+  // emulations of the kernels: what tests check where there is no GPU. Nothing it runs is
+  // evidence that the device code works.
+  cuda_emulated,
+};
+
+// What --devices names for this process: the kind and the device index of each local replica.
+// "cpu", "cpu:N" (N replicas), "cuda" (every GPU; under a launcher one per process, by local rank),
+// "cuda:0,2" (those GPUs), "cuda-emulated[:N]", "auto" (every GPU, or the CPU when there is none).
+struct DeviceList {
+  DeviceKind kind = DeviceKind::cpu;
+  std::vector<int> index;  // one per local replica (cpu: 0, 1, ...)
+  std::string why_cpu;     // auto on the CPU: the reason there is no GPU
+};
+DeviceList parse_devices(const std::string& devices, int local_rank = 0, int local_size = 1);
+
+// The backend of one device; throws a clear error where the device cannot be used (no GPU, no
+// driver, index out of range, onnxdp built without CUDA).
+std::shared_ptr<DeviceBackend> make_device_backend(DeviceKind kind, int index);
+
+}  // namespace onnxdp

@@ -1,0 +1,204 @@
+// Plans on a device (exec/device_backend.h): --devices parsing, and the device path of Plan and the
+// trainer run on the emulated CUDA device (host memory, the CUDA kernels' host emulations) against
+// the CPU. These check the host side of the CUDA backend: the device arena and parameter buffer,
+// uploads and downloads, which nodes run where, the CPU fallback with its copies and collectives.
+// They prove nothing about device code (tests/gpu/ runs that on a GPU).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "exec/device.h"
+#include "exec/device_backend.h"
+#include "exec/plan.h"
+#include "tests/test_util.h"
+#include "train/npz.h"
+#include "train/trainer.h"
+
+using namespace onnxdp;
+using namespace onnxdp::test;
+
+TEST_CASE("devices: --devices strings name the kind and one device index per local replica") {
+  CHECK(parse_devices("cpu").kind == DeviceKind::cpu);
+  CHECK(parse_devices("cpu").index == std::vector<int>{0});
+  CHECK(parse_devices("cpu:3").index == std::vector<int>{0, 1, 2});
+  CHECK(parse_devices("cuda-emulated").kind == DeviceKind::cuda_emulated);
+  CHECK(parse_devices("cuda-emulated:2").index == std::vector<int>{0, 1});
+  for (const char* bad : {"cpu:0", "cpu:x", "cpu:", "gpu", "cuda-emulated:0", "cpu:2000"}) {
+    CAPTURE(bad);
+    CHECK(contains(error_of([&] { parse_devices(bad); }), "--devices"));
+  }
+  const CudaInfo info = cuda_info();
+  if (info.device_count == 0) {
+    // auto falls back to one CPU replica and says why; naming a GPU is an error that says why.
+    DeviceList a = parse_devices("auto");
+    CHECK(a.kind == DeviceKind::cpu);
+    CHECK(a.index.size() == 1);
+    CHECK(!a.why_cpu.empty());
+    for (const char* cuda : {"cuda", "cuda:0", "cuda:0,1"}) {
+      CAPTURE(cuda);
+      const std::string e = error_of([&] { parse_devices(cuda); });
+      CHECK(contains(e, "no GPU is usable here"));
+      CHECK(contains(e, cuda));
+    }
+  } else {
+    CHECK(parse_devices("auto").kind == DeviceKind::cuda);
+    CHECK(int(parse_devices("cuda").index.size()) == info.device_count);
+    CHECK(parse_devices("cuda", 0, 2).index == std::vector<int>{0});  // under a launcher: the local rank's GPU
+    CHECK(contains(error_of([&] { parse_devices("cuda:0,0"); }), "named twice"));
+    CHECK(contains(error_of([&] { parse_devices("cuda:99"); }), "there is no cuda:99"));
+  }
+}
+
+#if defined(ONNXDP_HAVE_CUDA)
+namespace {
+
+std::string model_path(const std::string& name) { return std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/model.onnx"; }
+
+// y = Softmax(Cast(Relu(x * w + b))) with w, b parameters: Mul/Add/Relu/Softmax have (emulated)
+// CUDA kernels, Cast not yet, so it runs on the CPU between device kernels.
+Graph small_graph() {
+  Graph g;
+  auto value = [&](const char* name, ValueKind kind, Tensor data) {
+    Value v;
+    v.name = name;
+    v.shape = kind == ValueKind::input ? Shape{2, 3} : Shape{3};
+    v.kind = kind;
+    v.data = std::move(data);
+    return g.add_value(std::move(v));
+  };
+  ValueId x = value("x", ValueKind::input, Tensor());
+  g.inputs = {x};
+  Tensor w(DType::f32, {3}), b(DType::f32, {3});
+  for (int k = 0; k < 3; ++k) w.as<float>()[k] = 0.5f + float(k), b.as<float>()[k] = -1.0f + float(k);
+  ValueId wv = value("w", ValueKind::parameter, w), bv = value("b", ValueKind::parameter, b);
+  int m = g.add_node(Op::Mul, "mul", {x, wv}, {"xw"});
+  int a = g.add_node(Op::Add, "add", {g.nodes[size_t(m)].outputs[0], bv}, {"xwb"});
+  int r = g.add_node(Op::Relu, "relu", {g.nodes[size_t(a)].outputs[0]}, {"h"});
+  int t = g.add_node(Op::Cast, "cast", {g.nodes[size_t(r)].outputs[0]}, {"hc"}, {{"to", Attr(int64_t(1))}});
+  int s = g.add_node(Op::Softmax, "softmax", {g.nodes[size_t(t)].outputs[0]}, {"y"}, {{"axis", Attr(int64_t(-1))}});
+  g.outputs = {g.nodes[size_t(s)].outputs[0], g.nodes[size_t(a)].outputs[0]};
+  verify(g);
+  return g;
+}
+
+void check_close(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) CHECK(a.as<float>()[i] == doctest::Approx(b.as<float>()[i]).epsilon(1e-6));
+}
+
+void check_same_training(const TrainResult& a, const TrainResult& b) {
+  REQUIRE(a.losses.size() == b.losses.size());
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    CAPTURE(s);
+    CHECK(std::abs(a.losses[s] - b.losses[s]) <= 1e-5f * std::abs(a.losses[s]) + 1e-6f);
+  }
+  REQUIRE(a.parameters.size() == b.parameters.size());
+  for (const auto& [name, t] : a.parameters) {
+    const Tensor& u = b.parameters.at(name);
+    REQUIRE(t.numel() == u.numel());
+    int bad = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float x = t.as<float>()[i], y = u.as<float>()[i];
+      bad += !(std::abs(x - y) <= 1e-5f * std::abs(x) + 1e-6f);
+    }
+    CHECK_MESSAGE(bad == 0, name);
+  }
+}
+
+TrainOptions momentum_run(const std::string& model, int64_t batch, int64_t steps) {
+  TrainOptions o;
+  o.model = model_path(model);
+  o.batch_size = batch;
+  o.steps = steps;
+  o.seed = 11;
+  o.quiet = true;
+  o.optimizer.kind = OptimizerKind::momentum;
+  o.optimizer.lr = 0.05f;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("device plan: elementwise nodes on the device, Cast on the CPU between them, outputs equal the CPU's") {
+  Plan cpu(small_graph());
+  auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
+  Plan gpu(small_graph(), PlanOptions{.device = dev});
+  CHECK(dev->name() == "cuda-emulated:0");
+  CHECK(gpu.host_ops() == "Cast");
+  CHECK(cpu.host_ops().empty());
+  CHECK(gpu.device_bytes() >= gpu.arena_bytes() + 2 * 3 * 4);
+  CHECK(cpu.device_bytes() == 0);
+  Tensor x(DType::f32, {2, 3});
+  for (int k = 0; k < 6; ++k) x.as<float>()[k] = float(k) * 0.7f - 2.0f;
+  std::map<std::string, Tensor> in{{"x", x}};
+  auto a = cpu.run(in), b = gpu.run(in);
+  check_close(a.at("y"), b.at("y"));
+  check_close(a.at("xwb"), b.at("xwb"));
+
+  // Parameters change on the host between runs (the optimizer): every run uploads them.
+  for (Plan* p : {&cpu, &gpu}) {
+    Value& w = const_cast<Graph&>(p->graph()).value(p->graph().find("w"));
+    w.data.as<float>()[1] = -3.0f;
+  }
+  a = cpu.run(in), b = gpu.run(in);
+  check_close(a.at("y"), b.at("y"));
+  check_close(a.at("xwb"), b.at("xwb"));
+  CHECK(b.at("xwb").as<float>()[1] == doctest::Approx((0.7f - 2.0f) * -3.0f + 0.0f));
+}
+
+TEST_CASE("device plan: mlp, tiny_lm and cnn train on the emulated CUDA device as on the CPU") {
+  struct Case {
+    const char* model;
+    int64_t batch;
+  };
+  for (Case c : {Case{"mlp", 97}, Case{"tiny_lm", 30}, Case{"cnn", 50}}) {
+    CAPTURE(c.model);
+    TrainOptions o = momentum_run(c.model, c.batch, 6);
+    TrainResult cpu = train(o);
+    o.devices = "cuda-emulated";
+    TrainResult dev = train(o);
+    CHECK(dev.device_bytes > 0);
+    CHECK(cpu.device_bytes == 0);
+    check_same_training(cpu, dev);
+  }
+}
+
+TEST_CASE("device plan: two emulated devices train as cpu:2 (all-reduce buckets through the CPU fallback)") {
+  TrainOptions o = momentum_run("mlp", 97, 8);
+  o.devices = "cpu:2";
+  TrainResult cpu = train(o);
+  o.devices = "cuda-emulated:2";
+  TrainResult dev = train(o);
+  CHECK(dev.world_size == 2);
+  check_same_training(cpu, dev);
+  // and with gradient accumulation (accumulator inputs fed per micro-batch)
+  o.grad_accum = 2;
+  o.batch_size = 49;
+  o.devices = "cpu:2";
+  cpu = train(o);
+  o.devices = "cuda-emulated:2";
+  check_same_training(cpu, train(o));
+}
+
+TEST_CASE("device plan: the CLI trains and runs on cuda-emulated, saying which ops stay on the CPU") {
+  TempDir tmp;
+  const std::string model = model_path("mlp");
+  CliResult t = onnxdp_cli(tmp, "train " + q(model) + " --devices cuda-emulated --steps 3 --batch-size 64 --output-dir " +
+                                    q(tmp.file("run")));
+  REQUIRE_MESSAGE(t.rc == 0, t.out);
+  CHECK(contains(t.out, "cuda-emulated:0 holds"));
+  CHECK(contains(t.out, "ops without a kernel there run on the CPU with copies"));
+  CHECK(contains(t.out, "device memory per replica on cuda-emulated:0"));
+  const std::string data = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/model.npz";
+  CliResult a = onnxdp_cli(tmp, "run " + q(model) + " --data " + q(data) + " --out " + q(tmp.file("cpu.npz")) +
+                                    " --devices cpu");
+  CliResult b = onnxdp_cli(tmp, "run " + q(model) + " --data " + q(data) + " --out " + q(tmp.file("dev.npz")) +
+                                    " --devices cuda-emulated:2");
+  REQUIRE_MESSAGE(a.rc == 0, a.out << a.err);
+  REQUIRE_MESSAGE(b.rc == 0, b.out << b.err);
+  auto x = read_npz(tmp.file("cpu.npz")), y = read_npz(tmp.file("dev.npz"));
+  REQUIRE(x.size() == y.size());
+  for (const auto& [name, t] : x) check_close(t, y.at(name));
+}
+#endif
