@@ -1,5 +1,6 @@
 // The CUDA device of a Plan (exec/device_backend.h): device memory, copies on the device's stream,
-// and the nodes with CUDA kernels: the elementwise ops (exec/cuda/elementwise.*), the reductions and
+// and the nodes with CUDA kernels: MatMul and Gemm on cuBLAS (exec/cuda/gemm.*, fp32; the handle's
+// default math mode, no TF32), the elementwise ops (exec/cuda/elementwise.*), the reductions and
 // Softmax (exec/cuda/reduce.*), Transpose / Expand (strided copies on the elementwise kernel) and
 // the reshapes (device copies). Every other node runs on the CPU kernel with copies (Plan::host_ops
 // names them).
@@ -15,6 +16,7 @@
 
 #include "exec/cuda/check.h"
 #include "exec/cuda/elementwise.h"
+#include "exec/cuda/gemm.h"
 #include "exec/cuda/reduce.h"
 #include "exec/device_backend.h"
 
@@ -94,6 +96,7 @@ class CudaBackend final : public DeviceBackend {
       return cuda::elementwise_runs(g, n);
     }
     if (cuda::is_reduce(n.op)) return cuda::reduce_runs(g, n);
+    if (n.op == Op::MatMul || n.op == Op::Gemm) return cuda::gemm_runs(g, n);
     if (is_reshape(n.op)) return true;
     return cuda::copy_op_runs(g, n);
   }
@@ -116,6 +119,10 @@ class CudaBackend final : public DeviceBackend {
       return;
     }
     if (cuda::is_reduce(n.op)) return cuda::reduce_forward(g, n, c.inputs, c.out(0), stream_, emulated_);
+    if (n.op == Op::MatMul || n.op == Op::Gemm) {
+      if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0));
+      return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_);
+    }
     if (is_reshape(n.op)) {  // the same bytes under another shape (the Plan gives outputs their own)
       const size_t bytes = size_t(c.out(0).numel) * dtype_size(c.out(0).dtype);
       if (!bytes) return;

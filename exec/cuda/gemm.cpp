@@ -1,0 +1,347 @@
+// MatMul and Gemm on cuBLAS (see gemm.h): gemm_call maps a node's shapes and attributes to cuBLAS
+// arguments once; forward() hands them to cuBLAS or, emulating, to host loops with cuBLAS's
+// semantics. The C-into-Y broadcast is the elementwise Identity kernel on a rank-2 layout whose
+// broadcast dims have stride 0, so device and emulation share that kernel's index math.
+#include "exec/cuda/gemm.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "exec/cuda/check.h"
+#include "exec/cuda/elementwise.h"
+#include "exec/cuda/elementwise_launch.h"
+
+namespace onnxdp::cuda {
+
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+bool fits_int(int64_t v) { return v >= 0 && v <= kIntMax; }
+
+GemmCall refused(std::string why) {
+  GemmCall c;
+  c.why = std::move(why);
+  return c;
+}
+
+// The batch dims of MatMul's operands broadcast to `out` (numpy rules); false when they do not.
+bool broadcast_batch(const Shape& a, const Shape& b, Shape* out) {
+  const size_t r = std::max(a.size(), b.size());
+  out->assign(r, 1);
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t da = d < r - a.size() ? 1 : a[d - (r - a.size())];
+    const int64_t db = d < r - b.size() ? 1 : b[d - (r - b.size())];
+    if (da != db && da != 1 && db != 1) return false;
+    (*out)[d] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Shape& b_shape) {
+  if (a_type != DType::f32 || b_type != DType::f32)
+    return refused(fmt::format("inputs are {} and {}; the cuBLAS kernel takes float32", dtype_name(a_type),
+                               dtype_name(b_type)));
+  if (a_shape.empty() || b_shape.empty()) return refused("MatMul of a scalar");
+  Shape a = a_shape, b = b_shape;
+  if (a.size() == 1) a.insert(a.begin(), 1);  // [K] on the left is [1, K]
+  if (b.size() == 1) b.push_back(1);          // [K] on the right is [K, 1]
+  const int64_t M = a[a.size() - 2], K = a.back(), Kb = b[b.size() - 2], N = b.back();
+  if (K != Kb) return refused(fmt::format("inner dims differ: {} x {}", shape_str(a_shape), shape_str(b_shape)));
+  const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+  Shape batch;
+  if (!broadcast_batch(a_batch, b_batch, &batch))
+    return refused(fmt::format("batch dims of {} and {} do not broadcast", shape_str(a_shape), shape_str(b_shape)));
+  const int64_t nbatch = shape_numel(batch), na = shape_numel(a_batch), nb = shape_numel(b_batch);
+  for (int64_t v : {M, N, K})
+    if (!fits_int(v)) return refused(fmt::format("matrix dim {} is too large for cuBLAS", v));
+
+  GemmCall c;
+  c.ok = true;
+  c.y_rows = nbatch * M;
+  c.y_cols = N;
+  // Yᵀ [N, M] = Bᵀ [N, K] Aᵀ [K, M] column-major: A' = B (ld N), B' = A (ld K), Y' ld N.
+  c.m = int(N), c.n = int(M), c.k = int(K);
+  c.lda = int(std::max<int64_t>(1, N));
+  c.ldb = int(std::max<int64_t>(1, K));
+  c.ldc = int(std::max<int64_t>(1, N));
+  c.alpha = 1, c.beta = 0;
+  if (nbatch == 0 || M == 0 || N == 0) {
+    c.kind = GemmCall::Kind::nothing;
+    return c;
+  }
+  if (K == 0) {  // a sum of nothing: zeros
+    c.kind = GemmCall::Kind::fill;
+    return c;
+  }
+  c.kind = GemmCall::Kind::gemm;
+  // B shared by every batch (then A's batch dims are the output's): A's rows flattened, one GEMM.
+  if (nb == 1 && fits_int(nbatch * M)) {
+    c.n = int(nbatch * M);
+    return c;
+  }
+  // Strided batches: a side is either the whole batch (its batch dims equal the output's, leading
+  // 1s aside, so batch p is at p * its matrix size) or one matrix for all (stride 0).
+  if ((na != nbatch && na != 1) || (nb != nbatch && nb != 1))
+    return refused(fmt::format("batch dims of {} and {} broadcast in a way strided-batched GEMM cannot express",
+                               shape_str(a_shape), shape_str(b_shape)));
+  if (!fits_int(nbatch)) return refused(fmt::format("batch count {} is too large for cuBLAS", nbatch));
+  c.batch_count = int(nbatch);
+  c.stride_a = nb == 1 ? 0 : K * N;
+  c.stride_b = na == 1 ? 0 : M * K;
+  c.stride_c = M * N;
+  return c;
+}
+
+GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_type, const Shape& b,
+                      const DType* c_type, const Shape* c_shape) {
+  if (a_type != DType::f32 || b_type != DType::f32 || (c_shape && *c_type != DType::f32))
+    return refused(fmt::format("inputs are {}, {}{}{}; the cuBLAS kernel takes float32", dtype_name(a_type),
+                               dtype_name(b_type), c_shape ? " and " : "", c_shape ? dtype_name(*c_type) : ""));
+  if (a.size() != 2 || b.size() != 2)
+    return refused(fmt::format("A and B must be 2-D, they are {} and {}", shape_str(a), shape_str(b)));
+  const bool ta = node.i("transA") != 0, tb = node.i("transB") != 0;
+  const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
+  const int64_t Kb = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+  if (K != Kb) return refused(fmt::format("inner dims differ: A {} and B {}", shape_str(a), shape_str(b)));
+  for (int64_t v : {M, N, K})
+    if (!fits_int(v)) return refused(fmt::format("matrix dim {} is too large for cuBLAS", v));
+  const float alpha = node.f("alpha"), beta = node.f("beta");
+
+  GemmCall c;
+  c.ok = true;
+  c.y_rows = M;
+  c.y_cols = N;
+  if (c_shape) {  // one-way broadcast to [M, N], right-aligned: a dim of 1 has stride 0
+    const Shape& cs = *c_shape;
+    if (cs.size() > 2) return refused(fmt::format("C {} has more than 2 dims", shape_str(cs)));
+    const int64_t rows = cs.size() == 2 ? cs[0] : 1, cols = cs.empty() ? 1 : cs.back();
+    if ((rows != M && rows != 1) || (cols != N && cols != 1))
+      return refused(fmt::format("C {} does not broadcast to [{}, {}]", shape_str(cs), M, N));
+    c.c_row_stride = rows == 1 ? 0 : cols;
+    c.c_col_stride = cols == 1 ? 0 : 1;
+  }
+  c.broadcast_c = c_shape && beta != 0;
+  // Yᵀ = op(B)ᵀ op(A)ᵀ column-major: A' = B as stored (ld its row length), transposed iff transB;
+  // B' = A likewise with transA.
+  c.trans_a = tb, c.trans_b = ta;
+  c.m = int(N), c.n = int(M), c.k = int(K);
+  c.lda = int(std::max<int64_t>(1, b[1]));
+  c.ldb = int(std::max<int64_t>(1, a[1]));
+  c.ldc = int(std::max<int64_t>(1, N));
+  c.alpha = alpha;
+  c.beta = c.broadcast_c ? beta : 0.0f;  // no C (or beta 0): Y is overwritten
+  if (M == 0 || N == 0) c.kind = GemmCall::Kind::nothing;
+  else if (K == 0) c.kind = GemmCall::Kind::fill;
+  else c.kind = GemmCall::Kind::gemm;
+  return c;
+}
+
+// The elementwise Identity launch that writes C broadcast to Y [y_rows, y_cols].
+EwLaunch broadcast_launch(const GemmCall& call, const void* c, void* y) {
+  EwLaunch l;
+  l.op = EwOp::Identity;
+  l.type = EwType::f32;
+  l.in[0] = c;
+  l.out = y;
+  EwLayout& lay = l.layout;
+  lay.numel = call.y_rows * call.y_cols;
+  const bool full = (call.c_row_stride == call.y_cols || call.y_rows == 1) && (call.c_col_stride == 1 || call.y_cols == 1);
+  const bool single = call.c_row_stride == 0 && call.c_col_stride == 0;
+  if (full || single) {  // the same layout as Y, or one element: no index math
+    lay.contiguous = true;
+    lay.rank = 1;
+    lay.dims[0] = lay.numel;
+    lay.scalar[0] = single && lay.numel != 1;
+    return l;
+  }
+  lay.rank = 2;
+  lay.dims[0] = call.y_rows, lay.dims[1] = call.y_cols;
+  lay.strides[0][0] = call.c_row_stride, lay.strides[0][1] = call.c_col_stride;
+  return l;
+}
+
+// cublasSscal: x[i] *= alpha, n elements with unit increment.
+void host_sscal(int64_t n, float alpha, float* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] = alpha * x[i];
+}
+
+// cublasSgemmStridedBatched (cublasSgemm: batch_count 1) on host memory, column-major, with
+// cuBLAS's argument checks: fp32 accumulation, C not read when beta is 0.
+void host_sgemm(const GemmCall& c, const float* A, const float* B, float* C) {
+  const int ra = c.trans_a ? c.k : c.m, rb = c.trans_b ? c.n : c.k;  // rows of A', B' as stored
+  if (c.m < 0 || c.n < 0 || c.k < 0 || c.batch_count < 0 || c.lda < std::max(1, ra) || c.ldb < std::max(1, rb) ||
+      c.ldc < std::max(1, c.m))
+    fail("emulated cuBLAS GEMM: invalid arguments m={} n={} k={} lda={} ldb={} ldc={} batch={} "
+         "(CUBLAS_STATUS_INVALID_VALUE)",
+         c.m, c.n, c.k, c.lda, c.ldb, c.ldc, c.batch_count);
+  for (int64_t p = 0; p < c.batch_count; ++p) {
+    const float* a = A + p * c.stride_a;
+    const float* b = B + p * c.stride_b;
+    float* y = C + p * c.stride_c;
+    for (int64_t j = 0; j < c.n; ++j) {
+      for (int64_t i = 0; i < c.m; ++i) {
+        float acc = 0;
+        for (int64_t l = 0; l < c.k; ++l) {
+          const float av = c.trans_a ? a[l + i * c.lda] : a[i + l * c.lda];  // op(A')[i, l]
+          const float bv = c.trans_b ? b[j + l * c.ldb] : b[l + j * c.ldb];  // op(B')[l, j]
+          acc += av * bv;
+        }
+        float& out = y[i + j * c.ldc];
+        out = c.beta == 0 ? c.alpha * acc : c.alpha * acc + c.beta * out;
+      }
+    }
+  }
+}
+
+void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* handle, void* stream,
+             bool emulate) {
+  if (n.op != Op::MatMul && n.op != Op::Gemm) fail("{}: not a MatMul or Gemm", n.describe());
+  if (in.size() < 2 || !in[0].present() || !in[1].present()) fail("{}: inputs A and B are required", n.describe());
+  const TensorRef& a = in[0];
+  const TensorRef& b = in[1];
+  const TensorRef* c = n.op == Op::Gemm && in.size() > 2 && in[2].present() ? &in[2] : nullptr;
+  const GemmCall call = n.op == Op::MatMul
+                            ? matmul_call(a.dtype, *a.shape, b.dtype, *b.shape)
+                            : gemm_op_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr,
+                                           c ? c->shape : nullptr);
+  if (!call.ok) fail("{}: no cuBLAS kernel: {}", n.describe(), call.why);
+  if (!out.present() || out.dtype != DType::f32 || out.numel != call.y_rows * call.y_cols)
+    fail("{}: the output has {} elements of {}, the product {}", n.describe(), out.present() ? out.numel : 0,
+         dtype_name(out.dtype), call.y_rows * call.y_cols);
+  if (call.kind == GemmCall::Kind::nothing) return;
+
+  cublasHandle_t h = static_cast<cublasHandle_t>(handle);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (!emulate) {
+    if (!h) fail("{}: no cuBLAS handle", n.describe());
+    ONNXDP_CUDA_CHECK(cublasSetStream(h, s));
+    ONNXDP_CUDA_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+  }
+  float* y = out.as<float>();
+  const int64_t ny = call.y_rows * call.y_cols;
+
+  if (call.broadcast_c) {
+    const EwLaunch l = broadcast_launch(call, c->data, y);
+    if (emulate) elementwise_emulate(l);
+    else elementwise_launch(l, stream);
+  }
+
+  if (call.kind == GemmCall::Kind::fill) {  // K = 0: Y = beta * C, or zeros
+    if (!call.broadcast_c) {
+      if (emulate) std::memset(y, 0, size_t(ny) * sizeof(float));
+      else ONNXDP_CUDA_CHECK(cudaMemsetAsync(y, 0, size_t(ny) * sizeof(float), s));
+    } else if (call.beta != 1) {
+      for (int64_t off = 0; off < ny; off += kIntMax) {  // cublasSscal counts in int
+        const int64_t len = std::min(kIntMax, ny - off);
+        if (emulate) host_sscal(len, call.beta, y + off);
+        else ONNXDP_CUDA_CHECK(cublasSscal(h, int(len), &call.beta, y + off, 1));
+      }
+    }
+    return;
+  }
+
+  // Kind::gemm: cuBLAS's A is the node's B, its B the node's A (gemm.h).
+  const float* A = b.as<const float>();
+  const float* B = a.as<const float>();
+  if (emulate) return host_sgemm(call, A, B, y);
+  const cublasOperation_t op_a = call.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = call.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (call.batch_count == 1) {
+    ONNXDP_CUDA_CHECK(cublasSgemm(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, call.lda, B, call.ldb,
+                                  &call.beta, y, call.ldc));
+  } else {
+    ONNXDP_CUDA_CHECK(cublasSgemmStridedBatched(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, call.lda,
+                                                call.stride_a, B, call.ldb, call.stride_b, &call.beta, y, call.ldc,
+                                                call.stride_c, call.batch_count));
+  }
+}
+
+// RAII device buffer.
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) {
+    if (bytes) ONNXDP_CUDA_CHECK(cudaMalloc(&p, bytes));
+  }
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// RAII cuBLAS handle.
+struct Handle {
+  cublasHandle_t h = nullptr;
+  Handle() { ONNXDP_CUDA_CHECK(cublasCreate(&h)); }
+  ~Handle() {
+    if (h) cublasDestroy(h);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+};
+
+}  // namespace
+
+GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, const Shape& b, const DType* c_type,
+                   const Shape* c) {
+  if (n.op == Op::MatMul) return matmul_call(a_type, a, b_type, b);
+  if (n.op == Op::Gemm) {
+    if (c && !c_type) return refused("C has a shape but no dtype");
+    return gemm_op_call(n, a_type, a, b_type, b, c_type, c);
+  }
+  return refused(fmt::format("{} is not MatMul or Gemm", op_name(n.op)));
+}
+
+bool gemm_runs(const Graph& g, const Node& n) {
+  if ((n.op != Op::MatMul && n.op != Op::Gemm) || !n.has_input(0) || !n.has_input(1)) return false;
+  if (n.outputs.empty() || g.value(n.outputs[0]).dtype != DType::f32) return false;
+  const Value& a = g.value(n.inputs[0]);
+  const Value& b = g.value(n.inputs[1]);
+  const Value* c = n.op == Op::Gemm && n.has_input(2) ? &g.value(n.inputs[2]) : nullptr;
+  return gemm_call(n, a.dtype, a.shape, b.dtype, b.shape, c ? &c->dtype : nullptr, c ? &c->shape : nullptr).ok;
+}
+
+void gemm_forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* cublas_handle,
+                  void* stream) {
+  forward(n, in, out, cublas_handle, stream, false);
+}
+
+void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out) {
+  forward(n, in, out, nullptr, nullptr, true);
+}
+
+std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {
+  const DeviceCount d = device_count();
+  if (d.count == 0) fail("{}: no GPU: {}", n.describe(), d.reason);
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  std::vector<TensorRef> ins;
+  for (const Tensor* t : inputs) {
+    TensorRef r;
+    if (t) {
+      bufs.push_back(std::make_unique<DeviceBuffer>(t->nbytes()));
+      if (t->nbytes())
+        ONNXDP_CUDA_CHECK(cudaMemcpy(bufs.back()->p, t->data(), t->nbytes(), cudaMemcpyHostToDevice));
+      r = TensorRef{bufs.back()->p, t->dtype(), &t->shape(), t->numel()};
+    }
+    ins.push_back(r);
+  }
+  const Value& ov = g.value(n.outputs.at(0));
+  std::vector<Tensor> outs;
+  outs.emplace_back(ov.dtype, ov.shape);
+  Tensor& o = outs[0];
+  DeviceBuffer ob(o.nbytes());
+  if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemset(ob.p, 0xFF, o.nbytes()));  // all-ones bits: NaN
+  Handle handle;
+  gemm_forward(n, ins, TensorRef{ob.p, o.dtype(), &o.shape(), o.numel()}, handle.h, nullptr);
+  ONNXDP_CUDA_CHECK(cudaDeviceSynchronize());
+  if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemcpy(o.data(), ob.p, o.nbytes(), cudaMemcpyDeviceToHost));
+  return outs;
+}
+
+}  // namespace onnxdp::cuda

@@ -1,0 +1,98 @@
+// MatMul and Gemm on CUDA through cuBLAS, seen from the graph: which nodes run there, and running one.
+//
+//   if (cuda::gemm_runs(g, node)) cuda::gemm_forward(node, inputs, out, cublas_handle, stream);
+//
+// Row-major tensors on column-major cuBLAS: a row-major [r, c] buffer is the column-major [c, r]
+// matrix, its transpose. Y = op(A) op(B) row-major is therefore Yᵀ = op(B)ᵀ op(A)ᵀ column-major:
+// cuBLAS's first operand is the node's B and its second the node's A, with m = N, n = M, and each
+// operand's leading dimension its row length as stored. gemm_call computes every argument of the
+// call (and of the C-into-Y broadcast before it); gemm_forward hands them to cuBLAS, gemm_emulate to
+// a host loop with cuBLAS's semantics, so the mapping is tested without a GPU
+// (tests/gpu/test_cuda_gemm.cpp).
+//
+// What runs (f32 only for now; the caller falls back to the CPU kernel otherwise):
+// - MatMul, numpy semantics: 1-D operands ([K] as [1, K] on the left, [K, 1] on the right); B
+//   without batch (2-D, 1-D, or batch dims all 1) and A of any batch: one GEMM over A's rows
+//   flattened; equal batch dims (after dropping leading 1s), or one side's batch dims all 1:
+//   cublasSgemmStridedBatched, the batch-1 side with stride 0. Batch broadcasting in both
+//   directions at once (A [2, 1, M, K] x B [1, 3, K, N]) is refused.
+// - Gemm: transA / transB as cuBLAS ops, alpha, beta, C of any shape that broadcasts to [M, N]
+//   ([], [1], [N], [1, N], [M, 1], [M, N], [1, 1]), copied into Y by the elementwise Identity
+//   kernel (exec/cuda/elementwise_launch.h) with stride 0 on its broadcast dims, then beta * Y is
+//   added by cuBLAS. No C, or beta = 0: beta is 0 and Y is only written (cuBLAS does not read C
+//   when beta is 0).
+// - Empty dims: M, N or batch 0 is nothing to do; K = 0 gives Y = beta * C (the broadcast copy
+//   then cublasSscal) or zeros (cudaMemsetAsync), without calling GEMM with k = 0.
+// The product uses cublasSgemm / cublasSgemmStridedBatched, i.e. fp32 inputs and accumulation
+// unless the handle's math mode allows TF32 (the caller's choice).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/kernel.h"
+#include "graph/graph.h"
+#include "graph/tensor.h"
+
+namespace onnxdp::cuda {
+
+// The cuBLAS calls of one MatMul / Gemm node, in cuBLAS's (column-major) terms.
+struct GemmCall {
+  bool ok = false;
+  std::string why;  // !ok: what is not handled, for the caller's message
+
+  enum class Kind {
+    nothing,  // Y has no elements (M, N or the batch is 0)
+    fill,     // K = 0: Y = beta * C broadcast (with broadcast_c) or zeros
+    gemm,     // broadcast C into Y when broadcast_c, then the GEMM
+  };
+  Kind kind = Kind::nothing;
+
+  // Y (row-major [y_rows, y_cols], y_rows = M times the batch for MatMul) and, with broadcast_c,
+  // Y[i, j] = C[i * c_row_stride + j * c_col_stride] written before the GEMM (Gemm with a C and
+  // beta != 0). Stride 0 on a dim C broadcasts along.
+  int64_t y_rows = 0, y_cols = 0;
+  bool broadcast_c = false;
+  int64_t c_row_stride = 0, c_col_stride = 0;
+
+  // The GEMM, column-major: Y' = alpha * op_a(A') op_b(B') + beta * Y' for each of batch_count
+  // matrices, A' = the node's input 1 (B), B' = the node's input 0 (A), Y' = the output (Yᵀ).
+  // A' is m x k after op_a, B' k x n after op_b, Y' m x n with leading dims lda, ldb, ldc, matrix
+  // p at offset p * stride_*. batch_count 1: cublasSgemm; more: cublasSgemmStridedBatched.
+  bool trans_a = false, trans_b = false;  // CUBLAS_OP_T when set, else CUBLAS_OP_N
+  int m = 0, n = 0, k = 0;
+  int lda = 1, ldb = 1, ldc = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  int batch_count = 1;
+  float alpha = 1, beta = 0;
+};
+
+// The calls for node n (MatMul or Gemm) on inputs of these dtypes and shapes (c: Gemm's C, nullptr
+// when absent). ok false with `why` for what has no cuBLAS kernel here. Shapes are taken as given
+// (the shape rule has checked K and the broadcasts); inconsistent ones are refused, not trusted.
+GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, const Shape& b, const DType* c_type,
+                   const Shape* c);
+
+// Whether node n (MatMul or Gemm) has a cuBLAS kernel for its input dtypes and shapes in g.
+bool gemm_runs(const Graph& g, const Node& n);
+
+// Runs n on device tensors (TensorRef.data are device pointers; in[2] absent or !present() for a
+// Gemm without C). cublas_handle: a cublasHandle_t owned by the caller (its math mode is the
+// caller's choice); stream: a cudaStream_t (nullptr: the default stream). Sets the handle's stream
+// and host pointer mode. Throws onnxdp::Error for what gemm_runs refuses and on CUDA errors.
+void gemm_forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* cublas_handle,
+                  void* stream);
+
+// Exactly what gemm_forward would compute, on host memory: gemm_call's arguments, the elementwise
+// Identity kernel's host emulation for the C broadcast, and plain loops with cublasSscal's and
+// cublasSgemmStridedBatched's column-major semantics (fp32 accumulation, Y not read when beta is
+// 0). Evidence for the argument mapping, not for cuBLAS or the device.
+void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out);
+
+// run_node (exec/kernel.h) on CUDA for the tests: copies the host inputs to the GPU, fills the
+// output with NaN (so an element the kernels fail to write shows), runs gemm_forward with a
+// handle of its own in the default math mode, copies output 0 back. Throws onnxdp::Error without a
+// GPU.
+std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs);
+
+}  // namespace onnxdp::cuda

@@ -1,0 +1,448 @@
+// The cuBLAS MatMul / Gemm path (exec/cuda/gemm.h) against the CPU kernels (the reference,
+// DESIGN.md convention 5): MatMul 2-D, N-D x 2-D (rows flattened into one GEMM), equal batch dims,
+// one side's batch broadcast (stride 0), 1-D operands, sizes 1 / 7 / 33 / 65 and larger, empty M,
+// N, K and batch; Gemm with every transA / transB pair, alpha / beta (0 included), C absent, [],
+// [1], [1, 1], [N], [1, N], [M, 1], [M, N], and empty dims (K = 0: beta * C or zeros).
+//
+// Tolerance. fp32 sums in different orders (OpenBLAS on the CPU, cuBLAS or the emulation's
+// sequential loop) differ by rounding only: for any order, a K-term dot product is within
+// gamma_K = K u / (1 - K u) of the exact value relative to the sum of the terms' magnitudes (Higham,
+// Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5), u = 2^-24; alpha's product and
+// beta * C's add are two more roundings. Both results are then within about (K + 2) u * mag of the
+// exact value, mag = |alpha| sum |a||b| + |beta| |c|, computed by the CPU kernel itself on the
+// absolute inputs. The check is |cuda - cpu| <= (2K + 8) u * mag per element: that bound with
+// margin, tight enough to catch any wrong index, stride or transpose (which moves a result by about
+// mag itself), and exact for K = 0. It holds for fp32 (CUBLAS_COMPUTE_32F) only: TF32 would need
+// its own (u = 2^-11).
+//
+// Suite "cuda" runs gemm_emulate (gemm_call's arguments through host loops with cuBLAS's
+// column-major semantics) and needs no GPU; it shows the argument mapping is right, not that
+// cuBLAS or the device runs. Suite "gpu" runs cuBLAS through gemm_run_node; without a GPU each case
+// prints "no GPU: <reason> -- CUDA kernel test SKIPPED" and returns.
+#if defined(ONNXDP_HAVE_CUDA)
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "exec/cuda/elementwise.h"
+#include "exec/cuda/gemm.h"
+#include "exec/kernel.h"
+
+using namespace onnxdp;
+
+namespace {
+
+bool have_gpu() {
+  cuda::DeviceCount d = cuda::device_count();
+  if (d.count > 0) return true;
+  MESSAGE("no GPU: " << d.reason << " -- CUDA kernel test SKIPPED");
+  return false;
+}
+
+using Attrs = std::map<std::string, Attr>;
+
+// A graph with one node op(inputs) -> "y"; inputs are graph inputs of dtype t.
+struct OneNode {
+  Graph g;
+  int node = -1;
+  const Node& n() const { return g.nodes[size_t(node)]; }
+};
+
+OneNode one_node(Op op, const std::vector<Shape>& shapes, const Attrs& attrs, DType t = DType::f32) {
+  OneNode o;
+  std::vector<ValueId> ids;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    Value v;
+    v.name = "in" + std::to_string(k);
+    v.dtype = t;
+    v.shape = shapes[k];
+    v.kind = ValueKind::input;
+    ids.push_back(o.g.add_value(std::move(v)));
+  }
+  o.node = o.g.add_node(op, "n", ids, {"y"}, attrs);
+  return o;
+}
+
+// The CUDA path with its cuBLAS calls replaced by host loops (cuda::gemm_emulate), on host tensors.
+// The output starts as NaN, so an element the path does not write (or reads when beta is 0) shows.
+Tensor emulate(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {
+  std::vector<TensorRef> ins;
+  for (const Tensor* t : inputs)
+    ins.push_back(TensorRef{const_cast<void*>(t->data()), t->dtype(), &t->shape(), t->numel()});
+  const Value& ov = g.value(n.outputs.at(0));
+  Tensor y(ov.dtype, ov.shape);
+  for (int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+  cuda::gemm_emulate(n, ins, TensorRef{y.data(), y.dtype(), &y.shape(), y.numel()});
+  return y;
+}
+
+enum class Backend { gpu, emulation };
+Backend g_backend = Backend::emulation;
+
+struct Case {
+  Op op;
+  std::vector<Shape> shapes;  // A, B and, for Gemm with C, C
+  Attrs attrs = {};
+};
+
+std::string describe(const Case& c) {
+  std::string s = std::string(op_name(c.op)) + "(";
+  for (size_t k = 0; k < c.shapes.size(); ++k) s += (k ? ", " : "") + shape_str(c.shapes[k]);
+  s += ")";
+  for (const auto& [name, a] : c.attrs) {
+    if (const float* f = std::get_if<float>(&a)) s += " " + name + "=" + std::to_string(*f);
+    if (const int64_t* i = std::get_if<int64_t>(&a)) s += " " + name + "=" + std::to_string(*i);
+  }
+  return s;
+}
+
+// Runs the case on the CPU kernel and the CUDA path (g_backend); false (with a failed check) on a
+// mismatch.
+bool run_case(const Case& c, std::mt19937& rng) {
+  INFO(describe(c));
+  OneNode o = one_node(c.op, c.shapes, c.attrs);
+  const Node& n = o.n();
+  REQUIRE(cuda::gemm_runs(o.g, n));
+
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<Tensor> data, abs_data;
+  for (const Shape& s : c.shapes) {
+    Tensor t(DType::f32, s), a(DType::f32, s);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      t.as<float>()[i] = u(rng);
+      a.as<float>()[i] = std::abs(t.as<float>()[i]);
+    }
+    data.push_back(std::move(t));
+    abs_data.push_back(std::move(a));
+  }
+  std::vector<const Tensor*> ins, abs_ins;
+  for (size_t k = 0; k < data.size(); ++k) ins.push_back(&data[k]), abs_ins.push_back(&abs_data[k]);
+
+  const Tensor cpu = onnxdp::run_node(o.g, n, ins)[0];
+  const Tensor got = g_backend == Backend::gpu ? cuda::gemm_run_node(o.g, n, ins)[0] : emulate(o.g, n, ins);
+
+  // mag = |alpha| |A| |B| + |beta| |C|, by the CPU kernel.
+  Attrs abs_attrs = c.attrs;
+  for (auto& [name, a] : abs_attrs)
+    if (float* f = std::get_if<float>(&a)) *f = std::abs(*f);
+  OneNode oa = one_node(c.op, c.shapes, abs_attrs);
+  const Tensor mag = onnxdp::run_node(oa.g, oa.n(), abs_ins)[0];
+
+  int64_t K;
+  const Shape& a = c.shapes[0];
+  if (c.op == Op::MatMul) K = a.back();
+  else K = n.i("transA") ? a[0] : a[1];
+  const double tol = double(2 * K + 8) * std::ldexp(1.0, -24);
+
+  REQUIRE(got.dtype() == DType::f32);
+  REQUIRE(got.shape() == cpu.shape());
+  int64_t bad = 0;
+  std::string why;
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    const double want = cpu.as<float>()[i], have = got.as<float>()[i], m = mag.as<float>()[i];
+    const bool ok = !std::isnan(have) && std::abs(have - want) <= tol * m;
+    if (!ok && bad++ < 3)
+      why += " [" + std::to_string(i) + "] cpu " + std::to_string(want) + " cuda " + std::to_string(have);
+  }
+  INFO("mismatches: " << bad << " of " << cpu.numel() << why);
+  CHECK(bad == 0);
+  return bad == 0;
+}
+
+void report(const char* what, int cases) {
+  const std::string where = g_backend == Backend::gpu ? "on GPU (cuBLAS)" : "host emulation";
+  MESSAGE("cuda gemm " << where << ": " << std::string(what) << ": " << cases << " cases match the CPU kernel");
+}
+
+Case matmul(Shape a, Shape b) { return Case{Op::MatMul, {std::move(a), std::move(b)}}; }
+
+void matmul_2d() {
+  std::mt19937 rng(11);
+  int n = 0;
+  for (int64_t m : {1, 7, 33, 65})
+    for (int64_t k : {1, 7, 33, 65})
+      for (int64_t nn : {1, 7, 33, 65}) n += run_case(matmul({m, k}, {k, nn}), rng);
+  n += run_case(matmul({130, 257}, {257, 129}), rng);  // more than one tile every way
+  report("MatMul 2-D x 2-D", n);
+}
+
+void matmul_batched() {
+  std::mt19937 rng(12);
+  int n = 0;
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      // N-D x 2-D: rows flattened into one GEMM
+      {{2, 5, 33}, {33, 7}},
+      {{3, 1, 7}, {7, 65}},
+      {{2, 3, 7, 9}, {9, 5}},
+      {{2, 3, 7, 9}, {1, 1, 9, 5}},  // B's batch dims all 1
+      // equal batch dims: strided batched
+      {{4, 7, 33}, {4, 33, 5}},
+      {{2, 3, 7, 9}, {2, 3, 9, 5}},
+      {{3, 7, 9}, {1, 3, 9, 5}},  // equal after dropping leading 1s
+      {{8, 64, 96}, {8, 96, 80}},
+      // one side's batch dims all 1: stride 0
+      {{1, 7, 9}, {4, 9, 5}},
+      {{7, 9}, {3, 9, 5}},
+      {{1, 1, 7, 9}, {2, 3, 9, 5}},
+      {{7, 65}, {2, 3, 65, 33}},
+  };
+  for (const auto& [a, b] : cases) n += run_case(matmul(a, b), rng);
+  report("MatMul batched and broadcast", n);
+}
+
+void matmul_vectors() {
+  std::mt19937 rng(13);
+  int n = 0;
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{9}, {9}},         {{65}, {65}},        {{9}, {9, 5}},       {{7, 9}, {9}},
+      {{9}, {3, 9, 5}},   {{3, 7, 9}, {9}},    {{65}, {2, 65, 33}}, {{1}, {1, 7}},
+  };
+  for (const auto& [a, b] : cases) n += run_case(matmul(a, b), rng);
+  report("MatMul with 1-D operands", n);
+}
+
+void matmul_empty() {
+  std::mt19937 rng(14);
+  int n = 0;
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{0, 9}, {9, 5}},       {{7, 9}, {9, 0}},       {{7, 0}, {0, 5}},        // M, N, K = 0
+      {{0, 7, 9}, {0, 9, 5}}, {{3, 7, 0}, {3, 0, 5}}, {{2, 0, 9}, {9, 5}},     // batch 0, K 0 batched
+      {{0}, {0}},             {{0}, {0, 5}},          {{1, 7, 0}, {4, 0, 5}},  // 1-D K 0, broadcast K 0
+  };
+  for (const auto& [a, b] : cases) n += run_case(matmul(a, b), rng);
+  report("MatMul with empty dims", n);
+}
+
+// Gemm of op(A) [m, k] x op(B) [k, n] (A, B stored transposed when ta, tb); C of shape *c, none
+// when c is null.
+Case gemm(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta, const Shape* c) {
+  Case cs{Op::Gemm, {ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}}};
+  if (c) cs.shapes.push_back(*c);
+  cs.attrs = {{"transA", Attr(int64_t(ta))}, {"transB", Attr(int64_t(tb))}, {"alpha", Attr(alpha)},
+              {"beta", Attr(beta)}};
+  return cs;
+}
+
+// The C shapes for [m, n]; the first entry (empty optional) is "no C".
+std::vector<std::vector<Shape>> c_shapes(int64_t m, int64_t n) {
+  return {{}, {Shape{}}, {Shape{1}}, {Shape{1, 1}}, {Shape{n}}, {Shape{1, n}}, {Shape{m, 1}}, {Shape{m, n}}};
+}
+
+void gemm_all() {
+  std::mt19937 rng(15);
+  int count = 0;
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  for (Mnk d : {Mnk{7, 5, 33}, Mnk{1, 65, 1}, Mnk{33, 1, 7}, Mnk{65, 33, 65}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (auto [alpha, beta] : {std::pair{1.0f, 1.0f}, std::pair{0.5f, -2.0f}, std::pair{-1.5f, 0.0f}})
+          for (const auto& c : c_shapes(d.m, d.n))
+            count += run_case(gemm(d.m, d.n, d.k, ta, tb, alpha, beta, c.empty() ? nullptr : &c[0]), rng);
+  // alpha 0: beta * C; a larger product
+  const Shape c_row{1, 7}, c_full{33, 7}, c_big{1, 129};
+  count += run_case(gemm(33, 7, 9, false, true, 0.0f, 0.25f, &c_row), rng);
+  count += run_case(gemm(33, 7, 9, true, false, 0.0f, 0.25f, &c_full), rng);
+  count += run_case(gemm(130, 129, 257, true, false, 1.0f, 1.0f, &c_big), rng);
+  report("Gemm transA / transB, alpha / beta, every C", count);
+}
+
+void gemm_empty() {
+  std::mt19937 rng(16);
+  int count = 0;
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  for (Mnk d : {Mnk{0, 5, 7}, Mnk{7, 0, 5}, Mnk{7, 5, 0}, Mnk{0, 0, 0}, Mnk{1, 33, 0}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.5f, 1.0f, 0.0f})
+          for (const auto& c : c_shapes(d.m, d.n))
+            count += run_case(gemm(d.m, d.n, d.k, ta, tb, 2.0f, beta, c.empty() ? nullptr : &c[0]), rng);
+  report("Gemm with empty dims (K = 0: beta * C or zeros)", count);
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+
+// The argument mapping itself, on cases whose cuBLAS arguments are worked out by hand.
+TEST_CASE("cuda gemm: gemm_call maps row-major MatMul / Gemm to column-major cuBLAS arguments") {
+  auto call = [](Op op, std::vector<Shape> shapes, Attrs attrs = {}) {
+    OneNode o = one_node(op, shapes, attrs);
+    const DType f = DType::f32;
+    return cuda::gemm_call(o.n(), f, shapes[0], f, shapes[1], shapes.size() > 2 ? &f : nullptr,
+                           shapes.size() > 2 ? &shapes[2] : nullptr);
+  };
+  using K = cuda::GemmCall::Kind;
+
+  // [2, 5, 33] x [33, 7]: Yᵀ [7, 10] = Bᵀ [7, 33] Aᵀ [33, 10], one GEMM.
+  cuda::GemmCall c = call(Op::MatMul, {{2, 5, 33}, {33, 7}});
+  REQUIRE(c.ok);
+  CHECK(c.kind == K::gemm);
+  CHECK(c.batch_count == 1);
+  CHECK((c.m == 7 && c.n == 10 && c.k == 33));
+  CHECK((c.lda == 7 && c.ldb == 33 && c.ldc == 7));
+  CHECK((!c.trans_a && !c.trans_b && c.alpha == 1 && c.beta == 0 && !c.broadcast_c));
+  CHECK((c.y_rows == 10 && c.y_cols == 7));
+
+  // A's batch 1 against B's batch 4: strided batched, A (cuBLAS's B) with stride 0.
+  c = call(Op::MatMul, {{1, 7, 9}, {4, 9, 5}});
+  REQUIRE(c.ok);
+  CHECK(c.batch_count == 4);
+  CHECK((c.m == 5 && c.n == 7 && c.k == 9));
+  CHECK((c.stride_a == 45 && c.stride_b == 0 && c.stride_c == 35));
+
+  // Equal batch dims: both strided.
+  c = call(Op::MatMul, {{2, 3, 7, 9}, {2, 3, 9, 5}});
+  REQUIRE(c.ok);
+  CHECK(c.batch_count == 6);
+  CHECK((c.stride_a == 45 && c.stride_b == 63 && c.stride_c == 35));
+
+  // 1-D B: [K] is [K, 1], so N = 1 and every ld is at least 1.
+  c = call(Op::MatMul, {{3, 7, 9}, {9}});
+  REQUIRE(c.ok);
+  CHECK((c.batch_count == 1 && c.m == 1 && c.n == 21 && c.k == 9 && c.lda == 1 && c.ldb == 9 && c.ldc == 1));
+
+  // K = 0: zeros, no GEMM. M = 0: nothing.
+  CHECK(call(Op::MatMul, {{7, 0}, {0, 5}}).kind == K::fill);
+  CHECK(call(Op::MatMul, {{0, 9}, {9, 5}}).kind == K::nothing);
+
+  // Gemm transA, transB: A [9, 7], B [5, 9] -> Y [7, 5]; cuBLAS's A = B stored [5, 9] (ld 9, op T),
+  // its B = A stored [9, 7] (ld 7, op T).
+  c = call(Op::Gemm, {{9, 7}, {5, 9}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))}});
+  REQUIRE(c.ok);
+  CHECK((c.trans_a && c.trans_b && c.m == 5 && c.n == 7 && c.k == 9));
+  CHECK((c.lda == 9 && c.ldb == 7 && c.ldc == 5));
+
+  // transA only: A [9, 7] (ld 7, op T), B [9, 5] (ld 5, op N).
+  c = call(Op::Gemm, {{9, 7}, {9, 5}}, {{"transA", Attr(int64_t(1))}});
+  REQUIRE(c.ok);
+  CHECK((!c.trans_a && c.trans_b && c.lda == 5 && c.ldb == 7));
+
+  // C [N]: broadcast down the rows; [M, 1]: along each row; [M, N]: as is; scalar: everywhere.
+  c = call(Op::Gemm, {{7, 9}, {9, 5}, {5}}, {{"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}});
+  REQUIRE(c.ok);
+  CHECK((c.broadcast_c && c.c_row_stride == 0 && c.c_col_stride == 1 && c.alpha == 0.5f && c.beta == 2.0f));
+  c = call(Op::Gemm, {{7, 9}, {9, 5}, {7, 1}});
+  CHECK((c.broadcast_c && c.c_row_stride == 1 && c.c_col_stride == 0 && c.beta == 1.0f));
+  c = call(Op::Gemm, {{7, 9}, {9, 5}, {7, 5}});
+  CHECK((c.broadcast_c && c.c_row_stride == 5 && c.c_col_stride == 1));
+  c = call(Op::Gemm, {{7, 9}, {9, 5}, {}});
+  CHECK((c.broadcast_c && c.c_row_stride == 0 && c.c_col_stride == 0));
+  // beta 0, or no C: Y is overwritten.
+  c = call(Op::Gemm, {{7, 9}, {9, 5}, {7, 5}}, {{"beta", Attr(0.0f)}});
+  CHECK((c.ok && !c.broadcast_c && c.beta == 0));
+  c = call(Op::Gemm, {{7, 9}, {9, 5}});
+  CHECK((c.ok && !c.broadcast_c && c.beta == 0));
+  // K = 0 with C: beta * C.
+  c = call(Op::Gemm, {{7, 0}, {0, 5}, {5}}, {{"beta", Attr(0.5f)}});
+  CHECK((c.ok && c.kind == K::fill && c.broadcast_c && c.beta == 0.5f));
+}
+
+// What gemm_runs refuses, the caller runs on the CPU kernel.
+TEST_CASE("cuda gemm: gemm_runs refuses non-f32 dtypes and batch broadcasting in both directions") {
+  for (DType t : {DType::f64, DType::i32, DType::i64}) {
+    INFO(dtype_name(t));
+    OneNode mm = one_node(Op::MatMul, {{3, 4}, {4, 5}}, {}, t);
+    CHECK_FALSE(cuda::gemm_runs(mm.g, mm.n()));
+    OneNode ge = one_node(Op::Gemm, {{3, 4}, {4, 5}, {5}}, {}, t);
+    CHECK_FALSE(cuda::gemm_runs(ge.g, ge.n()));
+  }
+  const std::vector<std::pair<Shape, Shape>> mixed = {
+      {{2, 1, 7, 9}, {1, 3, 9, 5}}, {{1, 3, 7, 9}, {2, 3, 9, 5}}, {{2, 3, 7, 9}, {2, 1, 9, 5}}};
+  for (const auto& [a, b] : mixed) {
+    INFO(shape_str(a) << " x " << shape_str(b));
+    OneNode o = one_node(Op::MatMul, {a, b}, {});
+    CHECK_FALSE(cuda::gemm_runs(o.g, o.n()));
+    // Running it anyway is an error naming the node, not a wrong answer.
+    Tensor ta(DType::f32, a), tb(DType::f32, b);
+    CHECK_THROWS_WITH_AS(emulate(o.g, o.n(), {&ta, &tb}), doctest::Contains("no cuBLAS kernel"), Error);
+  }
+  // Other ops are not this kernel's.
+  OneNode add = one_node(Op::Add, {{3}, {3}}, {});
+  CHECK_FALSE(cuda::gemm_runs(add.g, add.n()));
+  // What it takes: f32 MatMul and Gemm.
+  OneNode mm = one_node(Op::MatMul, {{2, 3, 4}, {4, 5}}, {});
+  CHECK(cuda::gemm_runs(mm.g, mm.n()));
+  OneNode ge = one_node(Op::Gemm, {{3, 4}, {4, 5}, {1, 5}}, {});
+  CHECK(cuda::gemm_runs(ge.g, ge.n()));
+}
+
+TEST_CASE("cuda gemm: gemm_run_node without a GPU is an onnxdp::Error") {
+  if (cuda::device_count().count > 0) return;  // a GPU: suite "gpu" runs it
+  OneNode o = one_node(Op::MatMul, {{2, 3}, {3, 4}}, {});
+  Tensor a(DType::f32, {2, 3}), b(DType::f32, {3, 4});
+  CHECK_THROWS_WITH_AS(cuda::gemm_run_node(o.g, o.n(), {&a, &b}), doctest::Contains("no GPU"), Error);
+}
+
+TEST_CASE("cuda gemm host emulation: MatMul 2-D x 2-D equals the CPU") {
+  g_backend = Backend::emulation;
+  matmul_2d();
+}
+TEST_CASE("cuda gemm host emulation: MatMul batched and batch-broadcast equals the CPU") {
+  g_backend = Backend::emulation;
+  matmul_batched();
+}
+TEST_CASE("cuda gemm host emulation: MatMul with 1-D operands equals the CPU") {
+  g_backend = Backend::emulation;
+  matmul_vectors();
+}
+TEST_CASE("cuda gemm host emulation: MatMul with empty dims equals the CPU") {
+  g_backend = Backend::emulation;
+  matmul_empty();
+}
+TEST_CASE("cuda gemm host emulation: Gemm (transA, transB, alpha, beta, C broadcasts) equals the CPU") {
+  g_backend = Backend::emulation;
+  gemm_all();
+}
+TEST_CASE("cuda gemm host emulation: Gemm with empty dims equals the CPU") {
+  g_backend = Backend::emulation;
+  gemm_empty();
+}
+
+}  // TEST_SUITE("cuda")
+
+// cuBLAS on the GPU; without one each case says "no GPU: <reason>" and returns.
+TEST_SUITE("gpu") {
+
+TEST_CASE("cuda gemm on GPU: MatMul 2-D x 2-D equals the CPU") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  matmul_2d();
+}
+TEST_CASE("cuda gemm on GPU: MatMul batched and batch-broadcast equals the CPU") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  matmul_batched();
+}
+TEST_CASE("cuda gemm on GPU: MatMul with 1-D operands equals the CPU") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  matmul_vectors();
+}
+TEST_CASE("cuda gemm on GPU: MatMul with empty dims equals the CPU") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  matmul_empty();
+}
+TEST_CASE("cuda gemm on GPU: Gemm (transA, transB, alpha, beta, C broadcasts) equals the CPU") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  gemm_all();
+}
+TEST_CASE("cuda gemm on GPU: Gemm with empty dims equals the CPU") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  gemm_empty();
+}
+
+}  // TEST_SUITE("gpu")
+
+#endif  // ONNXDP_HAVE_CUDA
