@@ -41,7 +41,8 @@ def onnxdp_trial(a, m, steps, tag):
     metrics = os.path.join(m["dir"], f"onnxdp-{tag}.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = h.onnxdp_cmd(a.onnxdp, m["onnx"], m["npz"], m["batch"], steps, a.lr, "cpu", metrics)
+    cmd = h.onnxdp_cmd(a.onnxdp, m["onnx"], m["npz"], m["batch"], steps, a.lr,
+                       "cuda:0" if a.device == "cuda" else "cpu", metrics)
     rc, wall, rss, err = h.run_child(cmd, h.thread_env(a.threads, a.omp_wait_policy), os.path.join(m["dir"], f"onnxdp-{tag}"))
     if rc != 0:
         return {"error": f"onnxdp exit {rc}: {err.strip()[-600:]}", "cmd": " ".join(cmd)}
@@ -53,7 +54,7 @@ def torch_trial(a, m, steps, tag):
     out = os.path.join(m["dir"], f"torch-{tag}.json")
     cmd = [sys.executable, os.path.join(HERE, "torch_worker.py"), "--model", m["name"], "--onnx", m["onnx"],
            "--data", m["npz"], "--batch", str(m["batch"]), "--steps", str(steps), "--threads", str(a.threads),
-           "--lr", repr(a.lr), "--out", out]
+           "--lr", repr(a.lr), "--device", a.device, "--out", out]
     rc, wall, rss, err = h.run_child(cmd, h.thread_env(a.threads, a.omp_wait_policy), os.path.join(m["dir"], f"torch-{tag}"))
     if rc != 0:
         return {"error": f"torch worker exit {rc}: {err.strip()[-600:]}"}
@@ -146,6 +147,8 @@ def main():
     ap.add_argument("--onnxdp", default=h.default_onnxdp(), help="the onnxdp binary (default: build/onnxdp)")
     ap.add_argument("--models", nargs="+", help=f"some of {list(bm.MODELS)} (default: all)")
     ap.add_argument("--threads", type=int, default=2, help="threads for both (torch.set_num_threads, OMP_NUM_THREADS)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: both on the first GPU (onnxdp --devices cuda:0, PyTorch eager on cuda:0)")
     ap.add_argument("--repeats", type=int, default=2, help="alternating repeats per model (median reported)")
     ap.add_argument("--steps", type=int, help="N for every model (default: per model, bench_models.py)")
     ap.add_argument("--batch", type=int, help="batch for every model (default: per model)")
@@ -184,10 +187,11 @@ def main():
         print(f"{model}: {side} failed: {err}")
     if a.no_save:
         return
-    md_path, json_path = h.result_paths("cpu", a.out_dir)
+    md_path, json_path = h.result_paths(a.device, a.out_dir)
     settings = (f"threads {a.threads}, OMP_WAIT_POLICY {a.omp_wait_policy}, repeats {a.repeats}, AdamW lr {a.lr}, "
-                "one replica (--devices cpu)")
-    md = [f"# onnxdp vs PyTorch, CPU — {info['date']}", "",
+                + ("one GPU (--devices cuda:0; PyTorch eager on cuda:0)" if a.device == "cuda"
+                   else "one replica (--devices cpu)"))
+    md = [f"# onnxdp vs PyTorch, {a.device.upper()} — {info['date']}", "",
           f"- machine: {info['cpu']}, {info['logical_cpus']} logical CPUs, host {info['host']}, "
           f"load average at start {info['load_avg_at_start']}",
           f"- versions: {info['onnxdp']}; torch {info['torch']}; onnx {info['onnx']}; numpy {info['numpy']}; "

@@ -28,6 +28,7 @@ def main():
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the first GPU)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -39,10 +40,11 @@ def main():
     torch.set_num_threads(a.threads)
     model = bm.build(a.model)
     bm.load_weights(model, a.onnx)
+    model.to(a.device)
     model.train()
     data = np.load(a.data)
-    x_all = torch.from_numpy(data[bm.MODELS[a.model]["input"]])
-    y_all = torch.from_numpy(data["label"])
+    x_all = torch.from_numpy(data[bm.MODELS[a.model]["input"]]).to(a.device)
+    y_all = torch.from_numpy(data["label"]).to(a.device)
     n = x_all.shape[0]
     # AdamW with torch's defaults (weight decay 0.01), as onnxdp's adamw.
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
@@ -60,11 +62,11 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(loss.item())
+        losses.append(loss.item())  # a device sync every step, as onnxdp's metrics read the loss
     loop_s = time.perf_counter() - t0
     with open(a.out, "w") as f:
         json.dump({"loop_s": loop_s, "losses": losses, "torch": torch.__version__,
-                   "threads": torch.get_num_threads()}, f)
+                   "threads": torch.get_num_threads(), "device": a.device}, f)
 
 
 if __name__ == "__main__":

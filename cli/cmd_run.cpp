@@ -232,7 +232,10 @@ int run_command(const RunOptions& opt) {
   auto run_replica = [&](Communicator* comm, int local_index) {
     const int rank = comm ? comm->rank() : 0;
     std::shared_ptr<DeviceBackend> device;
-    if (devices.kind != DeviceKind::cpu) device = make_device_backend(devices.kind, devices.index[size_t(local_index)]);
+    if (devices.kind != DeviceKind::cpu) {
+      device = make_device_backend(devices.kind, devices.index[size_t(local_index)]);
+      device->connect(comm);
+    }
     std::map<int64_t, std::unique_ptr<Plan>> plans;
     for (size_t b = 0; b < batches.size(); ++b) {
       const auto [start, count] = batches[b];

@@ -65,6 +65,9 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--log-every,--logging-steps", o->log_every, "Steps between progress lines when output is not a terminal (0: ~10 a run)");
   cmd->add_flag("--quiet", o->quiet, "Print nothing but errors");
+  auto no_cuda_graph = std::make_shared<bool>(false);
+  cmd->add_flag("--no-cuda-graph", *no_cuda_graph,
+                "On a GPU, launch every kernel of every step instead of replaying a recorded CUDA graph");
   cmd->add_flag("--profile", o->profile, "Time every kernel and print where a step's time goes (per op, GFLOP/s)");
   auto config = std::make_shared<std::string>();
   cmd->add_option("--config", *config, "Options from a TOML file (keys as the long option names; the command line wins)")
@@ -83,6 +86,7 @@ Command add_train_command(CLI::App& app) {
         opts.output_dir = "runs/" + name + "-" + std::to_string(n);
     }
     opts.shuffle = !*no_shuffle;
+    opts.cuda_graph = !*no_cuda_graph;
     opts.loss = loss_kind_from_name(*loss);
     opts.optimizer.kind = optimizer_kind_from_name(*optimizer);
     opts.schedule = schedule_kind_from_name(*schedule);

@@ -35,6 +35,19 @@ class DeviceBackend {
   virtual void run(const Graph& g, KernelCtx& c) = 0;
   // Waits for everything queued on the device.
   virtual void synchronize() = 0;
+  // Joins the world of replicas that comm belongs to (nullptr: a world of one); every replica calls
+  // it at once, before its plans are made. Until then collectives run through the CPU fallback.
+  virtual void connect(Communicator* comm) = 0;
+
+  // Whole-run recording (CUDA graphs): between begin_capture() and end_capture() run() records
+  // instead of running; replay() runs a recording with the arguments it was recorded with. No
+  // copy to or from the host may happen in between. Emulated: the kernel calls in a list.
+  virtual bool can_capture() const = 0;
+  virtual void begin_capture() = 0;
+  virtual std::shared_ptr<void> end_capture() = 0;
+  virtual void replay(void* recording) = 0;
+  // Ends a capture that failed part way (an error thrown between begin and end): nothing of it ran.
+  virtual void abort_capture() = 0;
 };
 
 enum class DeviceKind {

@@ -7,7 +7,10 @@
 #include <chrono>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+
+#include <fmt/format.h>
 
 namespace onnxdp {
 
@@ -86,7 +89,13 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
     if (data_offset_[v] >= 0 && graph_.values[v].data.nbytes())
       dev.to_device(device_ptr(ValueId(v)), graph_.values[v].data.data(), graph_.values[v].data.nbytes());
   on_device_.resize(size_t(nn));
-  for (int ni = 0; ni < nn; ++ni) on_device_[size_t(ni)] = dev.has_kernel(graph_, graph_.nodes[size_t(ni)]);
+  capturable_ = opts_.device_graph && dev.can_capture();
+  for (int ni = 0; ni < nn; ++ni) {
+    const Node& n = graph_.nodes[size_t(ni)];
+    on_device_[size_t(ni)] = dev.has_kernel(graph_, n);
+    // A recording keeps the RunState it was made with: Dropout's mask must change every step.
+    capturable_ = capturable_ && on_device_[size_t(ni)] && n.op != Op::Dropout;
+  }
   on_host_.assign(nv, 0);
 }
 
@@ -177,6 +186,34 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
     const Tensor& d = graph_.value(p).data;
     if (data_offset_[size_t(p)] >= 0 && d.nbytes()) dev.to_device(device_ptr(p), d.data(), d.nbytes());
   }
+  // The second run is recorded (the first one made the libraries' first-call allocations), later
+  // runs replay it; a profiled run launches node by node to time each.
+  if (recording_ && !state.profile) {
+    dev.replay(recording_.get());
+  } else if (capturable_ && device_runs_ >= 1 && !state.profile) {
+    try {
+      dev.begin_capture();
+      run_nodes_on_device(state);
+      recording_ = dev.end_capture();
+    } catch (const Error& e) {  // nothing recorded has run: go on node by node
+      dev.abort_capture();
+      capturable_ = false;
+      fmt::print(stderr, "onnxdp: {}: recording the run as a CUDA graph failed, running node by node: {}\n",
+                 dev.name(), e.what());
+      run_nodes_on_device(state);
+    }
+    if (recording_) dev.replay(recording_.get());
+  } else {
+    run_nodes_on_device(state);
+  }
+  ++device_runs_;
+  if (state.profile) ++state.profile->runs;
+  if (state.comm) state.comm->wait_all();
+  dev.synchronize();
+}
+
+void Plan::run_nodes_on_device(const RunState& state) {
+  DeviceBackend& dev = *opts_.device;
   auto device_ref = [&](ValueId id) -> TensorRef {
     if (id == kNoValue) return {};
     const Value& v = graph_.value(id);
@@ -208,9 +245,6 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
       state.profile->add(n, ctx, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  if (state.profile) ++state.profile->runs;
-  if (state.comm) state.comm->wait_all();
-  dev.synchronize();
 }
 
 std::map<std::string, Tensor> Plan::run(const std::map<std::string, Tensor>& inputs, const RunState& state) {

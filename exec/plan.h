@@ -16,6 +16,10 @@ struct PlanOptions {
   int threads = 0;  // 0: OpenMP's default
   // Where the plan runs: nullptr is the host CPU. Plans of one replica share their device.
   std::shared_ptr<DeviceBackend> device;
+  // On a device where every node has a kernel and none depends on the step (Dropout): the second
+  // run is recorded as one CUDA graph and later runs replay it (the inputs and parameters are
+  // uploaded before). False: every run launches node by node.
+  bool device_graph = true;
 };
 
 class Plan {
@@ -43,9 +47,12 @@ class Plan {
   std::string host_ops() const;
   // On a device: bytes of device memory the plan holds (arena, parameters and constants).
   size_t device_bytes() const { return device_bytes_; }
+  // On a device: whether the plan replays a recorded graph now (see PlanOptions::device_graph).
+  bool replays_graph() const { return recording_ != nullptr; }
 
  private:
   void execute_on_device(const std::map<std::string, Tensor>& inputs, const RunState& state);
+  void run_nodes_on_device(const RunState& state);
   void* device_ptr(ValueId id) const;
 
   Graph graph_;
@@ -61,6 +68,9 @@ class Plan {
   std::vector<char> on_device_;       // per node: has a device kernel
   std::vector<char> on_host_;         // per value, during a run: the host arena holds its bytes
   size_t device_bytes_ = 0;
+  bool capturable_ = false;           // device_graph and every node may be recorded
+  int64_t device_runs_ = 0;
+  std::shared_ptr<void> recording_;   // the recorded run, once made
 };
 
 }  // namespace onnxdp

@@ -7,6 +7,14 @@
 //   gradient    graph/gradients_C.cpp   grad_<Op>   (no_gradient / gradient_missing say so explicitly)
 //   CPU kernel  exec/cpu/C.cpp          <Op>_forward
 //   tests       tests/ops/test_C.cpp
+//   CUDA kernel exec/cuda/backend.cpp's has_kernel() names the file of each op: elementwise.*
+//               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm), reduce.*
+//               (Reduce*, Softmax, LogSoftmax), norm.* (LayerNormalization, BatchNormalization,
+//               the losses, their Grads), tensor_ops.* (Gather, Cast, Concat, Slice, Split, Pad,
+//               Tile, Trilu, Dropout, GatherGrad), conv.* (Conv, ConvTranspose, ConvGradFilter,
+//               pooling and its Grads); collectives and reshapes in backend.cpp itself. Tests:
+//               tests/gpu/test_cuda_<file>.cpp (test_cuda_ops.cpp for reduce and the copies).
+//               An op without one runs the CPU kernel with copies (Plan::host_ops).
 //
 // Attribute schema: comma-separated `name:kind[=default]`, kind one of
 //   i (int64), f (float), s (string), ints, floats, t (tensor).

@@ -20,6 +20,17 @@ namespace onnxdp {
 // counting from the back, both clamped to [0, rank]; empty when start >= end.
 std::vector<int64_t> shape_op_dims(const Shape& in, const Node& n);
 
+// Element strides of a contiguous row-major tensor of shape s.
+inline std::vector<int64_t> row_major_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (size_t d = s.size(); d-- > 0;) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
 // One dim of a Slice: element j of the output along this dim reads input index start + j * step.
 struct SliceDim {
   int64_t start = 0, step = 1, count = 0;

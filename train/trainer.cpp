@@ -152,7 +152,7 @@ class Evaluator {
         share_parameters(g, parameters);
         g.outputs = {out, loss};
         verify(g);
-        plans_[b] = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device_});
+        plans_[b] = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device_, .device_graph = o_.cuda_graph});
         outs_[b] = {out, loss};
       }
       std::vector<int64_t> idx(static_cast<size_t>(b));
@@ -357,6 +357,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   const int rank = comm ? comm->rank() : 0;
   const bool lead = rank == 0;
   const bool quiet = options.quiet || !lead;
+  if (device) device->connect(comm);  // every replica at once, before any plan
   TrainOptions o = options;
   if (o.per_device_batch_size > 0) o.batch_size = o.per_device_batch_size * world;
   onnx::ModelProto proto = load_model_proto(o.model);
@@ -439,7 +440,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
         }
       }
     }
-    tp.plan = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device});
+    tp.plan = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device, .device_graph = o.cuda_graph});
     return tp;
   };
 
@@ -667,7 +668,10 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   result.samples_per_s = secs > 0 ? double(samples_seen) / secs : 0;
   size_t arena = 0, device_bytes = 0;
   for (const auto& [key, tp] : plans) arena = std::max(arena, tp.plan->arena_bytes());
-  for (const auto& [key, tp] : plans) device_bytes += tp.plan->device_bytes();
+  for (const auto& [key, tp] : plans) {
+    device_bytes += tp.plan->device_bytes();
+    result.replayed_plans += tp.plan->replays_graph();
+  }
   const size_t state_bytes = flat_params.nbytes() + flat_grads.nbytes() + (opt.m().size() + opt.v().size()) * 4;
   result.peak_bytes = arena + state_bytes;
   result.device_bytes = device_bytes;
@@ -706,8 +710,9 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   fmt::print("memory per replica: {} (activations {}, parameters + gradients + optimizer state {}); process peak RSS {}\n",
              mb(double(result.peak_bytes)), mb(double(arena)), mb(double(state_bytes)), mb(double(ru.ru_maxrss) * 1024));
   if (device)
-    fmt::print("device memory per replica on {}: {} (the plans of every batch size: activations, parameters, constants)\n",
-               device->name(), mb(double(device_bytes)));
+    fmt::print("device memory per replica on {}: {} (the plans of every batch size: activations, parameters, constants); "
+               "{} of {} plans replay a recorded CUDA graph\n",
+               device->name(), mb(double(device_bytes)), result.replayed_plans, plans.size());
   if (world > 1)
     fmt::print("waiting on communication: {:.2f} ms per step on average ({:.1f} % of the run)\n",
                steps_run ? result.comm_wait_ms / double(steps_run) : 0.0,

@@ -52,6 +52,7 @@ struct TrainOptions {
   int64_t log_every = 0;       // 0: about 10 lines per run (when output is not a terminal)
   bool progress_bar = true;    // a redrawn status line when stdout is a terminal
   bool profile = false;        // time every kernel of replica 0 and print where the step's time goes
+  bool cuda_graph = true;      // on a GPU: replay each plan's run as one recorded CUDA graph where it can
 };
 
 struct TrainResult {
@@ -65,6 +66,7 @@ struct TrainResult {
   double comm_wait_ms = 0;     // summed over the steps
   size_t peak_bytes = 0;       // this replica's largest plan: activation arena + parameters, gradients, optimizer state
   size_t device_bytes = 0;     // on a GPU: device memory of this replica's plans (0 on the CPU)
+  int replayed_plans = 0;      // on a GPU: this replica's plans that replay a recorded CUDA graph
   std::string saved_model, last_checkpoint, metrics_file, tensorboard_dir;  // where the lead's files went
   int world_size = 1;
   std::vector<size_t> bucket_bytes;  // the gradient buckets of the full-batch plan

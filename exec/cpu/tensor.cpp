@@ -27,16 +27,6 @@ std::vector<int64_t> ref_ints(const TensorRef& t) {
   return v;
 }
 
-std::vector<int64_t> row_major_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size());
-  int64_t acc = 1;
-  for (size_t d = s.size(); d-- > 0;) {
-    st[d] = acc;
-    acc *= s[d];
-  }
-  return st;
-}
-
 // The output as a contiguous copy of the input (same bytes, another shape or the same one).
 void copy_all(const TensorRef& in, const TensorRef& out) {
   if (in.data != out.data && nbytes(out)) std::memcpy(out.data, in.data, nbytes(out));

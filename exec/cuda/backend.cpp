@@ -8,17 +8,25 @@
 // The emulated device (DeviceKind::cuda_emulated) is this class with host memory and the kernels'
 // host emulations: the same has_kernel decisions and the same kernel dispatch, run where there is
 // no GPU. It checks the host side; it is no evidence that the device code works.
-#include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <nccl.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
 
 #include "exec/cuda/check.h"
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/kernels.h"
 #include "exec/cuda/reduce.h"
 #include "exec/device_backend.h"
+#include "parallel/communicator.h"
 
 namespace onnxdp {
 
@@ -37,11 +45,25 @@ class CudaBackend final : public DeviceBackend {
     ONNXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ONNXDP_CUDA_CHECK(cublasCreate(&blas_));
     ONNXDP_CUDA_CHECK(cublasSetStream(blas_, stream_));
+    // A workspace of its own, so that cuBLAS allocates nothing while a run is recorded.
+    ONNXDP_CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspace));
+    ONNXDP_CUDA_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspace));
+    ONNXDP_CUDA_CHECK(cudnnCreate(&dnn_));
+    ONNXDP_CUDA_CHECK(cudnnSetStream(dnn_, stream_));
+    ONNXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    ONNXDP_CUDA_CHECK(cudaEventCreateWithFlags(&grads_ready_, cudaEventDisableTiming));
+    ONNXDP_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
     if (emulated_) return;
     cudaSetDevice(index_);
+    if (nccl_) ncclCommDestroy(nccl_);
+    if (comm_done_) cudaEventDestroy(comm_done_);
+    if (grads_ready_) cudaEventDestroy(grads_ready_);
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    if (dnn_) cudnnDestroy(dnn_);
     if (blas_) cublasDestroy(blas_);
+    if (blas_workspace_) cudaFree(blas_workspace_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -84,8 +106,9 @@ class CudaBackend final : public DeviceBackend {
 
   void to_host(void* dst, const void* src, size_t bytes) override {
     if (emulated_) return void(std::memcpy(dst, src, bytes));
+    join_collectives();
     ONNXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    ONNXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for(stream_);
   }
 
   bool has_kernel(const Graph& g, const Node& n) const override {
@@ -97,11 +120,26 @@ class CudaBackend final : public DeviceBackend {
     }
     if (cuda::is_reduce(n.op)) return cuda::reduce_runs(g, n);
     if (n.op == Op::MatMul || n.op == Op::Gemm) return cuda::gemm_runs(g, n);
+    if (n.op == Op::Scatter) return true;
+    // All-reduces: copies in a world of one, NCCL (or, emulated, the host communicator) in a
+    // connected world of GPUs; a world not connected, or not all GPUs, uses the CPU fallback.
+    if (n.op == Op::AllReduce) return world_ == 1 || device_collectives_;
     if (is_reshape(n.op)) return true;
-    return cuda::copy_op_runs(g, n);
+    return cuda::copy_op_runs(g, n) || cuda::norm_runs(g, n) || cuda::tensor_runs(g, n) || cuda::conv_runs(g, n);
   }
 
   void run(const Graph& g, KernelCtx& c) override {
+    if (emulated_ && capturing_) {  // recorded with its arguments, as a graph's kernel nodes are
+      recorded_->push_back([&g, node = &c.node, ins = c.inputs, outs = c.outputs, rs = c.run, this] {
+        KernelCtx again{*node, ins, outs, rs};
+        dispatch(g, again);
+      });
+      return;
+    }
+    dispatch(g, c);
+  }
+
+  void dispatch(const Graph& g, KernelCtx& c) {
     const Node& n = c.node;
     if (cuda::is_elementwise(n.op)) {
       std::vector<cuda::DeviceRef> ins;
@@ -119,32 +157,207 @@ class CudaBackend final : public DeviceBackend {
       return;
     }
     if (cuda::is_reduce(n.op)) return cuda::reduce_forward(g, n, c.inputs, c.out(0), stream_, emulated_);
+    if (n.op == Op::Scatter) return scatter(c);
+    if (n.op == Op::AllReduce) return all_reduce(c);
     if (n.op == Op::MatMul || n.op == Op::Gemm) {
       if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0));
       return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_);
     }
-    if (is_reshape(n.op)) {  // the same bytes under another shape (the Plan gives outputs their own)
-      const size_t bytes = size_t(c.out(0).numel) * dtype_size(c.out(0).dtype);
-      if (!bytes) return;
-      if (emulated_) return void(std::memcpy(c.out(0).data, c.in(0).data, bytes));
-      ONNXDP_CUDA_CHECK(cudaMemcpyAsync(c.out(0).data, c.in(0).data, bytes, cudaMemcpyDeviceToDevice, stream_));
-      return;
-    }
+    if (is_reshape(n.op))  // the same bytes under another shape (the Plan gives outputs their own)
+      return copy(c.out(0).data, c.in(0).data, size_t(c.out(0).numel) * dtype_size(c.out(0).dtype));
     if (cuda::copy_op_runs(g, n)) return cuda::copy_op_forward(n, device_ref(c.in(0)), device_ref(c.out(0)), stream_, emulated_);
+    const cuda::CudaContext cc{stream_, blas_, dnn_, emulated_};
+    if (cuda::norm_runs(g, n)) return cuda::norm_forward(g, c, cc);
+    if (cuda::tensor_runs(g, n)) return cuda::tensor_forward(g, c, cc);
+    if (cuda::conv_runs(g, n)) return cuda::conv_forward(g, c, cc);
     c.fail("no kernel on {}", name());
   }
 
   void synchronize() override {
-    if (!emulated_) ONNXDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (emulated_) return;
+    join_collectives();
+    wait_for(stream_);
+  }
+
+  bool can_capture() const override { return true; }
+
+  void begin_capture() override {
+    capturing_ = true;
+    if (emulated_) {
+      recorded_ = std::make_shared<std::vector<std::function<void()>>>();
+      return;
+    }
+    // Thread-local: the replicas of this process capture on their own threads at the same time.
+    ONNXDP_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+
+  std::shared_ptr<void> end_capture() override {
+    capturing_ = false;
+    if (emulated_) return std::move(recorded_);
+    join_collectives();  // the communication stream rejoins inside the capture
+    cudaGraph_t graph = nullptr;
+    ONNXDP_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    ONNXDP_CUDA_CHECK(e);
+    const int device = index_;
+    return std::shared_ptr<void>(exec, [device](void* x) {
+      cudaSetDevice(device);
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(x));
+    });
+  }
+
+  void replay(void* recording) override {
+    if (emulated_) {
+      for (auto& call : *static_cast<std::vector<std::function<void()>>*>(recording)) call();
+      return;
+    }
+    ONNXDP_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(recording), stream_));
+  }
+
+  void abort_capture() override {
+    capturing_ = false;
+    comm_pending_ = false;
+    if (emulated_) return void(recorded_.reset());
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the capture's error is reported by the caller
+  }
+
+  void connect(Communicator* comm) override {
+    world_ = comm ? comm->size() : 1;
+    if (world_ == 1) return;
+    // Device collectives only when every replica is this kind of device: a CPU replica would wait
+    // in the host communicator for what the others send through NCCL.
+    const uint8_t mine = emulated_ ? 2 : 1;
+    std::vector<std::vector<uint8_t>> all;
+    comm->all_gather_bytes(&mine, 1, all);
+    for (const auto& a : all)
+      if (a.size() != 1 || a[0] != mine) return;
+    comm_ = comm;
+    if (!emulated_) {  // replica 0's NCCL id reaches every replica through the host communicator
+      ncclUniqueId id{};
+      if (comm->rank() == 0) ONNXDP_CUDA_CHECK(ncclGetUniqueId(&id));
+      comm->broadcast(&id, sizeof id, 0);
+      activate();
+      ONNXDP_CUDA_CHECK(ncclCommInitRank(&nccl_, world_, id, comm->rank()));
+    }
+    device_collectives_ = true;
   }
 
  private:
+  // x [B, ...] (the global batch) -> y [rows, ...]: rows batch_offset .. batch_offset + rows.
+  void scatter(KernelCtx& c) {
+    const TensorRef &x = c.in(0), &y = c.out(0);
+    const size_t row_bytes = x.dim(0) ? size_t(x.numel / x.dim(0)) * dtype_size(x.dtype) : 0;
+    const int64_t rows = y.dim(0);
+    if (c.run.batch_offset < 0 || c.run.batch_offset + rows > x.dim(0))
+      c.fail("rows {}..{} are outside the global batch of {}", c.run.batch_offset, c.run.batch_offset + rows, x.dim(0));
+    copy(y.data, static_cast<const uint8_t*>(x.data) + size_t(c.run.batch_offset) * row_bytes, size_t(rows) * row_bytes);
+  }
+
+  // Each output <- the sum over replicas of its input, one NCCL group per node (a bucket). async
+  // (gradient buckets): on the communication stream once the compute stream has produced the
+  // inputs, so backward goes on; the compute stream waits for it before anything reads the sums.
+  void all_reduce(KernelCtx& c) {
+    const bool async = c.node.i("async") != 0;
+    if (world_ == 1 || emulated_) {
+      for (size_t k = 0; k < c.inputs.size(); ++k) {
+        const TensorRef &x = c.in(int(k)), &y = c.out(int(k));
+        copy(y.data, x.data, size_t(y.numel) * dtype_size(y.dtype));
+        if (emulated_ && comm_) comm_->all_reduce_sum(y.data, y.numel, y.dtype);
+      }
+      return;
+    }
+    cudaStream_t s = stream_;
+    if (async) {
+      ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
+      ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
+      s = comm_stream_;
+      comm_pending_ = true;
+    }
+    ONNXDP_CUDA_CHECK(ncclGroupStart());
+    for (size_t k = 0; k < c.inputs.size(); ++k) {
+      const TensorRef &x = c.in(int(k)), &y = c.out(int(k));
+      ONNXDP_CUDA_CHECK(ncclAllReduce(x.data, y.data, size_t(y.numel), nccl_type(c, y.dtype), ncclSum, nccl_, s));
+    }
+    ONNXDP_CUDA_CHECK(ncclGroupEnd());
+  }
+
+  static ncclDataType_t nccl_type(const KernelCtx& c, DType t) {
+    switch (t) {
+      case DType::f32: return ncclFloat32;
+      case DType::f64: return ncclFloat64;
+      case DType::i32: return ncclInt32;
+      case DType::i64: return ncclInt64;
+      case DType::f16: return ncclFloat16;
+      case DType::bf16: return ncclBfloat16;
+      default: c.fail("no NCCL sum for {}", dtype_name(t));
+    }
+  }
+
+  // Waits for the stream. With NCCL in it, a replica that died or hangs would leave it waiting for
+  // ever: NCCL's own error, or the world's --comm-timeout without progress, aborts the
+  // communicator and throws instead.
+  void wait_for(cudaStream_t s) {
+    if (!nccl_) return ONNXDP_CUDA_CHECK(cudaStreamSynchronize(s));
+    const auto start = std::chrono::steady_clock::now();
+    const double timeout_s = comm_->options().timeout_s;
+    for (;;) {
+      cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) ONNXDP_CUDA_CHECK(e);
+      ncclResult_t async = ncclSuccess;
+      ONNXDP_CUDA_CHECK(ncclCommGetAsyncError(nccl_, &async));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if ((async != ncclSuccess && async != ncclInProgress) || waited > timeout_s) {
+        ncclCommAbort(nccl_);
+        nccl_ = nullptr;
+        fail("{} ({}): the NCCL all-reduces {}; another replica died or stopped. Training stopped",
+             name(), comm_->describe(),
+             async != ncclSuccess && async != ncclInProgress
+                 ? std::string("failed: ") + ncclGetErrorString(async)
+                 : fmt::format("made no progress for {:.0f} s (--comm-timeout)", timeout_s));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  // The compute stream waits for the all-reduces queued on the communication stream.
+  void join_collectives() {
+    if (!comm_pending_) return;
+    ONNXDP_CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
+    ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_, 0));
+    comm_pending_ = false;
+  }
+
+  void copy(void* dst, const void* src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    if (emulated_) return void(std::memcpy(dst, src, bytes));
+    ONNXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
   static cuda::DeviceRef device_ref(const TensorRef& t) { return {t.data, t.dtype, t.shape, t.numel}; }
 
   int index_;
   bool emulated_;
   cudaStream_t stream_ = nullptr;
+  static constexpr size_t kBlasWorkspace = size_t(32) << 20;
   cublasHandle_t blas_ = nullptr;
+  void* blas_workspace_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr;
+  // Collectives: world_ is 0 until connect(); device_collectives_ when every replica is a GPU.
+  int world_ = 0;
+  bool device_collectives_ = false;
+  Communicator* comm_ = nullptr;
+  ncclComm_t nccl_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;
+  bool comm_pending_ = false;
+  // Recording (begin_capture .. end_capture); emulated: the calls themselves.
+  bool capturing_ = false;
+  std::shared_ptr<std::vector<std::function<void()>>> recorded_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #   tests/gpu/run-all.sh --deps-prefix PREFIX   # from `scripts/offline-deps unpack DIR PREFIX`
 #   tests/gpu/run-all.sh --debs DIR             # unpacks DIR (offline-deps download) first
 #   tests/gpu/run-all.sh --all                  # also every other CTest test (CPU, MPI, ...)
+#   tests/gpu/run-all.sh --no-bench             # without the benchmark against PyTorch on the GPU
 #
 # Build folder: build-gpu (override with BUILD_DIR=...). Exit status: 0 when a GPU ran every test
 # and all passed; 1 on any failure; 2 when there was no GPU (the kernel tests were skipped, which
@@ -15,13 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 build=${BUILD_DIR:-build-gpu}
-prefix="" debs="" all=0
+prefix="" debs="" all=0 bench=1
 while (($#)); do
   case "$1" in
     --deps-prefix) prefix=$(realpath "$2"); shift 2 ;;
     --debs) debs=$(realpath "$2"); shift 2 ;;
     --all) all=1; shift ;;
-    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    --no-bench) bench=0; shift ;;
+    *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
 jobs=$(nproc 2>/dev/null || echo 4)
@@ -100,6 +102,24 @@ if ((build_ok)); then
   fi
   grep -q 'no GPU: ' "$log_dir/ctest.log" || ran_on_gpu=1
   [ "$gpu_name" = none ] && ran_on_gpu=0
+fi
+
+# The benchmark: bench/compare.py on the GPU (onnxdp --devices cuda:0 against PyTorch eager on
+# cuda:0, same weights and data), when the tests ran on a GPU and python3 has a CUDA torch.
+bench_md=""
+if ((bench && build_ok && ran_on_gpu)); then
+  if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+    if timeout 600 python3 bench/compare.py --onnxdp "$build/onnxdp" --device cuda --repeats 1 \
+         --models mlp tiny_lm cnn gpt_small >"$log_dir/bench.log" 2>&1; then
+      geo=$(grep -o 'geometric mean of ratios.*' "$log_dir/bench.log" || echo "no summary")
+      bench_md=$(grep -o 'wrote [^ ]*\.md' "$log_dir/bench.log" | sed 's/^wrote //' || true)
+      row "bench vs PyTorch on the GPU" ok "$geo${bench_md:+ ($bench_md)}"
+    else
+      row "bench vs PyTorch on the GPU" FAILED "$(tail -3 "$log_dir/bench.log" | tr '\n' ' ')"
+    fi
+  else
+    row "bench vs PyTorch on the GPU" "not run" "python3 has no CUDA-enabled torch"
+  fi
 fi
 
 # The record.

@@ -11,6 +11,8 @@
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
+#include "tests/gpu/cuda_test_util.h"
+
 #include <cmath>
 #include <map>
 #include <random>
@@ -21,17 +23,9 @@
 #include "exec/kernel.h"
 
 using namespace onnxdp;
+using onnxdp::test::have_gpu;
 
 namespace {
-
-// True when a GPU is there; otherwise says why (doctest prints MESSAGE lines whether the case passes
-// or not), for the caller to return.
-bool have_gpu() {
-  cuda::DeviceCount d = cuda::device_count();
-  if (d.count > 0) return true;
-  MESSAGE("no GPU: " << d.reason << " -- CUDA kernel test SKIPPED");
-  return false;
-}
 
 enum class Domain { any, positive, small_int_exponent };
 

@@ -22,6 +22,8 @@
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
+#include "tests/gpu/cuda_test_util.h"
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -34,15 +36,9 @@
 #include "exec/kernel.h"
 
 using namespace onnxdp;
+using onnxdp::test::have_gpu;
 
 namespace {
-
-bool have_gpu() {
-  cuda::DeviceCount d = cuda::device_count();
-  if (d.count > 0) return true;
-  MESSAGE("no GPU: " << d.reason << " -- CUDA kernel test SKIPPED");
-  return false;
-}
 
 using Attrs = std::map<std::string, Attr>;
 

@@ -6,21 +6,17 @@
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
+#include "tests/gpu/cuda_test_util.h"
+
 #include <cmath>
 
 #include "exec/cuda/elementwise.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
+using onnxdp::test::have_gpu;
 
 namespace {
-
-bool have_gpu() {
-  cuda::DeviceCount d = cuda::device_count();
-  if (d.count > 0) return true;
-  MESSAGE("no GPU: " << d.reason << " -- CUDA kernel test SKIPPED");
-  return false;
-}
 
 TrainOptions run_of(const std::string& model, int64_t batch, int64_t steps) {
   TrainOptions o;

@@ -12,6 +12,8 @@
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
+#include "tests/gpu/cuda_test_util.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -233,21 +235,13 @@ TEST_SUITE("cuda") {
 
 TEST_SUITE("gpu") {
   TEST_CASE("cuda reduce on GPU: reductions and Softmax match the CPU kernels") {
-    cuda::DeviceCount d = cuda::device_count();
-    if (d.count == 0) {
-      MESSAGE("no GPU: " << d.reason << " -- CUDA kernel test SKIPPED");
-      return;
-    }
+    if (!test::have_gpu()) return;
     const int n = check_all(DeviceKind::cuda);
     MESSAGE("cuda reduce on GPU: " << n << " cases match the CPU kernels");
   }
 
   TEST_CASE("cuda copy ops on GPU: Transpose, Expand and the reshapes equal the CPU's bytes") {
-    cuda::DeviceCount d = cuda::device_count();
-    if (d.count == 0) {
-      MESSAGE("no GPU: " << d.reason << " -- CUDA kernel test SKIPPED");
-      return;
-    }
+    if (!test::have_gpu()) return;
     const int n = check_copies(DeviceKind::cuda);
     MESSAGE("cuda copy ops on GPU: " << n << " cases match the CPU kernels");
   }

@@ -1,0 +1,37 @@
+// The entry points of the CUDA kernel groups that take a whole KernelCtx (several outputs, the
+// RunState for Dropout), as exec/cuda/backend.cpp dispatches them:
+//
+//   if (cuda::norm_runs(g, n)) cuda::norm_forward(g, ctx, cc);
+//
+// <group>_runs says whether node n of g has a kernel for its dtypes, shapes and attributes (the
+// caller falls back to the CPU kernel otherwise); <group>_forward runs it with ctx's refs holding
+// device pointers, or host pointers when cc.emulate (the emulated device: the kernels' loop bodies
+// run on the host). Inputs the kernels read on the host (shapes, axes, pads given as tensors) are
+// constants: read them from g.value(n.inputs[k]).data, never through ctx (a device pointer).
+#pragma once
+#include "exec/kernel.h"
+
+namespace onnxdp::cuda {
+
+struct CudaContext {
+  void* stream = nullptr;  // cudaStream_t
+  void* cublas = nullptr;  // cublasHandle_t, bound to stream
+  void* cudnn = nullptr;   // cudnnHandle_t, bound to stream
+  bool emulate = false;    // host memory, host loops (no CUDA call may be made)
+};
+
+// LayerNormalization(Grad), BatchNormalization(Grad), SoftmaxCrossEntropyLoss(Grad),
+// NegativeLogLikelihoodLoss(Grad): exec/cuda/norm.*
+bool norm_runs(const Graph& g, const Node& n);
+void norm_forward(const Graph& g, KernelCtx& c, const CudaContext& cc);
+
+// Gather, GatherGrad, Cast, Concat, Slice, Split, Pad, Tile, Trilu, Dropout: exec/cuda/tensor_ops.*
+bool tensor_runs(const Graph& g, const Node& n);
+void tensor_forward(const Graph& g, KernelCtx& c, const CudaContext& cc);
+
+// Conv, ConvTranspose, ConvGradFilter (cuDNN), MaxPool(Grad), AveragePool(Grad), GlobalAveragePool:
+// exec/cuda/conv.*
+bool conv_runs(const Graph& g, const Node& n);
+void conv_forward(const Graph& g, KernelCtx& c, const CudaContext& cc);
+
+}  // namespace onnxdp::cuda
