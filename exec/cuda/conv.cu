@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "exec/cuda/check.h"
+#include "exec/cuda/launch.h"
 #include "exec/cuda/conv_launch.h"
 
 namespace onnxdp::cuda {
@@ -24,8 +25,6 @@ __global__ void pool_max_kernel(PoolLaunch l, int64_t n) {
     pool_max_one<T>(l, i);
 }
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 
 #include "exec/cpu/broadcast.h"
 #include "exec/cuda/check.h"
+#include "exec/cuda/device_buffer.h"
 #include "exec/cuda/elementwise_launch.h"
 
 namespace onnxdp::cuda {
@@ -181,19 +182,6 @@ void set_clip(EwLaunch& l, const ClipBounds& c) {
     default: break;
   }
 }
-
-// RAII device buffer.
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    if (bytes) ONNXDP_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 }  // namespace
 
@@ -366,9 +354,7 @@ std::vector<Tensor> run_node(const Graph& g, const Node& n, const std::vector<co
     }
     DeviceRef r;
     if (t) {
-      bufs.push_back(std::make_unique<DeviceBuffer>(t->nbytes()));
-      if (t->nbytes())
-        ONNXDP_CUDA_CHECK(cudaMemcpy(bufs.back()->p, t->data(), t->nbytes(), cudaMemcpyHostToDevice));
+      bufs.push_back(upload(*t));
       r = DeviceRef{bufs.back()->p, t->dtype(), &t->shape(), t->numel()};
     }
     ins.push_back(r);

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "exec/cuda/check.h"
+#include "exec/cuda/launch.h"
 #include "exec/cuda/elementwise_launch.h"
 #include "exec/functors.h"
 
@@ -56,13 +57,6 @@ __global__ void map3(EwLayout l, F f, TOut* out, const A* a, const B* b, const C
   ONNXDP_GRID_STRIDE(i, l.numel) apply3(l, f, out, a, b, c, i);
 }
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
-
-dim3 blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return dim3(unsigned(b < kMaxBlocks ? b : kMaxBlocks));
-}
 
 // What dispatch does with the kernel it found: nothing (the question was whether it exists), a
 // launch on the device, or the same element loop on the host.

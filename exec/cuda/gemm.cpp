@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "exec/cuda/check.h"
+#include "exec/cuda/device_buffer.h"
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/elementwise_launch.h"
 
@@ -262,19 +263,6 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
   }
 }
 
-// RAII device buffer.
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    if (bytes) ONNXDP_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
 // RAII cuBLAS handle.
 struct Handle {
   cublasHandle_t h = nullptr;
@@ -324,9 +312,7 @@ std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vect
   for (const Tensor* t : inputs) {
     TensorRef r;
     if (t) {
-      bufs.push_back(std::make_unique<DeviceBuffer>(t->nbytes()));
-      if (t->nbytes())
-        ONNXDP_CUDA_CHECK(cudaMemcpy(bufs.back()->p, t->data(), t->nbytes(), cudaMemcpyHostToDevice));
+      bufs.push_back(upload(*t));
       r = TensorRef{bufs.back()->p, t->dtype(), &t->shape(), t->numel()};
     }
     ins.push_back(r);

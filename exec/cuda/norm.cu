@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exec/cuda/check.h"
+#include "exec/cuda/launch.h"
 #include "exec/cuda/norm_launch.h"
 
 namespace onnxdp::cuda {
@@ -66,8 +67,6 @@ __global__ void nll_grad_kernel(LossLaunch l) {
     nll_grad_one<T>(l, e);
 }
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 unsigned row_blocks(int64_t rows) { return unsigned(std::min<int64_t>(rows, 1 << 20)); }
 
 // The host's NmBlock: the lanes' partials in a local array.

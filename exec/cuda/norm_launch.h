@@ -140,17 +140,17 @@ struct LnLaunch {
   double* stats = nullptr;   // grad with dscale or dbias: [outer] x {mean, inv}
 };
 
+// The mean and 1 / sqrt(variance + eps) of row x[0..n), LayerNormalization's statistics: the lanes'
+// partial sums in double, then the block's tree (every lane gets the same values).
 template <class T>
-ONNXDP_HD inline void ln_row(const LnLaunch& l, int64_t r, const NmBlock& b) {
-  const T* x = static_cast<const T*>(l.x) + r * l.inner;
-  const int64_t n = l.inner;
+ONNXDP_HD inline void ln_stats(const T* x, int64_t n, double eps, const NmBlock& b, double& mean, double& inv) {
   const int L = b.lanes;
   b.each([&](int t) {
     double s = 0;
     for (int64_t j = t; j < n; j += L) s += double(x[j]);
     b.part[t] = s;
   });
-  const double mean = b.sum() / double(n);
+  mean = b.sum() / double(n);
   b.each([&](int t) {
     double ss = 0;
     for (int64_t j = t; j < n; j += L) {
@@ -159,7 +159,16 @@ ONNXDP_HD inline void ln_row(const LnLaunch& l, int64_t r, const NmBlock& b) {
     }
     b.part[t] = ss;
   });
-  const double inv = 1.0 / sqrt(b.sum() / double(n) + l.eps);
+  inv = 1.0 / sqrt(b.sum() / double(n) + eps);
+}
+
+template <class T>
+ONNXDP_HD inline void ln_row(const LnLaunch& l, int64_t r, const NmBlock& b) {
+  const T* x = static_cast<const T*>(l.x) + r * l.inner;
+  const int64_t n = l.inner;
+  const int L = b.lanes;
+  double mean, inv;
+  ln_stats(x, n, l.eps, b, mean, inv);
   T* y = static_cast<T*>(l.y) + r * l.inner;
   b.each([&](int t) {
     for (int64_t j = t; j < n; j += L)
@@ -176,21 +185,8 @@ ONNXDP_HD inline void ln_grad_row(const LnLaunch& l, int64_t r, const NmBlock& b
   const T* dy = static_cast<const T*>(l.dy) + r * l.inner;
   const int64_t n = l.inner;
   const int L = b.lanes;
-  b.each([&](int t) {
-    double s = 0;
-    for (int64_t j = t; j < n; j += L) s += double(x[j]);
-    b.part[t] = s;
-  });
-  const double mean = b.sum() / double(n);
-  b.each([&](int t) {
-    double ss = 0;
-    for (int64_t j = t; j < n; j += L) {
-      const double d = double(x[j]) - mean;
-      ss += d * d;
-    }
-    b.part[t] = ss;
-  });
-  const double inv = 1.0 / sqrt(b.sum() / double(n) + l.eps);
+  double mean, inv;
+  ln_stats(x, n, l.eps, b, mean, inv);
   b.each([&](int t) {
     double sg = 0, sgx = 0;
     for (int64_t j = t; j < n; j += L) {

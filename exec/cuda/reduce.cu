@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "exec/cuda/check.h"
+#include "exec/cuda/launch.h"
 #include "exec/cuda/reduce_launch.h"
 
 namespace onnxdp::cuda {
@@ -24,8 +25,6 @@ __global__ void softmax_kernel(SoftmaxLaunch l) {
     softmax_one<T>(l, c);
 }
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
 }  // namespace
 

@@ -10,15 +10,14 @@
 #include <vector>
 
 #include "exec/cuda/check.h"
+#include "exec/cuda/launch.h"
 #include "exec/cuda/tensor_ops_launch.h"
 
 namespace onnxdp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 // Grid-stride loops: enough blocks to fill any GPU, each thread looping over the rest.
-unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
 #define ONNXDP_TS_LOOP(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
