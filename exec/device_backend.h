@@ -15,6 +15,7 @@
 #include <string>
 
 #include "exec/kernel.h"
+#include "exec/optimizer_update.h"
 
 namespace onnxdp {
 
@@ -33,8 +34,15 @@ class DeviceBackend {
   virtual bool has_kernel(const Graph& g, const Node& n) const = 0;
   // Runs n; the refs of c hold device pointers. Only called when has_kernel(g, n).
   virtual void run(const Graph& g, KernelCtx& c) = 0;
+  // Device to device, ordered with the kernels.
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   // Waits for everything queued on the device.
   virtual void synchronize() = 0;
+
+  // The fused optimizer over flat device buffers of n floats (exec/optimizer_update.h): the
+  // gradient's squared global norm (in double; waits for it), then the update of every element.
+  virtual double squared_norm(const float* g, int64_t n) = 0;
+  virtual void optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n) = 0;
   // Joins the world of replicas that comm belongs to (nullptr: a world of one); every replica calls
   // it at once, before its plans are made. Until then collectives run through the CPU fallback.
   virtual void connect(Communicator* comm) = 0;

@@ -69,10 +69,16 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   DeviceBackend& dev = *opts_.device;
   dev.activate();
   data_offset_.assign(nv, -1);
+  bound_.assign(nv, nullptr);
   size_t data_bytes = 0;
   for (size_t v = 0; v < nv; ++v) {
     const Value& val = graph_.values[v];
     if (offset_[v] >= 0 || val.data.empty()) continue;
+    if (auto it = opts_.device_parameters.find(val.name);
+        it != opts_.device_parameters.end() && val.kind == ValueKind::parameter) {
+      bound_[v] = it->second;
+      continue;
+    }
     data_offset_[v] = int64_t(data_bytes);
     data_bytes += align_up(val.data.nbytes());
   }
@@ -101,6 +107,7 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
 
 void* Plan::device_ptr(ValueId id) const {
   if (offset_[size_t(id)] >= 0) return static_cast<uint8_t*>(device_arena_.get()) + offset_[size_t(id)];
+  if (bound_[size_t(id)]) return bound_[size_t(id)];
   if (data_offset_[size_t(id)] >= 0) return static_cast<uint8_t*>(device_data_.get()) + data_offset_[size_t(id)];
   fail("value '{}' has no storage on {}", graph_.value(id).name, opts_.device->name());
 }
@@ -126,7 +133,13 @@ TensorRef Plan::ref(ValueId id) {
     }
     return TensorRef{host, v.dtype, &v.shape, numel};
   }
-  if (!v.data.empty()) return TensorRef{v.data.data(), v.dtype, &v.shape, v.data.numel()};
+  if (!v.data.empty()) {
+    if (opts_.device && bound_[size_t(id)] && !on_host_[size_t(id)]) {  // the device holds the current values
+      if (v.data.nbytes()) opts_.device->to_host(v.data.data(), bound_[size_t(id)], v.data.nbytes());
+      on_host_[size_t(id)] = 1;
+    }
+    return TensorRef{v.data.data(), v.dtype, &v.shape, v.data.numel()};
+  }
   fail("value '{}' has no storage in the plan", v.name);
 }
 

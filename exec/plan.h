@@ -20,6 +20,10 @@ struct PlanOptions {
   // run is recorded as one CUDA graph and later runs replay it (the inputs and parameters are
   // uploaded before). False: every run launches node by node.
   bool device_graph = true;
+  // On a device: parameters (by name) that live in the caller's device memory instead of the
+  // plan's (the trainer's flat parameter buffer, updated there by the fused optimizer): neither
+  // copied in at construction nor uploaded per run. ref() on one downloads it into its host data.
+  std::map<std::string, void*> device_parameters = {};
 };
 
 class Plan {
@@ -47,6 +51,8 @@ class Plan {
   std::string host_ops() const;
   // On a device: bytes of device memory the plan holds (arena, parameters and constants).
   size_t device_bytes() const { return device_bytes_; }
+  // On a device: where value id lives there (an activation, parameter or constant).
+  void* device_data(ValueId id) const { return device_ptr(id); }
   // On a device: whether the plan replays a recorded graph now (see PlanOptions::device_graph).
   bool replays_graph() const { return recording_ != nullptr; }
 
@@ -65,6 +71,7 @@ class Plan {
   // a second buffer (parameters are uploaded every run: the optimizer updates them on the host).
   std::shared_ptr<void> device_arena_, device_data_;  // released through the device
   std::vector<int64_t> data_offset_;  // per value with data: byte offset in device_data_, else -1
+  std::vector<void*> bound_;          // per value: its place in PlanOptions::device_parameters, or null
   std::vector<char> on_device_;       // per node: has a device kernel
   std::vector<char> on_host_;         // per value, during a run: the host arena holds its bytes
   size_t device_bytes_ = 0;

@@ -42,54 +42,48 @@ Optimizer::Optimizer(OptimizerOptions o, int64_t n) : o_(resolve_defaults(o)), n
   if (o_.kind == OptimizerKind::adam || o_.kind == OptimizerKind::adamw) v_.assign(size_t(n), 0.0f);
 }
 
-float Optimizer::step(float* p, float* g, float lr) {
+OptimizerUpdate Optimizer::begin_step(float lr, float norm) {
   ++t_;
+  OptimizerUpdate u;
+  if (o_.max_grad_norm > 0) {  // torch.nn.utils.clip_grad_norm_
+    const float coef = o_.max_grad_norm / (norm + 1e-6f);
+    u.clipping = coef < 1.0f;
+    u.clip = coef;
+  }
+  u.lr = lr;
+  u.wd = o_.weight_decay;
+  u.mom = o_.momentum;
+  u.b1 = o_.beta1;
+  u.b2 = o_.beta2;
+  u.eps = o_.eps;
+  u.nesterov = o_.nesterov;
+  u.first = t_ == 1;
+  switch (o_.kind) {
+    case OptimizerKind::sgd: u.kind = OptimizerUpdate::Kind::sgd; break;
+    case OptimizerKind::momentum: u.kind = OptimizerUpdate::Kind::momentum; break;
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw: {
+      u.kind = OptimizerUpdate::Kind::adam;
+      u.decoupled = o_.kind == OptimizerKind::adamw;
+      const float bc1 = 1.0f - std::pow(o_.beta1, float(t_)), bc2 = 1.0f - std::pow(o_.beta2, float(t_));
+      u.step_size = lr / bc1;
+      u.sqrt_bc2 = std::sqrt(bc2);
+      break;
+    }
+  }
+  return u;
+}
+
+float Optimizer::step(float* p, float* g, float lr) {
   double sq = 0;
 #pragma omp parallel for reduction(+ : sq) schedule(static)
   for (int64_t i = 0; i < n_; ++i) sq += double(g[i]) * double(g[i]);
-  float norm = float(std::sqrt(sq));
-  if (o_.max_grad_norm > 0) {  // torch.nn.utils.clip_grad_norm_
-    float coef = o_.max_grad_norm / (norm + 1e-6f);
-    if (coef < 1.0f) {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n_; ++i) g[i] *= coef;
-    }
-  }
-  const float wd = o_.weight_decay, mom = o_.momentum, b1 = o_.beta1, b2 = o_.beta2, eps = o_.eps;
+  const float norm = float(std::sqrt(sq));
+  const OptimizerUpdate u = begin_step(lr, norm);
   float* m = m_.data();
   float* v = v_.data();
-  switch (o_.kind) {
-    case OptimizerKind::sgd:
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n_; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-      break;
-    case OptimizerKind::momentum: {
-      const bool first = t_ == 1, nesterov = o_.nesterov;
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n_; ++i) {
-        float d = g[i] + wd * p[i];
-        m[i] = first ? d : mom * m[i] + d;  // torch: buffer starts as the first gradient
-        p[i] -= lr * (nesterov ? d + mom * m[i] : m[i]);
-      }
-      break;
-    }
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw: {
-      const bool decoupled = o_.kind == OptimizerKind::adamw;
-      const float bc1 = 1.0f - std::pow(b1, float(t_)), bc2 = 1.0f - std::pow(b2, float(t_));
-      const float step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n_; ++i) {
-        float d = g[i];
-        if (decoupled) p[i] *= 1.0f - lr * wd;
-        else d += wd * p[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * d;
-        v[i] = b2 * v[i] + (1.0f - b2) * d * d;
-        p[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
-      }
-      break;
-    }
-  }
+  for (int64_t i = 0; i < n_; ++i) optimizer_update(u, p, g, m, v, i);
   return norm;
 }
 

@@ -380,6 +380,16 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   std::vector<std::string> trainable;
   std::vector<size_t> offset;  // element offset of each trainable parameter in the flat buffer
   Tensor flat_params, flat_grads;
+  // With a device, the flat parameters, gradients and optimizer state live there and the fused
+  // optimizer runs there; flat_params and the optimizer's m, v are brought up to date only when the
+  // host reads them (evaluation, checkpoints, the end).
+  std::shared_ptr<void> dev_params, dev_grads, dev_m, dev_v;
+  auto device_buffer = [&](size_t bytes) {
+    return std::shared_ptr<void>(device->alloc(std::max<size_t>(bytes, 4)), [d = device](void* p) {
+      d->activate();
+      d->release(p);
+    });
+  };
 
   std::vector<std::string> batch_inputs;  // every array fed per step: graph inputs and the label
   for (const auto& [name, t] : data.arrays) batch_inputs.push_back(name);
@@ -421,6 +431,10 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
         if (!master.count(g.value(p).name)) master[g.value(p).name] = g.value(p).data;
       result.trainable = trainable;
       result.frozen = tg.frozen;
+      if (device) {
+        dev_params = device_buffer(flat_params.nbytes());
+        dev_grads = device_buffer(flat_grads.nbytes());
+      }
     }
     share_parameters(g, master);
     tp.grads = tg.grads;
@@ -440,7 +454,11 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
         }
       }
     }
-    tp.plan = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device, .device_graph = o.cuda_graph});
+    PlanOptions po{.device = device, .device_graph = o.cuda_graph};
+    if (dev_params)  // the trainable parameters are the flat device buffer's slices
+      for (size_t i = 0; i < trainable.size(); ++i)
+        po.device_parameters[trainable[i]] = static_cast<float*>(dev_params.get()) + offset[i];
+    tp.plan = std::make_unique<Plan>(std::move(g), std::move(po));
     return tp;
   };
 
@@ -536,7 +554,24 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     }
   }
   result.first_step = first_step;
+  // The device's copies of the parameters and optimizer state start as the host's (after the
+  // broadcast from replica 0 and a resume); pull_state brings the host's up to date.
+  auto as_f32 = [](const std::shared_ptr<void>& b) { return static_cast<float*>(b.get()); };
+  if (device) {
+    dev_m = device_buffer(opt.m().size() * 4);
+    dev_v = device_buffer(opt.v().size() * 4);
+    device->to_device(dev_params.get(), flat_params.data(), flat_params.nbytes());
+    if (!opt.m().empty()) device->to_device(dev_m.get(), opt.m().data(), opt.m().size() * 4);
+    if (!opt.v().empty()) device->to_device(dev_v.get(), opt.v().data(), opt.v().size() * 4);
+  }
+  auto pull_state = [&] {
+    if (!device) return;
+    device->to_host(flat_params.data(), dev_params.get(), flat_params.nbytes());
+    if (!opt.m().empty()) device->to_host(opt.m().data(), dev_m.get(), opt.m().size() * 4);
+    if (!opt.v().empty()) device->to_host(opt.v().data(), dev_v.get(), opt.v().size() * 4);
+  };
   auto write_checkpoint = [&](int64_t step) {
+    pull_state();
     Checkpoint c;
     c.model = master;
     if (!opt.m().empty()) c.optimizer["m"] = Tensor::from_f32(opt.m());
@@ -593,6 +628,11 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       tp.plan->execute(inputs, rs);
       loss = tp.plan->ref(tp.loss).as<float>()[0];
       for (size_t i = 0; i < trainable.size(); ++i) {
+        if (device && last) {  // the step's gradients stay on the device, for its optimizer
+          const size_t bytes = size_t(master.at(trainable[i]).numel()) * 4;
+          device->copy_on_device(as_f32(dev_grads) + offset[i], tp.plan->device_data(tp.grads[i]), bytes);
+          continue;
+        }
         TensorRef g = tp.plan->ref(tp.grads[i]);
         std::memcpy(flat_grads.as<float>() + offset[i], g.data, size_t(g.numel) * 4);
       }
@@ -608,7 +648,15 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
                                    : "The last good checkpoint is " + last_checkpoint + " (--resume continues from it).");
     float lr = scheduled_lr(o.schedule, base_lr, step, o.warmup_steps, total_steps);
     auto t_opt = std::chrono::steady_clock::now();
-    float gnorm = opt.step(flat_params.as<float>(), flat_grads.as<float>(), lr);
+    float gnorm = 0;
+    if (device) {
+      const int64_t n = flat_params.numel();
+      gnorm = float(std::sqrt(device->squared_norm(as_f32(dev_grads), n)));
+      device->optimizer_step(opt.begin_step(lr, gnorm), as_f32(dev_params), as_f32(dev_grads), as_f32(dev_m),
+                             as_f32(dev_v), n);
+    } else {
+      gnorm = opt.step(flat_params.as<float>(), flat_grads.as<float>(), lr);
+    }
     const auto t_end = std::chrono::steady_clock::now();
     double dt = std::chrono::duration<double>(t_end - t0).count();
     if (o.profile && lead && step > first_step) {
@@ -625,6 +673,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     // Evaluation every --eval-every steps, and after the last step when --eval-data is given.
     std::optional<Evaluator::Result> ev;
     if (evaluator && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total_steps)) {
+      pull_state();
       ev = evaluator->run(master);
       result.evaluated = true;
       result.eval_loss = ev->loss;
@@ -676,6 +725,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   result.peak_bytes = arena + state_bytes;
   result.device_bytes = device_bytes;
 
+  pull_state();
   result.parameters = master;
   result.world_size = world;
   if (comm) comm->leave();  // the collectives are over; what follows is replica 0's alone

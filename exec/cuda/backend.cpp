@@ -24,6 +24,7 @@
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/optimizer.h"
 #include "exec/cuda/reduce.h"
 #include "exec/device_backend.h"
 #include "parallel/communicator.h"
@@ -58,6 +59,7 @@ class CudaBackend final : public DeviceBackend {
     if (emulated_) return;
     cudaSetDevice(index_);
     if (nccl_) ncclCommDestroy(nccl_);
+    if (norm_buffer_) cudaFree(norm_buffer_);
     if (comm_done_) cudaEventDestroy(comm_done_);
     if (grads_ready_) cudaEventDestroy(grads_ready_);
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
@@ -177,6 +179,23 @@ class CudaBackend final : public DeviceBackend {
     if (emulated_) return;
     join_collectives();
     wait_for(stream_);
+  }
+
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+
+  double squared_norm(const float* g, int64_t n) override {
+    if (emulated_) return cuda::squared_norm_emulate(g, n);
+    if (!norm_buffer_) norm_buffer_ = static_cast<double*>(alloc((cuda::kNormBlocks + 1) * sizeof(double)));
+    join_collectives();
+    cuda::squared_norm_launch(g, n, norm_buffer_, norm_buffer_ + cuda::kNormBlocks, stream_);
+    double total = 0;
+    to_host(&total, norm_buffer_ + cuda::kNormBlocks, sizeof total);
+    return total;
+  }
+
+  void optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n) override {
+    if (emulated_) return cuda::optimizer_emulate(u, p, g, m, v, n);
+    cuda::optimizer_launch(u, p, g, m, v, n, stream_);
   }
 
   bool can_capture() const override { return true; }
@@ -355,6 +374,7 @@ class CudaBackend final : public DeviceBackend {
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;
   bool comm_pending_ = false;
+  double* norm_buffer_ = nullptr;  // squared_norm's partial sums and total
   // Recording (begin_capture .. end_capture); emulated: the calls themselves.
   bool capturing_ = false;
   std::shared_ptr<std::vector<std::function<void()>>> recorded_;

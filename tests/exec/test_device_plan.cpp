@@ -13,6 +13,7 @@
 #include "exec/plan.h"
 #include "parallel/communicator.h"
 #include "tests/test_util.h"
+#include "train/checkpoint.h"
 #include "train/npz.h"
 #include "train/trainer.h"
 
@@ -88,6 +89,17 @@ Graph small_graph(bool host_node = true) {
 void check_close(const Tensor& a, const Tensor& b) {
   REQUIRE(a.shape() == b.shape());
   for (int64_t i = 0; i < a.numel(); ++i) CHECK(a.as<float>()[i] == doctest::Approx(b.as<float>()[i]).epsilon(1e-6));
+}
+
+// Within 1e-5 relative (+1e-6): the emulated GEMMs sum in another order than the CPU's BLAS.
+void check_near(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  int bad = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const float x = a.as<float>()[i], y = b.as<float>()[i];
+    bad += !(std::abs(x - y) <= 1e-5f * std::abs(x) + 1e-6f);
+  }
+  CHECK(bad == 0);
 }
 
 void check_same_training(const TrainResult& a, const TrainResult& b) {
@@ -242,6 +254,68 @@ TEST_CASE("device plan: training with recorded runs equals training node by node
     for (const auto& [name, t] : graphs.parameters)
       CHECK_MESSAGE(std::memcmp(t.data(), eager.parameters.at(name).data(), t.nbytes()) == 0, name);
   }
+}
+
+TEST_CASE("device plan: the optimizer on the device: momentum with clipping, evaluation and checkpoints as on the CPU") {
+  TempDir tmp;
+  auto run = [&](const char* devices, const std::string& dir) {
+    TrainOptions o;
+    o.model = model_path("mlp");
+    o.batch_size = 64;
+    o.steps = 12;
+    o.seed = 3;
+    o.quiet = true;
+    o.devices = devices;
+    // Momentum (Adam would turn rounding-size gradient differences into lr-size steps), Nesterov.
+    o.optimizer.kind = OptimizerKind::momentum;
+    o.optimizer.nesterov = true;
+    o.optimizer.lr = 0.05f;
+    o.optimizer.max_grad_norm = 0.5f;  // below the gradients' norm: every step is clipped
+    o.eval_data = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/eval.npz";
+    o.eval_every = 5;
+    o.checkpoint_dir = tmp.file(dir);
+    o.checkpoint_every = 5;
+    return train(o);
+  };
+  TrainResult cpu = run("cpu", "cpu"), dev = run("cuda-emulated", "dev");
+  check_same_training(cpu, dev);
+  CHECK(dev.eval_loss == doctest::Approx(cpu.eval_loss).epsilon(1e-5));
+  // The checkpoints hold the device's parameters and optimizer state, not stale host copies.
+  for (const char* step : {"checkpoint-5", "checkpoint-10"}) {
+    CAPTURE(step);
+    auto a = read_safetensors(tmp.file("cpu") + "/" + step + "/model.safetensors");
+    auto b = read_safetensors(tmp.file("dev") + "/" + step + "/model.safetensors");
+    REQUIRE(a.size() == b.size());
+    for (const auto& [name, t] : a) check_near(t, b.at(name));
+    auto ma = read_safetensors(tmp.file("cpu") + "/" + step + "/optimizer.safetensors");
+    auto mb = read_safetensors(tmp.file("dev") + "/" + step + "/optimizer.safetensors");
+    REQUIRE(ma.size() == mb.size());
+    for (const auto& [name, t] : ma) check_near(t, mb.at(name));
+  }
+}
+
+TEST_CASE("device plan: on the device, 20 steps straight equal 10 steps, stop, resume, 10 steps") {
+  TempDir tmp;
+  auto base = [&](const std::string& dir, int64_t steps) {
+    TrainOptions o;
+    o.model = model_path("mlp");
+    o.batch_size = 128;
+    o.steps = steps;
+    o.seed = 7;
+    o.quiet = true;
+    o.devices = "cuda-emulated";
+    o.checkpoint_dir = tmp.file(dir);
+    return o;
+  };
+  TrainResult a = train(base("a", 20));
+  train(base("b", 10));
+  TrainOptions second = base("b", 20);
+  second.resume = true;
+  TrainResult b = train(second);
+  REQUIRE(b.losses.size() == 10);
+  for (size_t i = 0; i < 10; ++i) CHECK(b.losses[i] == a.losses[10 + i]);
+  for (const auto& [name, t] : a.parameters)
+    CHECK_MESSAGE(std::memcmp(t.data(), b.parameters.at(name).data(), t.nbytes()) == 0, name);
 }
 
 TEST_CASE("device plan: two emulated devices train as cpu:2 (all-reduce buckets through the CPU fallback)") {
