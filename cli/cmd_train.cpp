@@ -59,7 +59,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--devices", o->devices, "auto (every GPU, else the CPU), cpu, cpu:N (N replicas; under mpirun N per process), cuda (every GPU; under mpirun one per process) or cuda:0,1,...")
       ->capture_default_str();
   cmd->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics (DDP's default; not equivalent to one device)");
-  cmd->add_option("--bucket-mb", o->bucket_mb, "Gradient all-reduce bucket size in MB (the first bucket is 1 MB)")
+  cmd->add_option("--bucket-mb", o->bucket_mb, "Gradient all-reduce bucket size in MB (the first bucket at most 1 MB)")
       ->capture_default_str();
   cmd->add_option("--comm-timeout", o->comm_timeout_s, "Seconds a replica waits for the others before failing")
       ->capture_default_str();
@@ -68,6 +68,8 @@ Command add_train_command(CLI::App& app) {
   auto no_cuda_graph = std::make_shared<bool>(false);
   cmd->add_flag("--no-cuda-graph", *no_cuda_graph,
                 "On a GPU, launch every kernel of every step instead of replaying a recorded CUDA graph");
+  cmd->add_flag("--tf32", o->tf32,
+                "On a GPU, MatMul and Gemm on TF32 tensor cores (10-bit mantissa inputs, fp32 sums: ~1e-3 relative error)");
   cmd->add_flag("--profile", o->profile, "Time every kernel and print where a step's time goes (per op, GFLOP/s)");
   auto config = std::make_shared<std::string>();
   cmd->add_option("--config", *config, "Options from a TOML file (keys as the long option names; the command line wins)")

@@ -36,13 +36,21 @@ class DeviceBackend {
   virtual void run(const Graph& g, KernelCtx& c) = 0;
   // Device to device, ordered with the kernels.
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  // Zero bytes, ordered with the kernels.
+  virtual void zero(void* dst, size_t bytes) = 0;
+  // MatMul and Gemm may use TF32 tensor cores (--tf32): inputs with 10 mantissa bits, fp32
+  // accumulation. Off (the default): fp32 throughout. Convolutions stay fp32 either way.
+  virtual void allow_tf32(bool on) = 0;
   // Waits for everything queued on the device.
   virtual void synchronize() = 0;
 
-  // The fused optimizer over flat device buffers of n floats (exec/optimizer_update.h): the
-  // gradient's squared global norm (in double; waits for it), then the update of every element.
-  virtual double squared_norm(const float* g, int64_t n) = 0;
-  virtual void optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n) = 0;
+  // The fused optimizer over flat device buffers of n floats, queued on the device (and recorded
+  // like run() between begin_capture and end_capture): the gradient's squared global norm in
+  // double into *squared_norm, then exec/optimizer_update.h's update of every element with the
+  // step's scalars at u and the clipping factor of that norm. u and squared_norm are device
+  // memory: the caller writes u (to_device) before the step and reads the norm after it.
+  virtual void optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m, float* v,
+                              int64_t n) = 0;
   // Joins the world of replicas that comm belongs to (nullptr: a world of one); every replica calls
   // it at once, before its plans are made. Until then collectives run through the CPU fallback.
   virtual void connect(Communicator* comm) = 0;

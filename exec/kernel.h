@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/run_scalars.h"
 #include "graph/graph.h"
 
 namespace onnxdp {
@@ -32,6 +33,7 @@ struct RunState {
   int64_t sample_offset = 0;      // index of the global batch's first row in the step (micro-batches, run's batches)
   Communicator* comm = nullptr;   // this replica's world; nullptr: a world of one
   Profile* profile = nullptr;     // when set, every kernel call is timed into it
+  const RunScalars* device = nullptr;  // on a device: seed, step and offsets above, in device memory
 };
 
 struct KernelCtx {
@@ -50,6 +52,29 @@ struct KernelCtx {
     throw Error(node.describe() + ": " + fmt::format(f, std::forward<Args>(args)...));
   }
 };
+
+// Every value of a plan starts at a multiple of this many bytes from its buffer's start (buffers
+// themselves are at least this aligned); callers binding values (PlanOptions::bound) keep to it.
+inline constexpr size_t kPlanAlign = 64;
+
+// When an all-reduce's outputs are of one float dtype and each starts at the first multiple of
+// kPlanAlign bytes after the previous one's end (a bucket of the trainer's flat gradient buffer,
+// laid out in bucket order): the element count of one all-reduce over [out(0), end of the last),
+// the alignment gaps included; else 0 (one all-reduce per tensor).
+inline int64_t all_reduce_span(const KernelCtx& c) {
+  const DType t = c.out(0).dtype;
+  if (!(t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16)) return 0;
+  const size_t es = dtype_size(t);
+  auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  const uintptr_t start = addr(c.out(0).data);
+  if (start % kPlanAlign) return 0;
+  uintptr_t end = start;
+  for (const TensorRef& y : c.outputs) {
+    if (y.dtype != t || addr(y.data) != (end + kPlanAlign - 1) / kPlanAlign * kPlanAlign) return 0;
+    end = addr(y.data) + size_t(y.numel) * es;
+  }
+  return int64_t((end - start) / es);
+}
 
 using Kernel = void (*)(KernelCtx&);
 Kernel cpu_kernel(Op op);

@@ -10,18 +10,30 @@
 
 namespace onnxdp {
 
+// The scalars of one step. On a device they are written to device memory before the step runs
+// and read there, so a recorded step (CUDA graph) takes each step's values.
 struct OptimizerUpdate {
   enum class Kind : uint8_t { sgd, momentum, adam };  // adam with `decoupled` is AdamW
   Kind kind = Kind::sgd;
   bool nesterov = false, first = false, decoupled = false;
-  bool clipping = false;  // scale the gradient by `clip` first (--max-grad-norm)
-  float clip = 1, lr = 0, wd = 0, mom = 0, b1 = 0, b2 = 0, eps = 0;
+  float max_norm = 0;  // --max-grad-norm; 0: no clipping
+  float lr = 0, wd = 0, mom = 0, b1 = 0, b2 = 0, eps = 0;
   float step_size = 0, sqrt_bc2 = 1;  // Adam: lr / (1 - b1^t), sqrt(1 - b2^t)
 };
 
-// p, g: parameters and gradients; m: momentum buffer or Adam's first moment; v: second moment.
-ONNXDP_HD inline void optimizer_update(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t i) {
-  if (u.clipping) g[i] *= u.clip;
+// torch.nn.utils.clip_grad_norm_: the factor the gradient is scaled by when its global norm
+// sqrt(squared_norm) exceeds u.max_norm; 1 (no scaling) otherwise or without clipping.
+ONNXDP_HD inline float clip_factor(const OptimizerUpdate& u, double squared_norm) {
+  if (!(u.max_norm > 0)) return 1.0f;
+  const float coef = u.max_norm / (float(sqrt(squared_norm)) + 1e-6f);
+  return coef < 1.0f ? coef : 1.0f;
+}
+
+// p, g: parameters and gradients; m: momentum buffer or Adam's first moment; v: second moment;
+// clip: clip_factor() of the step's gradient.
+ONNXDP_HD inline void optimizer_update(const OptimizerUpdate& u, float clip, float* p, float* g, float* m, float* v,
+                                       int64_t i) {
+  if (clip < 1.0f) g[i] *= clip;
   switch (u.kind) {
     case OptimizerUpdate::Kind::sgd:
       p[i] -= u.lr * (g[i] + u.wd * p[i]);

@@ -15,18 +15,31 @@
 namespace onnxdp {
 
 namespace {
-constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t n) { return (n + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
 }  // namespace
 
 Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   const size_t nv = graph_.values.size();
   const int nn = int(graph_.nodes.size());
   offset_.assign(nv, -1);
+  bound_.assign(nv, nullptr);
+  if (!opts_.bound.empty()) {
+    std::vector<char> is_input(nv, 0);
+    for (ValueId i : graph_.inputs) is_input[size_t(i)] = 1;
+    for (size_t v = 0; v < nv; ++v) {
+      const Value& val = graph_.values[v];
+      auto it = opts_.bound.find(val.name);
+      if (it == opts_.bound.end()) continue;
+      if (!(val.kind == ValueKind::parameter || is_input[v] || val.producer >= 0))
+        fail("value '{}' cannot live in the caller's memory: it is a constant", val.name);
+      bound_[v] = it->second;
+    }
+  }
 
   // Liveness in node indices: graph inputs are born at -1, outputs live to the end.
   std::vector<int> born(nv, -2), dies(nv, -2);
   for (ValueId i : graph_.inputs) born[size_t(i)] = dies[size_t(i)] = -1;
+  auto in_arena = [&](size_t v) { return born[v] != -2 && !bound_[v]; };
   for (int ni = 0; ni < nn; ++ni) {
     for (ValueId in : graph_.nodes[size_t(ni)].inputs)
       if (in != kNoValue && born[size_t(in)] != -2) dies[size_t(in)] = ni;
@@ -40,7 +53,7 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   // offset that does not overlap a value whose lifetime intersects its own.
   std::vector<ValueId> order;
   for (size_t v = 0; v < nv; ++v)
-    if (born[v] != -2) order.push_back(ValueId(v));
+    if (in_arena(v)) order.push_back(ValueId(v));
   auto bytes = [&](ValueId v) { return align_up(size_t(shape_numel(graph_.value(v).shape)) * dtype_size(graph_.value(v).dtype)); };
   std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {
     return born[size_t(a)] != born[size_t(b)] ? born[size_t(a)] < born[size_t(b)] : bytes(a) > bytes(b);
@@ -69,16 +82,10 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   DeviceBackend& dev = *opts_.device;
   dev.activate();
   data_offset_.assign(nv, -1);
-  bound_.assign(nv, nullptr);
   size_t data_bytes = 0;
   for (size_t v = 0; v < nv; ++v) {
     const Value& val = graph_.values[v];
-    if (offset_[v] >= 0 || val.data.empty()) continue;
-    if (auto it = opts_.device_parameters.find(val.name);
-        it != opts_.device_parameters.end() && val.kind == ValueKind::parameter) {
-      bound_[v] = it->second;
-      continue;
-    }
+    if (offset_[v] >= 0 || bound_[v] || val.data.empty()) continue;
     data_offset_[v] = int64_t(data_bytes);
     data_bytes += align_up(val.data.nbytes());
   }
@@ -90,6 +97,7 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   };
   device_arena_ = device_buffer(arena_bytes_);
   device_data_ = device_buffer(data_bytes);
+  device_scalars_ = device_buffer(sizeof(RunScalars));
   device_bytes_ = arena_bytes_ + data_bytes;
   for (size_t v = 0; v < nv; ++v)
     if (data_offset_[v] >= 0 && graph_.values[v].data.nbytes())
@@ -99,15 +107,14 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   for (int ni = 0; ni < nn; ++ni) {
     const Node& n = graph_.nodes[size_t(ni)];
     on_device_[size_t(ni)] = dev.has_kernel(graph_, n);
-    // A recording keeps the RunState it was made with: Dropout's mask must change every step.
-    capturable_ = capturable_ && on_device_[size_t(ni)] && n.op != Op::Dropout;
+    capturable_ = capturable_ && on_device_[size_t(ni)];
   }
   on_host_.assign(nv, 0);
 }
 
 void* Plan::device_ptr(ValueId id) const {
-  if (offset_[size_t(id)] >= 0) return static_cast<uint8_t*>(device_arena_.get()) + offset_[size_t(id)];
   if (bound_[size_t(id)]) return bound_[size_t(id)];
+  if (offset_[size_t(id)] >= 0) return static_cast<uint8_t*>(device_arena_.get()) + offset_[size_t(id)];
   if (data_offset_[size_t(id)] >= 0) return static_cast<uint8_t*>(device_data_.get()) + data_offset_[size_t(id)];
   fail("value '{}' has no storage on {}", graph_.value(id).name, opts_.device->name());
 }
@@ -124,9 +131,20 @@ std::string Plan::host_ops() const {
 TensorRef Plan::ref(ValueId id) {
   if (id == kNoValue) return {};
   Value& v = graph_.value(id);
+  const int64_t numel = shape_numel(v.shape);
+  if (bound_[size_t(id)] && v.kind != ValueKind::parameter) {
+    if (!opts_.device) return TensorRef{bound_[size_t(id)], v.dtype, &v.shape, numel};
+    Tensor& host = shadow_[id];
+    if (host.empty()) host = Tensor(v.dtype, v.shape);
+    if (!on_host_[size_t(id)]) {
+      if (numel) opts_.device->to_host(host.data(), bound_[size_t(id)], host.nbytes());
+      on_host_[size_t(id)] = 1;
+    }
+    return TensorRef{host.data(), v.dtype, &v.shape, numel};
+  }
+  if (bound_[size_t(id)] && !opts_.device) return TensorRef{bound_[size_t(id)], v.dtype, &v.shape, numel};
   if (offset_[size_t(id)] >= 0) {
     uint8_t* host = arena_.as<uint8_t>() + offset_[size_t(id)];
-    const int64_t numel = shape_numel(v.shape);
     if (opts_.device && !on_host_[size_t(id)]) {
       if (numel) opts_.device->to_host(host, device_ptr(id), size_t(numel) * dtype_size(v.dtype));
       on_host_[size_t(id)] = 1;
@@ -161,6 +179,7 @@ bool is_collective(Op op) { return std::strcmp(op_info(op).category, "collective
 void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& state) {
   if (opts_.device) return execute_on_device(inputs, state);
   for (ValueId i : graph_.inputs) {
+    if (bound_[size_t(i)]) continue;  // the caller wrote it in place
     const Tensor& t = fed(inputs, graph_.value(i));
     if (t.nbytes()) std::memcpy(ref(i).data, t.data(), t.nbytes());
   }
@@ -187,6 +206,7 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
   dev.activate();
   std::fill(on_host_.begin(), on_host_.end(), 0);
   for (ValueId i : graph_.inputs) {
+    if (bound_[size_t(i)]) continue;  // the caller wrote it in place
     const Tensor& t = fed(inputs, graph_.value(i));
     if (t.nbytes()) {
       std::memcpy(arena_.as<uint8_t>() + offset_[size_t(i)], t.data(), t.nbytes());
@@ -199,6 +219,12 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
     const Tensor& d = graph_.value(p).data;
     if (data_offset_[size_t(p)] >= 0 && d.nbytes()) dev.to_device(device_ptr(p), d.data(), d.nbytes());
   }
+  // What changes from run to run reaches recorded kernels through device memory.
+  scalars_ = RunScalars{state.seed, state.step, state.batch_offset, state.sample_offset};
+  dev.to_device(device_scalars_.get(), &scalars_, sizeof scalars_);
+  RunState run = state;
+  run.device = static_cast<const RunScalars*>(device_scalars_.get());
+  if (recording_ && state.batch_offset != recorded_batch_offset_) recording_.reset();  // recorded for other rows
   // The second run is recorded (the first one made the libraries' first-call allocations), later
   // runs replay it; a profiled run launches node by node to time each.
   if (recording_ && !state.profile) {
@@ -206,18 +232,29 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
   } else if (capturable_ && device_runs_ >= 1 && !state.profile) {
     try {
       dev.begin_capture();
-      run_nodes_on_device(state);
+      run_nodes_on_device(run);
+      if (opts_.after_run) opts_.after_run(*this);
       recording_ = dev.end_capture();
+      recorded_batch_offset_ = state.batch_offset;
     } catch (const Error& e) {  // nothing recorded has run: go on node by node
       dev.abort_capture();
       capturable_ = false;
       fmt::print(stderr, "onnxdp: {}: recording the run as a CUDA graph failed, running node by node: {}\n",
                  dev.name(), e.what());
-      run_nodes_on_device(state);
+      run_nodes_on_device(run);
+      if (opts_.after_run) opts_.after_run(*this);
     }
     if (recording_) dev.replay(recording_.get());
   } else {
-    run_nodes_on_device(state);
+    run_nodes_on_device(run);
+    if (opts_.after_run) {
+      auto t0 = std::chrono::steady_clock::now();
+      opts_.after_run(*this);
+      if (state.profile) {
+        dev.synchronize();
+        state.profile->after_run_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    }
   }
   ++device_runs_;
   if (state.profile) ++state.profile->runs;

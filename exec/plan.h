@@ -1,6 +1,7 @@
 // Plan: a graph compiled for a device: execution order, kernels, and a static memory plan that
 // places every activation at an offset in one arena, reusing bytes of values no longer live.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,19 +12,28 @@
 namespace onnxdp {
 
 class DeviceBackend;  // exec/device_backend.h
+class Plan;
 
 struct PlanOptions {
   int threads = 0;  // 0: OpenMP's default
   // Where the plan runs: nullptr is the host CPU. Plans of one replica share their device.
   std::shared_ptr<DeviceBackend> device;
-  // On a device where every node has a kernel and none depends on the step (Dropout): the second
-  // run is recorded as one CUDA graph and later runs replay it (the inputs and parameters are
-  // uploaded before). False: every run launches node by node.
+  // On a device where every node has a kernel: the second run is recorded as one CUDA graph and
+  // later runs replay it (the inputs, parameters and RunScalars are uploaded before; Dropout reads
+  // the step there). False: every run launches node by node.
   bool device_graph = true;
-  // On a device: parameters (by name) that live in the caller's device memory instead of the
-  // plan's (the trainer's flat parameter buffer, updated there by the fused optimizer): neither
-  // copied in at construction nor uploaded per run. ref() on one downloads it into its host data.
-  std::map<std::string, void*> device_parameters = {};
+  // Values (by name) that live in the caller's memory on the plan's device (host memory without
+  // one) instead of the plan's: the trainer's flat buffers. A bound parameter is neither copied in
+  // at construction nor uploaded per run (the fused optimizer updates it there); a bound graph
+  // input is not fed (the caller wrote it there); a bound node output is written there and takes
+  // no arena bytes. A node may write a bound value over the bytes of a bound input of its own only
+  // when it reads each element before writing it (elementwise Add, an in-place all-reduce), and
+  // nothing may read that input afterwards: the caller binds so. ref() on a device downloads.
+  std::map<std::string, void*> bound = {};
+  // On a device: work queued on it after the nodes of every run (given the plan, for its
+  // device_data), and recorded with them: the trainer's gradient copies and fused optimizer, so
+  // that a replayed run is the whole training step. Nothing in it may copy to or from the host.
+  std::function<void(Plan&)> after_run = {};
 };
 
 class Plan {
@@ -70,8 +80,12 @@ class Plan {
   // With a device: the arena's twin there, and the parameters and constants at data_offset_ in
   // a second buffer (parameters are uploaded every run: the optimizer updates them on the host).
   std::shared_ptr<void> device_arena_, device_data_;  // released through the device
+  std::shared_ptr<void> device_scalars_;  // the run's RunScalars (RunState::device)
+  RunScalars scalars_;                    // their host copy, uploaded from here before each run
+  int64_t recorded_batch_offset_ = 0;     // the recording's Scatter offsets are fixed in it
   std::vector<int64_t> data_offset_;  // per value with data: byte offset in device_data_, else -1
-  std::vector<void*> bound_;          // per value: its place in PlanOptions::device_parameters, or null
+  std::vector<void*> bound_;          // per value: its place in PlanOptions::bound, or null
+  std::map<ValueId, Tensor> shadow_;  // on a device: host copies of bound values that are not parameters
   std::vector<char> on_device_;       // per node: has a device kernel
   std::vector<char> on_host_;         // per value, during a run: the host arena holds its bytes
   size_t device_bytes_ = 0;

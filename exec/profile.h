@@ -20,6 +20,7 @@ struct OpProfile {
 struct Profile {
   std::map<Op, OpProfile> ops;
   int64_t runs = 0;  // plan executions (forward/backward passes) recorded
+  double after_run_seconds = 0;  // PlanOptions::after_run's work (the fused optimizer on a device)
 
   // One kernel call of node n (its inputs and outputs as the kernel saw them) that took `seconds`.
   void add(const Node& n, const KernelCtx& c, double seconds);

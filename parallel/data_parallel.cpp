@@ -196,18 +196,21 @@ void data_parallel_forward(Graph& g, const DataParallelOptions& o, const std::ve
   fix_producers(g);
 }
 
-std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grads, const DataParallelOptions& o) {
-  std::vector<Bucket> buckets;
-  if (o.world_size <= 1) return buckets;
-  // Production order: by the index of the node producing each gradient.
+std::vector<size_t> production_order(const Graph& g, const std::vector<ValueId>& grads) {
   std::vector<size_t> order;
   for (size_t i = 0; i < grads.size(); ++i)
     if (grads[i] != kNoValue) order.push_back(i);
   auto producer = [&](size_t i) { return g.value(grads[i]).producer; };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return producer(a) < producer(b); });
+  return order;
+}
+
+std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grads, const DataParallelOptions& o) {
+  std::vector<Bucket> buckets;
+  if (o.world_size <= 1) return buckets;
   std::vector<std::vector<size_t>> members;
   size_t cap = size_t(o.first_bucket_mb * 1024 * 1024), used = 0;
-  for (size_t i : order) {
+  for (size_t i : production_order(g, grads)) {
     const Value& v = g.value(grads[i]);
     size_t bytes = size_t(shape_numel(v.shape)) * dtype_size(v.dtype);
     if (members.empty() || (used > 0 && used + bytes > cap)) {

@@ -45,6 +45,11 @@ struct Bucket {
   int node = -1;               // index of its AllReduce node in g.nodes
 };
 
+// The positions in grads (kNoValue ones left out) in the order backward produces them: by the index
+// of each one's producing node. Buckets take them in this order; the trainer lays the flat
+// gradient buffer out in it, so that every bucket is one contiguous range.
+std::vector<size_t> production_order(const Graph& g, const std::vector<ValueId>& grads);
+
 // Inserts the AllReduce buckets; grads[i] is replaced by its all-reduced value.
 std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grads, const DataParallelOptions& o);
 

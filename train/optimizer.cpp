@@ -42,14 +42,10 @@ Optimizer::Optimizer(OptimizerOptions o, int64_t n) : o_(resolve_defaults(o)), n
   if (o_.kind == OptimizerKind::adam || o_.kind == OptimizerKind::adamw) v_.assign(size_t(n), 0.0f);
 }
 
-OptimizerUpdate Optimizer::begin_step(float lr, float norm) {
+OptimizerUpdate Optimizer::begin_step(float lr) {
   ++t_;
   OptimizerUpdate u;
-  if (o_.max_grad_norm > 0) {  // torch.nn.utils.clip_grad_norm_
-    const float coef = o_.max_grad_norm / (norm + 1e-6f);
-    u.clipping = coef < 1.0f;
-    u.clip = coef;
-  }
+  u.max_norm = o_.max_grad_norm;
   u.lr = lr;
   u.wd = o_.weight_decay;
   u.mom = o_.momentum;
@@ -78,13 +74,13 @@ float Optimizer::step(float* p, float* g, float lr) {
   double sq = 0;
 #pragma omp parallel for reduction(+ : sq) schedule(static)
   for (int64_t i = 0; i < n_; ++i) sq += double(g[i]) * double(g[i]);
-  const float norm = float(std::sqrt(sq));
-  const OptimizerUpdate u = begin_step(lr, norm);
+  const OptimizerUpdate u = begin_step(lr);
+  const float clip = clip_factor(u, sq);
   float* m = m_.data();
   float* v = v_.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n_; ++i) optimizer_update(u, p, g, m, v, i);
-  return norm;
+  for (int64_t i = 0; i < n_; ++i) optimizer_update(u, clip, p, g, m, v, i);
+  return float(std::sqrt(sq));
 }
 
 }  // namespace onnxdp

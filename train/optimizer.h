@@ -36,9 +36,9 @@ class Optimizer {
   // One update of params (f32, n) from grads (f32, n) at learning rate lr; returns the gradient's
   // global norm before clipping.
   float step(float* params, float* grads, float lr);
-  // The scalars of the next update (it counts the step) for a gradient of global norm `norm`:
-  // step() on the host, or the device's update over its own flat buffers.
-  OptimizerUpdate begin_step(float lr, float norm);
+  // The scalars of the next update at learning rate lr (it counts the step): step() on the host,
+  // or the device's update over its own flat buffers (DeviceBackend::optimizer_step).
+  OptimizerUpdate begin_step(float lr);
   int64_t steps_done() const { return t_; }
   // State for checkpoints: m (or momentum buffer), v, and the step count.
   std::vector<float>& m() { return m_; }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -206,8 +207,58 @@ struct TrainPlan {
   std::unique_ptr<Plan> plan;
   ValueId loss;
   std::vector<ValueId> grads;  // per trainable parameter
+  std::vector<char> grad_in_flat;  // per trainable parameter: the plan writes its gradient into the flat buffer
+  std::vector<int> bucket_nodes;   // the gradient buckets' AllReduce nodes
   std::vector<std::pair<ValueId, std::string>> running_stats;  // BN outputs -> parameter name
 };
+
+// The values of a step's graph that live in trainable tensor i's slice of the flat gradient
+// buffer (Plan's `bound`): its gradient (the all-reduced one with buckets); the all-reduce's input
+// when nothing else reads it, so the sum is made in place and a bucket is one call over one range;
+// with --grad-accum the accumulator input, added to in place. `in_flat[i]`: whether gradient i is
+// there; one that is not (a value that is also another gradient, say) is copied after the run.
+struct GradientPlaces {
+  std::map<std::string, size_t> slice;  // value name -> trainable index
+  std::vector<char> in_flat;
+};
+GradientPlaces gradient_places(const Graph& g, const std::vector<ValueId>& grads, const std::vector<std::string>& names) {
+  std::vector<int> uses(g.values.size(), 0);
+  for (const Node& n : g.nodes)
+    for (ValueId in : n.inputs)
+      if (in != kNoValue) ++uses[size_t(in)];
+  for (ValueId o : g.outputs) ++uses[size_t(o)];
+  GradientPlaces p;
+  p.in_flat.assign(grads.size(), 0);
+  std::vector<char> taken(g.values.size(), 0);
+  auto place = [&](ValueId v, size_t i) {
+    if (v == kNoValue || g.value(v).producer < 0 || taken[size_t(v)]) return false;
+    taken[size_t(v)] = 1;
+    p.slice[g.value(v).name] = i;
+    return true;
+  };
+  std::map<ValueId, size_t> grad_index;
+  for (size_t i = 0; i < grads.size(); ++i)
+    if ((p.in_flat[i] = place(grads[i], i))) grad_index[grads[i]] = i;
+  for (const Node& n : g.nodes)
+    if (n.op == Op::AllReduce)
+      for (size_t k = 0; k < n.outputs.size(); ++k)
+        if (auto it = grad_index.find(n.outputs[k]); it != grad_index.end() && uses[size_t(n.inputs[k])] == 1)
+          place(n.inputs[k], it->second);
+  for (const Node& n : g.nodes) {
+    // --grad-accum: Add(gradient, grad_accum/<name>) writes the sum over the accumulator's slice.
+    if (n.op == Op::Add && n.has_input(1) && g.value(n.inputs[1]).name.rfind("grad_accum/", 0) == 0) {
+      const Value& acc = g.value(n.inputs[1]);
+      const auto it = std::find(names.begin(), names.end(), acc.name.substr(11));
+      if (it == names.end()) continue;  // the loss's accumulator, fed by value
+      const size_t i = size_t(it - names.begin());
+      auto out = p.slice.find(g.value(n.outputs[0]).name);
+      if (out == p.slice.end() || out->second != i)
+        fail("internal: the accumulated gradient of '{}' is not in its slice of the flat buffer", names[i]);
+      p.slice[acc.name] = i;
+    }
+  }
+  return p;
+}
 
 }  // namespace
 
@@ -309,9 +360,11 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   dp.global_batch = b;
   dp.local_bn = o.local_bn;
   dp.bucket_mb = o.bucket_mb;
+  dp.first_bucket_mb = std::min(dp.first_bucket_mb, o.bucket_mb);  // never larger than the others
   data_parallel_forward(g, dp, batch_inputs);
   tg.grads = autodiff(g, loss, wrt);
   if (mb.accumulate) accumulate_gradients(g, tg.grads, tg.trainable, loss);
+  tg.order = production_order(g, tg.grads);
   if (mb.sync) tg.buckets = data_parallel_gradients(g, tg.grads, dp);
   if (world > 1 && mb.sync) {  // the step's loss over the global batch, for the metrics
     int idx = g.add_node(Op::AllReduce, "dp/loss", {loss}, {"dp/loss"}, {{"async", Attr(int64_t(1))}});
@@ -379,11 +432,13 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   std::map<std::string, Tensor> master;
   std::vector<std::string> trainable;
   std::vector<size_t> offset;  // element offset of each trainable parameter in the flat buffer
+  int64_t trainable_numel = 0;  // their elements (the flat buffers also hold alignment gaps)
   Tensor flat_params, flat_grads;
   // With a device, the flat parameters, gradients and optimizer state live there and the fused
   // optimizer runs there; flat_params and the optimizer's m, v are brought up to date only when the
   // host reads them (evaluation, checkpoints, the end).
   std::shared_ptr<void> dev_params, dev_grads, dev_m, dev_v;
+  std::shared_ptr<void> dev_step, dev_norm;  // the step's OptimizerUpdate, the gradient's squared norm
   auto device_buffer = [&](size_t bytes) {
     return std::shared_ptr<void>(device->alloc(std::max<size_t>(bytes, 4)), [d = device](void* p) {
       d->activate();
@@ -414,10 +469,19 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     const bool first = master.empty();
     if (first) {  // the first build makes the flat parameter buffer
       trainable = tg.trainable;
+      // In the order backward produces the gradients (each bucket one range), each tensor at a
+      // multiple of the plan's alignment; the gaps stay zero.
+      std::vector<size_t> layout = tg.order;
+      for (size_t i = 0; i < trainable.size(); ++i)
+        if (std::find(layout.begin(), layout.end(), i) == layout.end()) layout.push_back(i);
+      constexpr size_t kFloatsAligned = kPlanAlign / sizeof(float);
       size_t total = 0;
-      for (const auto& name : trainable) {
-        offset.push_back(total);
-        total += size_t(g.value(g.find(name)).data.numel());
+      offset.assign(trainable.size(), 0);
+      for (size_t i : layout) {
+        offset[i] = total;
+        const size_t n = size_t(g.value(g.find(trainable[i])).data.numel());
+        total += (n + kFloatsAligned - 1) / kFloatsAligned * kFloatsAligned;
+        trainable_numel += int64_t(n);
       }
       flat_params = Tensor(DType::f32, {int64_t(total)});
       flat_grads = Tensor(DType::f32, {int64_t(total)});
@@ -434,10 +498,12 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       if (device) {
         dev_params = device_buffer(flat_params.nbytes());
         dev_grads = device_buffer(flat_grads.nbytes());
+        device->zero(dev_grads.get(), flat_grads.nbytes());  // the gaps between tensors stay zero
       }
     }
     share_parameters(g, master);
     tp.grads = tg.grads;
+    for (const Bucket& bk : tg.buckets) tp.bucket_nodes.push_back(bk.node);
     tp.loss = tg.loss;
     tp.running_stats = tg.running_stats;
     if (first) {  // the full step's plan, built first on every replica
@@ -456,8 +522,22 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     }
     PlanOptions po{.device = device, .device_graph = o.cuda_graph};
     if (dev_params)  // the trainable parameters are the flat device buffer's slices
-      for (size_t i = 0; i < trainable.size(); ++i)
-        po.device_parameters[trainable[i]] = static_cast<float*>(dev_params.get()) + offset[i];
+      for (size_t i = 0; i < trainable.size(); ++i) po.bound[trainable[i]] = static_cast<float*>(dev_params.get()) + offset[i];
+    GradientPlaces places = gradient_places(g, tg.grads, trainable);
+    float* grads_base = device ? static_cast<float*>(dev_grads.get()) : flat_grads.as<float>();
+    for (const auto& [name, i] : places.slice) po.bound[name] = grads_base + offset[i];
+    tp.grad_in_flat = places.in_flat;
+    if (device)  // on the device, after the nodes and recorded with them: the step's gradients to the flat buffer, the optimizer
+      po.after_run = [&, grads = tg.grads, in_flat = places.in_flat, update = mb.sync](Plan& p) {
+        for (size_t i = 0; i < grads.size(); ++i)
+          if (!in_flat[i])
+            device->copy_on_device(static_cast<float*>(dev_grads.get()) + offset[i], p.device_data(grads[i]),
+                                   size_t(master.at(trainable[i]).numel()) * 4);
+        if (update)
+          device->optimizer_step(static_cast<const OptimizerUpdate*>(dev_step.get()), static_cast<double*>(dev_norm.get()),
+                                 static_cast<float*>(dev_params.get()), static_cast<float*>(dev_grads.get()),
+                                 static_cast<float*>(dev_m.get()), static_cast<float*>(dev_v.get()), flat_params.numel());
+      };
     tp.plan = std::make_unique<Plan>(std::move(g), std::move(po));
     return tp;
   };
@@ -477,7 +557,21 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   // A step of n rows runs micro-batches of `batch` rows and a last one of the rest.
   auto last_micro = [&](int64_t n) { return n - (n - 1) / batch * batch; };
   const int64_t full_step = std::min(K * batch, data.samples);  // rows of a whole optimizer step
-  plan_for(last_micro(full_step), full_step, true);
+  {  // how many gradient buckets of the full step are one range of the flat buffer (one all-reduce call)
+    TrainPlan& full = plan_for(last_micro(full_step), full_step, true);
+    const Graph& g = full.plan->graph();
+    RunState none;
+    for (int node : full.bucket_nodes) {
+      const Node& n = g.nodes[size_t(node)];
+      KernelCtx c{n, {}, {}, none};
+      for (ValueId out : n.outputs) {
+        TensorRef r{nullptr, g.value(out).dtype, &g.value(out).shape, shape_numel(g.value(out).shape)};
+        r.data = device ? full.plan->device_data(out) : full.plan->ref(out).data;
+        c.outputs.push_back(r);
+      }
+      result.contiguous_buckets += all_reduce_span(c) > 0;
+    }
+  }
   if (comm) {  // replicas start identical: replica 0's parameters and running statistics
     comm->broadcast(flat_params.data(), flat_params.nbytes(), 0);
     for (auto& [name, t] : master)
@@ -502,15 +596,28 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   if (!quiet) progress = std::make_unique<ProgressReporter>(total_steps, o.progress_bar && isatty(fileno(stdout)), log_every);
   if (!quiet)
     fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}{}, {} steps\n",
-               trainable.size(), flat_params.numel(), result.frozen.size(), data.samples, batch,
+               trainable.size(), trainable_numel, result.frozen.size(), data.samples, batch,
                K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps);
-  if (!quiet && device) {  // the full step's plan: what runs where, and the device memory it holds
-    const Plan& p = *plans.begin()->second.plan;
-    const std::string host = p.host_ops();
-    fmt::print("onnxdp train: {} holds {:.1f} MiB per replica; {}\n", device->name(),
-               double(p.device_bytes()) / (1024.0 * 1024.0),
-               host.empty() ? std::string("every op runs there")
-                            : "ops without a kernel there run on the CPU with copies (slow): " + host);
+  // The memory a replica holds for the training (on its device, or the host): the flat parameters,
+  // gradients and optimizer state, and every plan made so far (one per batch size: activations,
+  // and on a device its constants). Reported at the start, in every metrics line and at the end.
+  const size_t state_bytes = flat_params.nbytes() + flat_grads.nbytes() + (opt.m().size() + opt.v().size()) * 4;
+  auto plans_bytes = [&] {
+    size_t bytes = 0;
+    for (const auto& [key, tp] : plans) bytes += device ? tp.plan->device_bytes() : tp.plan->arena_bytes();
+    return bytes;
+  };
+  auto mib = [](size_t bytes) { return double(bytes) / (1024.0 * 1024.0); };
+  if (!quiet) {  // the full step's plan: what runs where, and the memory it holds
+    const std::string host = device ? plans.begin()->second.plan->host_ops() : std::string();
+    fmt::print("onnxdp train: {} holds {:.1f} MiB per replica (activations{} {:.1f}, parameters + gradients + "
+               "optimizer state {:.1f}){}{}\n",
+               device ? device->name() : std::string("the CPU"), mib(plans_bytes() + state_bytes),
+               device ? " and constants" : "", mib(plans_bytes()), mib(state_bytes),
+               !device ? std::string()
+               : host.empty() ? std::string("; every op runs there")
+                              : "; ops without a kernel there run on the CPU with copies (slow): " + host,
+               device && o.tf32 ? "; MatMul and Gemm in TF32" : "");
   }
 
   std::vector<int64_t> order(static_cast<size_t>(data.samples));
@@ -519,6 +626,15 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     if (o.shuffle) {
       std::mt19937_64 rng(o.seed * 1000003ull + uint64_t(ep));
       std::shuffle(order.begin(), order.end(), rng);
+    }
+  };
+  // The optimizer's state per tensor, under torch.optim's names: "exp_avg/<parameter>" and
+  // "exp_avg_sq/<parameter>" (adam, adamw), "momentum_buffer/<parameter>" (momentum).
+  auto for_each_state = [&](const std::function<void(const std::string&, size_t, std::vector<float>&)>& f) {
+    const bool adam = !opt.v().empty();
+    for (size_t i = 0; i < trainable.size(); ++i) {
+      if (!opt.m().empty()) f((adam ? "exp_avg/" : "momentum_buffer/") + trainable[i], i, opt.m());
+      if (adam) f("exp_avg_sq/" + trainable[i], i, opt.v());
     }
   };
   int64_t epoch = -1, cursor = data.samples, first_step = 1;
@@ -536,15 +652,14 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
           fail("checkpoint '{}' does not match the model: initializer '{}' is missing or has another shape", last_checkpoint, name);
         std::memcpy(t.data(), it->second.data(), t.nbytes());
       }
-      auto restore = [&](const char* key, std::vector<float>& dst) {
-        if (dst.empty()) return;
+      for_each_state([&](const std::string& key, size_t i, std::vector<float>& state) {
         auto it = c.optimizer.find(key);
-        if (it == c.optimizer.end() || it->second.numel() != int64_t(dst.size()))
-          fail("checkpoint '{}': optimizer state '{}' is missing or of another size (another --optimizer?)", last_checkpoint, key);
-        std::memcpy(dst.data(), it->second.data(), dst.size() * 4);
-      };
-      restore("m", opt.m());
-      restore("v", opt.v());
+        const Tensor& p = master.at(trainable[i]);
+        if (it == c.optimizer.end() || it->second.shape() != p.shape() || it->second.dtype() != DType::f32)
+          fail("checkpoint '{}': optimizer state '{}' is missing or of another shape (another --optimizer?)",
+               last_checkpoint, key);
+        std::memcpy(state.data() + offset[i], it->second.data(), p.nbytes());
+      });
       opt.set_steps_done(c.state.at("optimizer_steps").get<int64_t>());
       first_step = c.state.at("step").get<int64_t>() + 1;
       epoch = c.state.at("epoch").get<int64_t>();
@@ -556,10 +671,11 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   result.first_step = first_step;
   // The device's copies of the parameters and optimizer state start as the host's (after the
   // broadcast from replica 0 and a resume); pull_state brings the host's up to date.
-  auto as_f32 = [](const std::shared_ptr<void>& b) { return static_cast<float*>(b.get()); };
   if (device) {
     dev_m = device_buffer(opt.m().size() * 4);
     dev_v = device_buffer(opt.v().size() * 4);
+    dev_step = device_buffer(sizeof(OptimizerUpdate));
+    dev_norm = device_buffer(sizeof(double));
     device->to_device(dev_params.get(), flat_params.data(), flat_params.nbytes());
     if (!opt.m().empty()) device->to_device(dev_m.get(), opt.m().data(), opt.m().size() * 4);
     if (!opt.v().empty()) device->to_device(dev_v.get(), opt.v().data(), opt.v().size() * 4);
@@ -574,8 +690,12 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     pull_state();
     Checkpoint c;
     c.model = master;
-    if (!opt.m().empty()) c.optimizer["m"] = Tensor::from_f32(opt.m());
-    if (!opt.v().empty()) c.optimizer["v"] = Tensor::from_f32(opt.v());
+    for_each_state([&](const std::string& key, size_t i, std::vector<float>& state) {
+      const Tensor& p = master.at(trainable[i]);
+      Tensor t(DType::f32, p.shape());
+      std::memcpy(t.data(), state.data() + offset[i], p.nbytes());
+      c.optimizer[key] = std::move(t);
+    });
     c.state = {{"step", step}, {"epoch", epoch}, {"cursor", cursor}, {"seed", o.seed}, {"shuffle", o.shuffle},
                {"batch_size", batch}, {"grad_accum", K}, {"total_steps", total_steps}, {"optimizer_steps", opt.steps_done()},
                {"base_lr", base_lr}, {"model", o.model}};
@@ -583,12 +703,6 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   };
   auto t_start = std::chrono::steady_clock::now();
   int64_t samples_seen = 0;
-  // --grad-accum: the accumulator inputs of the micro-batch graphs are views of flat_grads.
-  std::map<std::string, Tensor> accumulated;
-  if (K > 1)
-    for (size_t i = 0; i < trainable.size(); ++i)
-      accumulated["grad_accum/" + trainable[i]] =
-          Tensor::view(flat_grads, offset[i] * 4, DType::f32, master.at(trainable[i]).shape());
   // --profile: replica 0's kernels, from step 2 on (step 1 pays for first touches of memory).
   Profile profile;
   int64_t profiled_steps = 0;
@@ -604,6 +718,11 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     const int64_t b = std::min(full_step, left);  // the step's global rows
     auto t0 = std::chrono::steady_clock::now();
     if (comm) comm->reset_comm_wait_ms();
+    const float lr = scheduled_lr(o.schedule, base_lr, step, o.warmup_steps, total_steps);
+    if (device) {  // the step's scalars, read on the device by the optimizer at the end of the last micro-batch
+      const OptimizerUpdate u = opt.begin_step(lr);
+      device->to_device(dev_step.get(), &u, sizeof u);
+    }
     float loss = 0;
     for (int64_t start = 0; start < b; start += batch) {  // the micro-batches (one without --grad-accum)
       const int64_t mrows = std::min(batch, b - start);
@@ -611,9 +730,9 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       TrainPlan& tp = plan_for(mrows, b, last);
       std::vector<int64_t> idx(order.begin() + cursor + start, order.begin() + cursor + start + mrows);
       std::map<std::string, Tensor> inputs = take_rows(data, idx);
-      if (K > 1) {  // the sums so far (views of flat_grads): zero before the first micro-batch
-        if (start == 0) std::memset(flat_grads.data(), 0, flat_grads.nbytes());
-        inputs.insert(accumulated.begin(), accumulated.end());
+      if (K > 1) {  // the sums so far are in the flat gradient buffer: zero before the first micro-batch
+        if (start == 0 && device) device->zero(dev_grads.get(), flat_grads.nbytes());
+        else if (start == 0) std::memset(flat_grads.data(), 0, flat_grads.nbytes());
         Tensor l(DType::f32, {});
         l.as<float>()[0] = start == 0 ? 0.f : loss;
         inputs["grad_accum/loss"] = std::move(l);
@@ -627,15 +746,10 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       rs.profile = o.profile && lead && step > first_step ? &profile : nullptr;
       tp.plan->execute(inputs, rs);
       loss = tp.plan->ref(tp.loss).as<float>()[0];
-      for (size_t i = 0; i < trainable.size(); ++i) {
-        if (device && last) {  // the step's gradients stay on the device, for its optimizer
-          const size_t bytes = size_t(master.at(trainable[i]).numel()) * 4;
-          device->copy_on_device(as_f32(dev_grads) + offset[i], tp.plan->device_data(tp.grads[i]), bytes);
-          continue;
-        }
-        TensorRef g = tp.plan->ref(tp.grads[i]);
-        std::memcpy(flat_grads.as<float>() + offset[i], g.data, size_t(g.numel) * 4);
-      }
+      for (size_t i = 0; i < trainable.size() && !device; ++i)  // gradients the plan could not write in place
+        if (!tp.grad_in_flat[i])
+          std::memcpy(flat_grads.as<float>() + offset[i], tp.plan->ref(tp.grads[i]).data,
+                      size_t(master.at(trainable[i]).numel()) * 4);
       for (auto& [v, name] : tp.running_stats) {
         TensorRef r = tp.plan->ref(v);
         std::memcpy(master.at(name).data(), r.data, master.at(name).nbytes());
@@ -646,14 +760,12 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       fail("the loss is {} at step {} (epoch {}); training stopped. {}", loss, step, epoch + 1,
            last_checkpoint.empty() ? std::string("No checkpoint was written.")
                                    : "The last good checkpoint is " + last_checkpoint + " (--resume continues from it).");
-    float lr = scheduled_lr(o.schedule, base_lr, step, o.warmup_steps, total_steps);
     auto t_opt = std::chrono::steady_clock::now();
     float gnorm = 0;
-    if (device) {
-      const int64_t n = flat_params.numel();
-      gnorm = float(std::sqrt(device->squared_norm(as_f32(dev_grads), n)));
-      device->optimizer_step(opt.begin_step(lr, gnorm), as_f32(dev_params), as_f32(dev_grads), as_f32(dev_m),
-                             as_f32(dev_v), n);
+    if (device) {  // the last micro-batch's run updated the parameters on the device
+      double squared = 0;
+      device->to_host(&squared, dev_norm.get(), sizeof squared);
+      gnorm = float(std::sqrt(squared));
     } else {
       gnorm = opt.step(flat_params.as<float>(), flat_grads.as<float>(), lr);
     }
@@ -681,7 +793,8 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     }
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                          {"samples_per_s", samples_per_s}, {"epoch", epoch + 1}, {"comm_wait_ms", comm_wait}};
+                          {"samples_per_s", samples_per_s}, {"epoch", epoch + 1}, {"comm_wait_ms", comm_wait},
+                          {"memory_mib", std::round(mib(plans_bytes() + state_bytes) * 100) / 100}};
       if (ev) {
         j["eval_loss"] = ev->loss;
         if (ev->accuracy >= 0) j["eval_accuracy"] = ev->accuracy;
@@ -695,6 +808,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       tensorboard->scalar("train/grad_norm", step, gnorm);
       tensorboard->scalar("perf/samples_per_s", step, float(samples_per_s));
       tensorboard->scalar("perf/comm_wait_ms", step, float(comm_wait));
+      tensorboard->scalar("perf/memory_mib", step, float(mib(plans_bytes() + state_bytes)));
       if (ev) {
         tensorboard->scalar("eval/loss", step, float(ev->loss));
         if (ev->accuracy >= 0) tensorboard->scalar("eval/accuracy", step, float(ev->accuracy));
@@ -715,15 +829,10 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.steps = total_steps;
   result.samples_per_s = secs > 0 ? double(samples_seen) / secs : 0;
-  size_t arena = 0, device_bytes = 0;
-  for (const auto& [key, tp] : plans) arena = std::max(arena, tp.plan->arena_bytes());
-  for (const auto& [key, tp] : plans) {
-    device_bytes += tp.plan->device_bytes();
-    result.replayed_plans += tp.plan->replays_graph();
-  }
-  const size_t state_bytes = flat_params.nbytes() + flat_grads.nbytes() + (opt.m().size() + opt.v().size()) * 4;
-  result.peak_bytes = arena + state_bytes;
-  result.device_bytes = device_bytes;
+  for (const auto& [key, tp] : plans) result.replayed_plans += tp.plan->replays_graph();
+  const size_t activations = plans_bytes();
+  result.peak_bytes = activations + state_bytes;
+  result.device_bytes = device ? result.peak_bytes : 0;
 
   pull_state();
   result.parameters = master;
@@ -757,12 +866,12 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     else
       fmt::print("eval on {}: loss {:.4f}\n", o.eval_data, result.eval_loss);
   }
-  fmt::print("memory per replica: {} (activations {}, parameters + gradients + optimizer state {}); process peak RSS {}\n",
-             mb(double(result.peak_bytes)), mb(double(arena)), mb(double(state_bytes)), mb(double(ru.ru_maxrss) * 1024));
-  if (device)
-    fmt::print("device memory per replica on {}: {} (the plans of every batch size: activations, parameters, constants); "
-               "{} of {} plans replay a recorded CUDA graph\n",
-               device->name(), mb(double(device_bytes)), result.replayed_plans, plans.size());
+  fmt::print("{}memory per replica{}: {} (activations{} of {} plan{} {}, parameters + gradients + optimizer state {}); "
+             "process peak RSS {}\n",
+             device ? "device " : "", device ? " on " + device->name() : std::string(), mb(double(result.peak_bytes)),
+             device ? " and constants" : "", plans.size(), plans.size() == 1 ? "" : "s", mb(double(activations)),
+             mb(double(state_bytes)), mb(double(ru.ru_maxrss) * 1024));
+  if (device) fmt::print("{} of {} plans replay a recorded CUDA graph\n", result.replayed_plans, plans.size());
   if (world > 1)
     fmt::print("waiting on communication: {:.2f} ms per step on average ({:.1f} % of the run)\n",
                steps_run ? result.comm_wait_ms / double(steps_run) : 0.0,
@@ -774,7 +883,8 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   if (o.profile && profiled_steps > 0) {
     fmt::print("profile of replica 0 over steps {}..{} ({} forward/backward passes):\n{}", first_step + 1,
                first_step + profiled_steps, profile.runs, profile.table(profiled_steps));
-    fmt::print("  {:<28} {:>10.3f}\n  {:<28} {:>10.3f}\n", "optimizer (fused, flat)", 1e3 * profiled_optimizer / double(profiled_steps),
+    fmt::print("  {:<28} {:>10.3f}\n  {:<28} {:>10.3f}\n", "optimizer (fused, flat)",
+               1e3 * (device ? profile.after_run_seconds : profiled_optimizer) / double(profiled_steps),
                "whole step (wall)", 1e3 * profiled_wall / double(profiled_steps));
     fmt::print("BLAS alone on this machine: {:.1f} GFLOP/s (sgemm 512x512x512, {} threads)\n", blas_sgemm_gflops(),
                omp_get_max_threads());
@@ -824,8 +934,13 @@ TrainResult train(const TrainOptions& options) {
   if (!devices.why_cpu.empty() && !o.quiet && detect_launch().rank == 0)
     fmt::print(stderr, "onnxdp: no GPU ({}): training on the CPU\n", devices.why_cpu);
   // Each replica's device, made on the replica's own thread (a CUDA device is current per thread).
+  if (o.tf32 && devices.kind == DeviceKind::cpu && !o.quiet && detect_launch().rank == 0)
+    fmt::print(stderr, "onnxdp: --tf32 applies to GPUs; the CPU computes in fp32\n");
   auto device_of = [&](int k) -> std::shared_ptr<DeviceBackend> {
-    return devices.kind == DeviceKind::cpu ? nullptr : make_device_backend(devices.kind, devices.index[size_t(k)]);
+    if (devices.kind == DeviceKind::cpu) return nullptr;
+    std::shared_ptr<DeviceBackend> d = make_device_backend(devices.kind, devices.index[size_t(k)]);
+    d->allow_tf32(o.tf32);
+    return d;
   };
   CommOptions copts;
   copts.timeout_s = o.comm_timeout_s;

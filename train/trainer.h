@@ -52,6 +52,7 @@ struct TrainOptions {
   int64_t log_every = 0;       // 0: about 10 lines per run (when output is not a terminal)
   bool progress_bar = true;    // a redrawn status line when stdout is a terminal
   bool profile = false;        // time every kernel of replica 0 and print where the step's time goes
+  bool tf32 = false;            // on a GPU: MatMul / Gemm on TF32 tensor cores (as torch.backends.cuda.matmul.allow_tf32)
   bool cuda_graph = true;      // on a GPU: replay each plan's run as one recorded CUDA graph where it can
 };
 
@@ -66,6 +67,7 @@ struct TrainResult {
   double comm_wait_ms = 0;     // summed over the steps
   size_t peak_bytes = 0;       // this replica's largest plan: activation arena + parameters, gradients, optimizer state
   size_t device_bytes = 0;     // on a GPU: device memory of this replica's plans (0 on the CPU)
+  int contiguous_buckets = 0;  // gradient buckets laid out as one range of the flat buffer: one all-reduce call each
   int replayed_plans = 0;      // on a GPU: this replica's plans that replay a recorded CUDA graph
   std::string saved_model, last_checkpoint, metrics_file, tensorboard_dir;  // where the lead's files went
   int world_size = 1;
@@ -83,6 +85,7 @@ struct TrainingGraph {
   ValueId loss = kNoValue;
   std::vector<ValueId> grads;  // per trainable parameter, all-reduced when world > 1
   std::vector<std::string> trainable, frozen;
+  std::vector<size_t> order;   // positions in trainable in the order backward produces their gradients
   std::vector<Bucket> buckets;
   std::vector<std::pair<ValueId, std::string>> running_stats;  // BN outputs -> initializer
 };

@@ -17,17 +17,22 @@ void Scatter_forward(KernelCtx& c) {
   if (rows) std::memcpy(y.data, x.as<uint8_t>() + size_t(c.run.batch_offset) * row_bytes, size_t(rows) * row_bytes);
 }
 
-// Each output <- the sum over replicas of its input. async=1 queues the sums on the communication
-// thread; the Plan waits for them at the end of the run (their outputs are read only after it).
+// Each output <- the sum over replicas of its input, in place in the output. async=1 queues the
+// sums on the communication thread; the Plan waits for them at the end of the run (their outputs
+// are read only after it). Outputs laid out as one range (all_reduce_span) take one call.
 void AllReduce_forward(KernelCtx& c) {
   const bool async = c.node.i("async") != 0;
   for (int k = 0; k < int(c.inputs.size()); ++k) {
     const TensorRef &x = c.in(k), &y = c.out(k);
     if (x.data != y.data) std::memcpy(y.data, x.data, size_t(x.numel) * dtype_size(x.dtype));
-    if (!c.run.comm) continue;
-    if (async) c.run.comm->start_all_reduce_sum(y.data, y.numel, y.dtype);
-    else c.run.comm->all_reduce_sum(y.data, y.numel, y.dtype);
   }
+  if (!c.run.comm) return;
+  auto reduce = [&](void* data, int64_t n, DType t) {
+    if (async) c.run.comm->start_all_reduce_sum(data, n, t);
+    else c.run.comm->all_reduce_sum(data, n, t);
+  };
+  if (const int64_t span = all_reduce_span(c)) return reduce(c.out(0).data, span, c.out(0).dtype);
+  for (const TensorRef& y : c.outputs) reduce(y.data, y.numel, y.dtype);
 }
 
 // x [rows_r, ...] on replica r -> y [sum of rows, ...], the shards in replica order.

@@ -1,9 +1,10 @@
 // The CUDA device of a Plan (exec/device_backend.h): device memory, copies on the device's stream,
-// and the nodes with CUDA kernels: MatMul and Gemm on cuBLAS (exec/cuda/gemm.*, fp32; the handle's
-// default math mode, no TF32), the elementwise ops (exec/cuda/elementwise.*), the reductions and
-// Softmax (exec/cuda/reduce.*), Transpose / Expand (strided copies on the elementwise kernel) and
-// the reshapes (device copies). Every other node runs on the CPU kernel with copies (Plan::host_ops
-// names them).
+// and the nodes with CUDA kernels: MatMul and Gemm on cuBLAS (exec/cuda/gemm.*, fp32, TF32 with
+// allow_tf32), the elementwise ops (exec/cuda/elementwise.*), the reductions and Softmax
+// (exec/cuda/reduce.*), Transpose / Expand (strided copies on the elementwise kernel), the
+// reshapes (device copies), the collectives (NCCL) and the groups of exec/cuda/kernels.h (norms and
+// losses, tensor ops, convolutions and pooling); graph/op_table.h's header lists them per op. Any
+// other node runs on the CPU kernel with copies (Plan::host_ops names them).
 //
 // The emulated device (DeviceKind::cuda_emulated) is this class with host memory and the kernels'
 // host emulations: the same has_kernel decisions and the same kernel dispatch, run where there is
@@ -54,12 +55,14 @@ class CudaBackend final : public DeviceBackend {
     ONNXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     ONNXDP_CUDA_CHECK(cudaEventCreateWithFlags(&grads_ready_, cudaEventDisableTiming));
     ONNXDP_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+    // Made here: nothing may be allocated while a step is recorded.
+    ONNXDP_CUDA_CHECK(cudaMalloc(&norm_partial_, cuda::kNormBlocks * sizeof(double)));
   }
   ~CudaBackend() override {
     if (emulated_) return;
     cudaSetDevice(index_);
     if (nccl_) ncclCommDestroy(nccl_);
-    if (norm_buffer_) cudaFree(norm_buffer_);
+    if (norm_partial_) cudaFree(norm_partial_);
     if (comm_done_) cudaEventDestroy(comm_done_);
     if (grads_ready_) cudaEventDestroy(grads_ready_);
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
@@ -162,7 +165,7 @@ class CudaBackend final : public DeviceBackend {
     if (n.op == Op::Scatter) return scatter(c);
     if (n.op == Op::AllReduce) return all_reduce(c);
     if (n.op == Op::MatMul || n.op == Op::Gemm) {
-      if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0));
+      if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0), tf32_);
       return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_);
     }
     if (is_reshape(n.op))  // the same bytes under another shape (the Plan gives outputs their own)
@@ -181,21 +184,36 @@ class CudaBackend final : public DeviceBackend {
     wait_for(stream_);
   }
 
-  void copy_on_device(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
-
-  double squared_norm(const float* g, int64_t n) override {
-    if (emulated_) return cuda::squared_norm_emulate(g, n);
-    if (!norm_buffer_) norm_buffer_ = static_cast<double*>(alloc((cuda::kNormBlocks + 1) * sizeof(double)));
-    join_collectives();
-    cuda::squared_norm_launch(g, n, norm_buffer_, norm_buffer_ + cuda::kNormBlocks, stream_);
-    double total = 0;
-    to_host(&total, norm_buffer_ + cuda::kNormBlocks, sizeof total);
-    return total;
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    if (emulated_ && capturing_) return recorded_->push_back([=, this] { copy(dst, src, bytes); });
+    copy(dst, src, bytes);
   }
 
-  void optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n) override {
-    if (emulated_) return cuda::optimizer_emulate(u, p, g, m, v, n);
-    cuda::optimizer_launch(u, p, g, m, v, n, stream_);
+  void allow_tf32(bool on) override {
+    tf32_ = on;
+    if (!emulated_) ONNXDP_CUDA_CHECK(cublasSetMathMode(blas_, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
+
+  void zero(void* dst, size_t bytes) override {
+    if (!bytes) return;
+    if (emulated_ && capturing_) return recorded_->push_back([=] { std::memset(dst, 0, bytes); });
+    if (emulated_) return void(std::memset(dst, 0, bytes));
+    ONNXDP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+  }
+
+  void optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m, float* v,
+                      int64_t n) override {
+    if (emulated_) {
+      auto step = [=] {
+        cuda::squared_norm_emulate(g, n, squared_norm);
+        cuda::optimizer_emulate(u, squared_norm, p, g, m, v, n);
+      };
+      if (capturing_) return recorded_->push_back(step);
+      return step();
+    }
+    join_collectives();  // the gradient buckets' all-reduces
+    cuda::squared_norm_launch(g, n, norm_partial_, squared_norm, stream_);
+    cuda::optimizer_launch(u, squared_norm, p, g, m, v, n, stream_);
   }
 
   bool can_capture() const override { return true; }
@@ -276,17 +294,21 @@ class CudaBackend final : public DeviceBackend {
     copy(y.data, static_cast<const uint8_t*>(x.data) + size_t(c.run.batch_offset) * row_bytes, size_t(rows) * row_bytes);
   }
 
-  // Each output <- the sum over replicas of its input, one NCCL group per node (a bucket). async
-  // (gradient buckets): on the communication stream once the compute stream has produced the
-  // inputs, so backward goes on; the compute stream waits for it before anything reads the sums.
+  // Each output <- the sum over replicas of its input, in place in the output: a bucket laid out
+  // as one range of the flat gradient buffer (all_reduce_span) is one NCCL call, otherwise one
+  // NCCL group per node. async (gradient buckets): on the communication stream once the compute
+  // stream has produced the inputs, so backward goes on; the compute stream waits for it before
+  // anything reads the sums.
   void all_reduce(KernelCtx& c) {
     const bool async = c.node.i("async") != 0;
-    if (world_ == 1 || emulated_) {
-      for (size_t k = 0; k < c.inputs.size(); ++k) {
-        const TensorRef &x = c.in(int(k)), &y = c.out(int(k));
-        copy(y.data, x.data, size_t(y.numel) * dtype_size(y.dtype));
-        if (emulated_ && comm_) comm_->all_reduce_sum(y.data, y.numel, y.dtype);
-      }
+    const int64_t span = world_ > 1 ? all_reduce_span(c) : 0;
+    if (world_ == 1 || span || emulated_)  // in place in the outputs (no copy where they are the inputs)
+      for (size_t k = 0; k < c.inputs.size(); ++k)
+        copy(c.out(int(k)).data, c.in(int(k)).data, size_t(c.out(int(k)).numel) * dtype_size(c.out(int(k)).dtype));
+    if (world_ == 1) return;
+    if (emulated_) {
+      if (span) return comm_->all_reduce_sum(c.out(0).data, span, c.out(0).dtype);
+      for (const TensorRef& y : c.outputs) comm_->all_reduce_sum(y.data, y.numel, y.dtype);
       return;
     }
     cudaStream_t s = stream_;
@@ -295,6 +317,11 @@ class CudaBackend final : public DeviceBackend {
       ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
       s = comm_stream_;
       comm_pending_ = true;
+    }
+    if (span) {
+      void* y = c.out(0).data;
+      ONNXDP_CUDA_CHECK(ncclAllReduce(y, y, size_t(span), nccl_type(c, c.out(0).dtype), ncclSum, nccl_, s));
+      return;
     }
     ONNXDP_CUDA_CHECK(ncclGroupStart());
     for (size_t k = 0; k < c.inputs.size(); ++k) {
@@ -366,6 +393,7 @@ class CudaBackend final : public DeviceBackend {
   cublasHandle_t blas_ = nullptr;
   void* blas_workspace_ = nullptr;
   cudnnHandle_t dnn_ = nullptr;
+  bool tf32_ = false;  // allow_tf32: the emulated GEMMs round their inputs as the handle's TF32 mode does
   // Collectives: world_ is 0 until connect(); device_collectives_ when every replica is a GPU.
   int world_ = 0;
   bool device_collectives_ = false;
@@ -374,7 +402,7 @@ class CudaBackend final : public DeviceBackend {
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;
   bool comm_pending_ = false;
-  double* norm_buffer_ = nullptr;  // squared_norm's partial sums and total
+  double* norm_partial_ = nullptr;  // optimizer_step's per-block sums of the squared norm
   // Recording (begin_capture .. end_capture); emulated: the calls themselves.
   bool capturing_ = false;
   std::shared_ptr<std::vector<std::function<void()>>> recorded_;

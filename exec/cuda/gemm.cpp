@@ -174,7 +174,7 @@ void host_sscal(int64_t n, float alpha, float* x) {
 
 // cublasSgemmStridedBatched (cublasSgemm: batch_count 1) on host memory, column-major, with
 // cuBLAS's argument checks: fp32 accumulation, C not read when beta is 0.
-void host_sgemm(const GemmCall& c, const float* A, const float* B, float* C) {
+void host_sgemm(const GemmCall& c, const float* A, const float* B, float* C, bool tf32) {
   const int ra = c.trans_a ? c.k : c.m, rb = c.trans_b ? c.n : c.k;  // rows of A', B' as stored
   if (c.m < 0 || c.n < 0 || c.k < 0 || c.batch_count < 0 || c.lda < std::max(1, ra) || c.ldb < std::max(1, rb) ||
       c.ldc < std::max(1, c.m))
@@ -189,8 +189,9 @@ void host_sgemm(const GemmCall& c, const float* A, const float* B, float* C) {
       for (int64_t i = 0; i < c.m; ++i) {
         float acc = 0;
         for (int64_t l = 0; l < c.k; ++l) {
-          const float av = c.trans_a ? a[l + i * c.lda] : a[i + l * c.lda];  // op(A')[i, l]
-          const float bv = c.trans_b ? b[j + l * c.ldb] : b[l + j * c.ldb];  // op(B')[l, j]
+          float av = c.trans_a ? a[l + i * c.lda] : a[i + l * c.lda];  // op(A')[i, l]
+          float bv = c.trans_b ? b[j + l * c.ldb] : b[l + j * c.ldb];  // op(B')[l, j]
+          if (tf32) av = to_tf32(av), bv = to_tf32(bv);
           acc += av * bv;
         }
         float& out = y[i + j * c.ldc];
@@ -201,7 +202,7 @@ void host_sgemm(const GemmCall& c, const float* A, const float* B, float* C) {
 }
 
 void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* handle, void* stream,
-             bool emulate) {
+             bool emulate, bool tf32) {
   if (n.op != Op::MatMul && n.op != Op::Gemm) fail("{}: not a MatMul or Gemm", n.describe());
   if (in.size() < 2 || !in[0].present() || !in[1].present()) fail("{}: inputs A and B are required", n.describe());
   const TensorRef& a = in[0];
@@ -250,7 +251,7 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
   // Kind::gemm: cuBLAS's A is the node's B, its B the node's A (gemm.h).
   const float* A = b.as<const float>();
   const float* B = a.as<const float>();
-  if (emulate) return host_sgemm(call, A, B, y);
+  if (emulate) return host_sgemm(call, A, B, y, tf32);
   const cublasOperation_t op_a = call.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = call.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (call.batch_count == 1) {
@@ -297,14 +298,23 @@ bool gemm_runs(const Graph& g, const Node& n) {
 
 void gemm_forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* cublas_handle,
                   void* stream) {
-  forward(n, in, out, cublas_handle, stream, false);
+  forward(n, in, out, cublas_handle, stream, false, false);
 }
 
-void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out) {
-  forward(n, in, out, nullptr, nullptr, true);
+void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, bool tf32) {
+  forward(n, in, out, nullptr, nullptr, true, tf32);
 }
 
-std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {
+float to_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7F800000u) == 0x7F800000u) return x;  // inf, NaN
+  u = (u + 0x1000u) & ~0x1FFFu;                     // half of the 13 dropped bits, added to the magnitude
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs, bool tf32) {
   const DeviceCount d = device_count();
   if (d.count == 0) fail("{}: no GPU: {}", n.describe(), d.reason);
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
@@ -324,6 +334,7 @@ std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vect
   DeviceBuffer ob(o.nbytes());
   if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemset(ob.p, 0xFF, o.nbytes()));  // all-ones bits: NaN
   Handle handle;
+  if (tf32) ONNXDP_CUDA_CHECK(cublasSetMathMode(handle.h, CUBLAS_TF32_TENSOR_OP_MATH));
   gemm_forward(n, ins, TensorRef{ob.p, o.dtype(), &o.shape(), o.numel()}, handle.h, nullptr);
   ONNXDP_CUDA_CHECK(cudaDeviceSynchronize());
   if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemcpy(o.data(), ob.p, o.nbytes(), cudaMemcpyDeviceToHost));

@@ -24,7 +24,9 @@
 // - Empty dims: M, N or batch 0 is nothing to do; K = 0 gives Y = beta * C (the broadcast copy
 //   then cublasSscal) or zeros (cudaMemsetAsync), without calling GEMM with k = 0.
 // The product uses cublasSgemm / cublasSgemmStridedBatched, i.e. fp32 inputs and accumulation
-// unless the handle's math mode allows TF32 (the caller's choice).
+// unless the handle's math mode allows TF32 (the caller's choice: --tf32, as PyTorch's
+// torch.backends.cuda.matmul.allow_tf32): the inputs then enter the products with 10 mantissa
+// bits, fp32 accumulation, about 1e-3 relative error.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -86,13 +88,19 @@ void gemm_forward(const Node& n, const std::vector<TensorRef>& in, const TensorR
 // Exactly what gemm_forward would compute, on host memory: gemm_call's arguments, the elementwise
 // Identity kernel's host emulation for the C broadcast, and plain loops with cublasSscal's and
 // cublasSgemmStridedBatched's column-major semantics (fp32 accumulation, Y not read when beta is
-// 0). Evidence for the argument mapping, not for cuBLAS or the device.
-void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out);
+// 0). tf32: each input element rounded to TF32 (to_tf32) before its product, as a handle in TF32
+// math mode does on tensor cores. Evidence for the argument mapping, not for cuBLAS or the device.
+void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, bool tf32 = false);
+
+// x with its mantissa rounded to TF32's 10 bits (to nearest, ties away from zero, as cvt.rna.tf32);
+// infinities and NaN unchanged.
+float to_tf32(float x);
 
 // run_node (exec/kernel.h) on CUDA for the tests: copies the host inputs to the GPU, fills the
 // output with NaN (so an element the kernels fail to write shows), runs gemm_forward with a
-// handle of its own in the default math mode, copies output 0 back. Throws onnxdp::Error without a
-// GPU.
-std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs);
+// handle of its own in the default math mode (TF32 with tf32), copies output 0 back. Throws
+// onnxdp::Error without a GPU.
+std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs,
+                                  bool tf32 = false);
 
 }  // namespace onnxdp::cuda

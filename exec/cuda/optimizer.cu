@@ -29,9 +29,12 @@ __global__ void squared_norm_total(const double* partial, int blocks, double* ou
   *out = acc;
 }
 
-__global__ void update_kernel(OptimizerUpdate u, float* p, float* g, float* m, float* v, int64_t n) {
+__global__ void update_kernel(const OptimizerUpdate* step, const double* squared_norm, float* p, float* g, float* m,
+                              float* v, int64_t n) {
+  const OptimizerUpdate u = *step;
+  const float clip = clip_factor(u, *squared_norm);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    optimizer_update(u, p, g, m, v, i);
+    optimizer_update(u, clip, p, g, m, v, i);
 }
 
 }  // namespace
@@ -44,20 +47,23 @@ void squared_norm_launch(const float* g, int64_t n, double* partial, double* out
   ONNXDP_CUDA_CHECK_LAUNCH();
 }
 
-double squared_norm_emulate(const float* g, int64_t n) {
+void squared_norm_emulate(const float* g, int64_t n, double* out) {
   double acc = 0;
   for (int64_t i = 0; i < n; ++i) acc += double(g[i]) * double(g[i]);
-  return acc;
+  *out = acc;
 }
 
-void optimizer_launch(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n, void* stream) {
+void optimizer_launch(const OptimizerUpdate* u, const double* squared_norm, float* p, float* g, float* m, float* v,
+                      int64_t n, void* stream) {
   if (n == 0) return;
-  update_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(u, p, g, m, v, n);
+  update_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(u, squared_norm, p, g, m, v, n);
   ONNXDP_CUDA_CHECK_LAUNCH();
 }
 
-void optimizer_emulate(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) optimizer_update(u, p, g, m, v, i);
+void optimizer_emulate(const OptimizerUpdate* u, const double* squared_norm, float* p, float* g, float* m, float* v,
+                       int64_t n) {
+  const float clip = clip_factor(*u, *squared_norm);
+  for (int64_t i = 0; i < n; ++i) optimizer_update(*u, clip, p, g, m, v, i);
 }
 
 }  // namespace onnxdp::cuda

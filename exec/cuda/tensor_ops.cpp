@@ -410,10 +410,11 @@ void dropout(const Graph& g, KernelCtx& c, const CudaContext& cc) {
   l.f64 = x.dtype == DType::f64;
   l.numel = x.numel;
   // Element j of this replica's rows is element base + j of the step's global batch (exec/cpu/nn.cpp).
-  const int64_t row = x.rank() > 0 && x.dim(0) > 0 ? x.numel / x.dim(0) : 0;
-  l.base = uint64_t((c.run.sample_offset + c.run.batch_offset) * row);
-  l.seed = c.node.has("seed") ? uint64_t(c.node.i("seed")) : c.run.seed;
-  l.step = c.run.step;
+  l.row = x.rank() > 0 && x.dim(0) > 0 ? x.numel / x.dim(0) : 0;
+  if (!c.run.device) c.fail("internal: Dropout on {} needs the run's scalars in device memory (a Plan's run)", "CUDA");
+  l.run = c.run.device;
+  l.has_seed = c.node.has("seed");
+  l.seed = l.has_seed ? uint64_t(c.node.i("seed")) : 0;
   l.stream = philox_stream_id(c.node.name.c_str());
   l.threshold = float(a.ratio);
   l.scale = 1.0 / (1.0 - a.ratio);

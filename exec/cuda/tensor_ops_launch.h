@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "exec/functors.h"  // ONNXDP_HD
+#include "exec/run_scalars.h"
 #include "exec/philox.h"    // dropout_uniform (host and device)
 
 namespace onnxdp::cuda {
@@ -385,11 +386,16 @@ ONNXDP_HD inline void trilu_one(const TriluLaunch& l, int64_t e) {
 // ---- Dropout (training) -----------------------------------------------------------------------
 
 // Keeps element j when dropout_uniform(seed, step, stream, base + j) >= threshold, scaled by
-// scale (T(1 / (1 - ratio)), as the CPU computes it); mask[j] = kept (mask may be null).
+// scale (T(1 / (1 - ratio)), as the CPU computes it); mask[j] = kept (mask may be null). The
+// step, the offsets (base = (sample_offset + batch_offset) * row) and, without a seed attribute,
+// the seed are read from the run's RunScalars in device memory when the kernel runs: a recorded
+// step draws new masks at every replay.
 struct DropoutLaunch {
   bool f64 = false;
-  int64_t numel = 0;
-  uint64_t seed = 0, step = 0, base = 0;
+  int64_t numel = 0, row = 0;
+  const RunScalars* run = nullptr;
+  bool has_seed = false;  // the node's seed attribute, else the run's seed
+  uint64_t seed = 0;
   uint32_t stream = 0;
   float threshold = 0;
   double scale = 1;  // rounded to T by the body
@@ -400,7 +406,9 @@ struct DropoutLaunch {
 
 template <class T>
 ONNXDP_HD inline void dropout_one(const DropoutLaunch& l, int64_t j) {
-  const bool keep = dropout_uniform(l.seed, l.step, l.stream, l.base + uint64_t(j)) >= l.threshold;
+  const RunScalars& r = *l.run;
+  const uint64_t base = uint64_t((r.sample_offset + r.batch_offset) * l.row);
+  const bool keep = dropout_uniform(l.has_seed ? l.seed : r.seed, r.step, l.stream, base + uint64_t(j)) >= l.threshold;
   const T scale = T(l.scale);
   static_cast<T*>(l.y)[j] = keep ? T(static_cast<const T*>(l.x)[j] * scale) : T(0);
   if (l.mask) l.mask[j] = keep;

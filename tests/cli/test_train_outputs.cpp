@@ -64,7 +64,9 @@ TEST_CASE("cli: train --output-dir holds metrics, TensorBoard events, checkpoint
     CHECK(j.contains("eval_loss") == evaluated);
     CHECK(j.contains("eval_accuracy") == evaluated);
     if (evaluated) CHECK(j.at("eval_accuracy").get<double>() > 0.1);
+    CHECK(j.at("memory_mib").get<double>() > 0);  // the replica's memory, also in the start line
   }
+  CHECK(contains(r.out, "onnxdp train: the CPU holds "));
   CHECK(contains(r.out, "eval at step 5:"));
   CHECK(contains(r.out, "eval at step 10:"));
   // The TensorBoard file reads back with the tensorboard package: every training tag, 12 points.
@@ -73,7 +75,8 @@ TEST_CASE("cli: train --output-dir holds metrics, TensorBoard events, checkpoint
   REQUIRE(std::system(tb.c_str()) == 0);
   const std::string facts = read_text(tmp.file("tb.txt"));
   INFO(facts);
-  for (const char* tag : {"train/loss", "train/learning_rate", "train/grad_norm", "perf/samples_per_s", "perf/comm_wait_ms"}) {
+  for (const char* tag : {"train/loss", "train/learning_rate", "train/grad_norm", "perf/samples_per_s", "perf/comm_wait_ms",
+                          "perf/memory_mib"}) {
     CAPTURE(tag);
     CHECK(contains(facts, std::string("scalar ") + tag + " 12 "));
   }

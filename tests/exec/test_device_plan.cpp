@@ -187,6 +187,33 @@ TEST_CASE("device plan: the second run is recorded and later runs replay it, wit
   }
 }
 
+TEST_CASE("device plan: after_run's device work is recorded with the nodes and replayed with them") {
+  auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
+  int calls = 0;
+  float* kept = static_cast<float*>(dev->alloc(6 * sizeof(float)));  // a copy of y, made on the device
+  PlanOptions po{.device = dev};
+  po.after_run = [&](Plan& p) {
+    ++calls;
+    dev->copy_on_device(kept, p.device_data(p.graph().find("y")), 6 * sizeof(float));
+  };
+  Plan gpu(small_graph(false), po);
+  Plan cpu(small_graph(false));
+  for (int run = 0; run < 4; ++run) {
+    CAPTURE(run);
+    Tensor x(DType::f32, {2, 3});
+    for (int k = 0; k < 6; ++k) x.as<float>()[k] = float(k + run) * 0.4f - 1.0f;
+    auto want = cpu.run({{"x", x}}).at("y");
+    gpu.run({{"x", x}});
+    std::vector<float> got(6);
+    dev->to_host(got.data(), kept, 6 * sizeof(float));
+    for (int k = 0; k < 6; ++k) CHECK(got[size_t(k)] == doctest::Approx(want.as<float>()[k]).epsilon(1e-6));
+  }
+  // Called when run 0 went node by node and while run 1 was recorded; runs 2 and 3 replayed it.
+  CHECK(gpu.replays_graph());
+  CHECK(calls == 2);
+  dev->release(kept);
+}
+
 TEST_CASE("device plan: all-reduces run on the device once it joined the world, on the CPU before") {
   Graph g;
   Value x;
@@ -238,14 +265,22 @@ TEST_CASE("device plan: mlp, tiny_lm and cnn train on the emulated CUDA device a
   }
 }
 
-TEST_CASE("device plan: training with recorded runs equals training node by node, Dropout included (never recorded)") {
+TEST_CASE("device plan: a recorded step (nodes, all-reduces, optimizer) replays as it runs node by node, Dropout's masks new every step") {
   for (const char* model : {"mlp", "cnn"}) {
     CAPTURE(model);
-    TrainOptions o = momentum_run(model, 50, 5);
+    TrainOptions o = momentum_run(model, 50, 6);
+    // Every per-step scalar changes: the learning rate (warmup, then linear decay), Adam's bias
+    // corrections, the clipping factor, Dropout's step. A recording that kept the values it was
+    // made with would drift from the node-by-node run.
+    o.optimizer.kind = OptimizerKind::adamw;
+    o.optimizer.lr = 0.01f;
+    o.optimizer.max_grad_norm = 0.3f;
+    o.schedule = ScheduleKind::linear;
+    o.warmup_steps = 2;
     o.devices = "cuda-emulated:2";
     TrainResult graphs = train(o);
-    // mlp runs wholly on the device: its plans are recorded; cnn's Dropout keeps it node by node.
-    CHECK(graphs.replayed_plans == (std::string(model) == "mlp" ? 1 : 0));
+    // The full step's plan runs wholly on the device (the optimizer inside): it is recorded.
+    CHECK(graphs.replayed_plans == 1);
     o.cuda_graph = false;
     TrainResult eager = train(o);
     CHECK(eager.replayed_plans == 0);
@@ -254,6 +289,21 @@ TEST_CASE("device plan: training with recorded runs equals training node by node
     for (const auto& [name, t] : graphs.parameters)
       CHECK_MESSAGE(std::memcmp(t.data(), eager.parameters.at(name).data(), t.nbytes()) == 0, name);
   }
+}
+
+TEST_CASE("device plan: --tf32 trains within TF32's rounding of the CPU, and not fp32-exactly") {
+  TrainOptions o = momentum_run("mlp", 64, 8);
+  TrainResult cpu = train(o);
+  o.devices = "cuda-emulated";
+  TrainResult fp32 = train(o);
+  o.tf32 = true;
+  TrainResult tf32 = train(o);
+  check_same_training(cpu, fp32);
+  REQUIRE(tf32.losses.size() == cpu.losses.size());
+  float worst = 0;
+  for (size_t s = 0; s < cpu.losses.size(); ++s) worst = std::max(worst, std::abs(tf32.losses[s] - cpu.losses[s]) / cpu.losses[s]);
+  CHECK(worst < 1e-3f);
+  CHECK(worst > 1e-6f);  // the GEMMs' inputs were rounded
 }
 
 TEST_CASE("device plan: the optimizer on the device: momentum with clipping, evaluation and checkpoints as on the CPU") {
@@ -318,21 +368,26 @@ TEST_CASE("device plan: on the device, 20 steps straight equal 10 steps, stop, r
     CHECK_MESSAGE(std::memcmp(t.data(), b.parameters.at(name).data(), t.nbytes()) == 0, name);
 }
 
-TEST_CASE("device plan: two emulated devices train as cpu:2 (all-reduce buckets through the CPU fallback)") {
+TEST_CASE("device plan: two emulated devices train as cpu:2, each gradient bucket one all-reduce over the flat device buffer") {
   TrainOptions o = momentum_run("mlp", 97, 8);
+  o.bucket_mb = 0.01;  // several buckets
   o.devices = "cpu:2";
   TrainResult cpu = train(o);
   o.devices = "cuda-emulated:2";
   TrainResult dev = train(o);
   CHECK(dev.world_size == 2);
   check_same_training(cpu, dev);
-  // and with gradient accumulation (accumulator inputs fed per micro-batch)
+  CHECK(dev.bucket_bytes.size() >= 2);
+  CHECK(dev.contiguous_buckets == int(dev.bucket_bytes.size()));
+  // and with gradient accumulation (the accumulators are the flat device buffer, added to in place)
   o.grad_accum = 2;
   o.batch_size = 49;
   o.devices = "cpu:2";
   cpu = train(o);
   o.devices = "cuda-emulated:2";
-  check_same_training(cpu, train(o));
+  dev = train(o);
+  check_same_training(cpu, dev);
+  CHECK(dev.contiguous_buckets == int(dev.bucket_bytes.size()));
 }
 
 TEST_CASE("device plan: the CLI trains and runs on cuda-emulated, saying what runs where") {

@@ -12,8 +12,9 @@
 // exact value, mag = |alpha| sum |a||b| + |beta| |c|, computed by the CPU kernel itself on the
 // absolute inputs. The check is |cuda - cpu| <= (2K + 8) u * mag per element: that bound with
 // margin, tight enough to catch any wrong index, stride or transpose (which moves a result by about
-// mag itself), and exact for K = 0. It holds for fp32 (CUBLAS_COMPUTE_32F) only: TF32 would need
-// its own (u = 2^-11).
+// mag itself), and exact for K = 0. With TF32 (--tf32) each input is first rounded to 10 mantissa
+// bits (relative error up to 2^-11 each, 2^-10 per product): the check adds 2^-10 * mag, and asks
+// that some element be off by more than the fp32 bound (the rounding did happen).
 //
 // Suite "cuda" runs gemm_emulate (gemm_call's arguments through host loops with cuBLAS's
 // column-major semantics) and needs no GPU; it shows the argument mapping is right, not that
@@ -66,19 +67,21 @@ OneNode one_node(Op op, const std::vector<Shape>& shapes, const Attrs& attrs, DT
 
 // The CUDA path with its cuBLAS calls replaced by host loops (cuda::gemm_emulate), on host tensors.
 // The output starts as NaN, so an element the path does not write (or reads when beta is 0) shows.
-Tensor emulate(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {
+Tensor emulate(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs, bool tf32 = false) {
   std::vector<TensorRef> ins;
   for (const Tensor* t : inputs)
     ins.push_back(TensorRef{const_cast<void*>(t->data()), t->dtype(), &t->shape(), t->numel()});
   const Value& ov = g.value(n.outputs.at(0));
   Tensor y(ov.dtype, ov.shape);
   for (int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] = std::numeric_limits<float>::quiet_NaN();
-  cuda::gemm_emulate(n, ins, TensorRef{y.data(), y.dtype(), &y.shape(), y.numel()});
+  cuda::gemm_emulate(n, ins, TensorRef{y.data(), y.dtype(), &y.shape(), y.numel()}, tf32);
   return y;
 }
 
 enum class Backend { gpu, emulation };
 Backend g_backend = Backend::emulation;
+bool g_tf32 = false;       // run the CUDA path with TF32 allowed
+double g_worst_fp32 = 0;   // the last case's largest error in units of the fp32 bound
 
 struct Case {
   Op op;
@@ -120,7 +123,7 @@ bool run_case(const Case& c, std::mt19937& rng) {
   for (size_t k = 0; k < data.size(); ++k) ins.push_back(&data[k]), abs_ins.push_back(&abs_data[k]);
 
   const Tensor cpu = onnxdp::run_node(o.g, n, ins)[0];
-  const Tensor got = g_backend == Backend::gpu ? cuda::gemm_run_node(o.g, n, ins)[0] : emulate(o.g, n, ins);
+  const Tensor got = g_backend == Backend::gpu ? cuda::gemm_run_node(o.g, n, ins, g_tf32)[0] : emulate(o.g, n, ins, g_tf32);
 
   // mag = |alpha| |A| |B| + |beta| |C|, by the CPU kernel.
   Attrs abs_attrs = c.attrs;
@@ -133,7 +136,9 @@ bool run_case(const Case& c, std::mt19937& rng) {
   const Shape& a = c.shapes[0];
   if (c.op == Op::MatMul) K = a.back();
   else K = n.i("transA") ? a[0] : a[1];
-  const double tol = double(2 * K + 8) * std::ldexp(1.0, -24);
+  const double fp32_tol = double(2 * K + 8) * std::ldexp(1.0, -24);
+  const double tol = fp32_tol + (g_tf32 ? std::ldexp(1.0, -10) : 0.0);
+  g_worst_fp32 = 0;
 
   REQUIRE(got.dtype() == DType::f32);
   REQUIRE(got.shape() == cpu.shape());
@@ -142,6 +147,7 @@ bool run_case(const Case& c, std::mt19937& rng) {
   for (int64_t i = 0; i < cpu.numel(); ++i) {
     const double want = cpu.as<float>()[i], have = got.as<float>()[i], m = mag.as<float>()[i];
     const bool ok = !std::isnan(have) && std::abs(have - want) <= tol * m;
+    if (m > 0) g_worst_fp32 = std::max(g_worst_fp32, std::abs(have - want) / (fp32_tol * m));
     if (!ok && bad++ < 3)
       why += " [" + std::to_string(i) + "] cpu " + std::to_string(want) + " cuda " + std::to_string(have);
   }
@@ -264,6 +270,20 @@ void gemm_empty() {
   report("Gemm with empty dims (K = 0: beta * C or zeros)", count);
 }
 
+// TF32 on the larger cases of each kind: within the TF32 bound, and beyond the fp32 one.
+void tf32_cases() {
+  std::mt19937 rng(21);
+  g_tf32 = true;
+  for (const Case& c : {matmul({65, 130}, {130, 33}), matmul({4, 7, 65}, {4, 65, 9}),
+                        Case{Op::Gemm, {{65, 33}, {17, 65}, {17}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
+                                                                    {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}}}) {
+    CAPTURE(describe(c));
+    CHECK(run_case(c, rng));
+    CHECK(g_worst_fp32 > 1.0);  // the inputs were rounded
+  }
+  g_tf32 = false;
+}
+
 }  // namespace
 
 TEST_SUITE("cuda") {
@@ -371,6 +391,23 @@ TEST_CASE("cuda gemm: gemm_runs refuses non-f32 dtypes and batch broadcasting in
   CHECK(cuda::gemm_runs(ge.g, ge.n()));
 }
 
+TEST_CASE("cuda gemm: to_tf32 keeps 10 mantissa bits, to nearest with ties away from zero") {
+  const float one = 1.0f, ulp10 = std::ldexp(1.0f, -10);
+  CHECK(cuda::to_tf32(one) == one);
+  CHECK(cuda::to_tf32(one + std::ldexp(1.0f, -12)) == one);           // below half: down
+  CHECK(cuda::to_tf32(one + std::ldexp(1.0f, -11)) == one + ulp10);   // a tie: away from zero
+  CHECK(cuda::to_tf32(-(one + std::ldexp(1.0f, -11))) == -(one + ulp10));
+  CHECK(cuda::to_tf32(one + 3 * std::ldexp(1.0f, -12)) == one + ulp10);
+  CHECK(cuda::to_tf32(3.0f) == 3.0f);
+  CHECK(std::isinf(cuda::to_tf32(std::numeric_limits<float>::infinity())));
+  CHECK(std::isnan(cuda::to_tf32(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("cuda gemm host emulation: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
+  g_backend = Backend::emulation;
+  tf32_cases();
+}
+
 TEST_CASE("cuda gemm: gemm_run_node without a GPU is an onnxdp::Error") {
   if (cuda::device_count().count > 0) return;  // a GPU: suite "gpu" runs it
   OneNode o = one_node(Op::MatMul, {{2, 3}, {3, 4}}, {});
@@ -437,6 +474,11 @@ TEST_CASE("cuda gemm on GPU: Gemm with empty dims equals the CPU") {
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
   gemm_empty();
+}
+TEST_CASE("cuda gemm on GPU: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  tf32_cases();
 }
 
 }  // TEST_SUITE("gpu")

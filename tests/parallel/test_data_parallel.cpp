@@ -165,6 +165,9 @@ void check_replicas_equal_one_device(const std::string& model, int64_t batch, in
     TrainResult n = train(o);
     CHECK(n.world_size == std::stoi(std::string(dev).substr(4)));
     check_same_training(one, n);
+    // The flat gradient buffer is laid out in bucket order: every bucket is one all-reduce call.
+    CHECK(!n.bucket_bytes.empty());
+    CHECK(n.contiguous_buckets == int(n.bucket_bytes.size()));
   }
 }
 }  // namespace
@@ -236,7 +239,9 @@ void check_accumulation_equals_one_batch(const std::string& model, int64_t step_
     a.devices = c.devices;
     a.grad_accum = c.k;
     a.batch_size = (step_rows + c.k - 1) / c.k;
-    check_same_training(one, train(a));
+    TrainResult r = train(a);
+    check_same_training(one, r);
+    CHECK(r.contiguous_buckets == int(r.bucket_bytes.size()));
   }
 }
 }  // namespace

@@ -100,6 +100,26 @@ TEST_CASE("train: 20 steps straight equal 10 steps, stop, resume, 10 steps") {
     REQUIRE(pb.count(name));
     CHECK(std::memcmp(t.data(), pb.at(name).data(), t.nbytes()) == 0);
   }
+  // AdamW's state is kept per parameter under torch.optim's names, shaped like the parameter.
+  auto sa = read_safetensors((d / "a" / "checkpoint-20" / "optimizer.safetensors").string());
+  auto sb = read_safetensors((d / "b" / "checkpoint-20" / "optimizer.safetensors").string());
+  CHECK(sa.size() == 2 * a.trainable.size());
+  for (const std::string& p : a.trainable)
+    for (const std::string key : {"exp_avg/" + p, "exp_avg_sq/" + p}) {
+      CAPTURE(key);
+      REQUIRE(sa.count(key));
+      REQUIRE(sb.count(key));
+      CHECK(sa.at(key).shape() == a.parameters.at(p).shape());
+      CHECK(std::memcmp(sa.at(key).data(), sb.at(key).data(), sa.at(key).nbytes()) == 0);
+    }
+  // A checkpoint whose optimizer state lacks a tensor is refused by name.
+  sb.erase("exp_avg/" + a.trainable[0]);
+  write_safetensors((d / "b" / "checkpoint-20" / "optimizer.safetensors").string(), sb);
+  TrainOptions third = base((d / "b").string());
+  third.resume = true;
+  third.steps = 25;
+  const std::string why = "optimizer state 'exp_avg/" + a.trainable[0] + "' is missing";
+  CHECK_THROWS_WITH_AS(train(third), doctest::Contains(why.c_str()), Error);
 }
 
 TEST_CASE("train: bad input gives a clear error before step 1") {
