@@ -38,6 +38,9 @@ def main():
     import bench_models as bm
 
     torch.set_num_threads(a.threads)
+    # fp32 throughout, as onnxdp without --tf32: PyTorch's default lets cuDNN convolutions use TF32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     model = bm.build(a.model)
     bm.load_weights(model, a.onnx)
     model.to(a.device)

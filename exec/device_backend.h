@@ -34,6 +34,9 @@ class DeviceBackend {
   virtual bool has_kernel(const Graph& g, const Node& n) const = 0;
   // Runs n; the refs of c hold device pointers. Only called when has_kernel(g, n).
   virtual void run(const Graph& g, KernelCtx& c) = 0;
+  // The error for what node n recorded in its plan's check slots (exec/run_scalars.h): bad element
+  // `element` of its input, holding `value`; the text the CPU kernel fails with.
+  virtual std::string check_message(const Graph& g, const Node& n, int64_t element, int64_t value) const = 0;
   // Device to device, ordered with the kernels.
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   // Zero bytes, ordered with the kernels.

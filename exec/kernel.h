@@ -34,6 +34,7 @@ struct RunState {
   Communicator* comm = nullptr;   // this replica's world; nullptr: a world of one
   Profile* profile = nullptr;     // when set, every kernel call is timed into it
   const RunScalars* device = nullptr;  // on a device: seed, step and offsets above, in device memory
+  unsigned long long* device_checks = nullptr;  // on a device: the plan's check slots (exec/run_scalars.h)
 };
 
 struct KernelCtx {
@@ -41,6 +42,7 @@ struct KernelCtx {
   std::vector<TensorRef> inputs;
   std::vector<TensorRef> outputs;
   const RunState& run;
+  int index = -1;  // the node's position in its plan (its device check slots), -1 outside a plan
 
   const TensorRef& in(int k) const { return inputs.at(size_t(k)); }
   const TensorRef& out(int k) const { return outputs.at(size_t(k)); }

@@ -98,6 +98,7 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   device_arena_ = device_buffer(arena_bytes_);
   device_data_ = device_buffer(data_bytes);
   device_scalars_ = device_buffer(sizeof(RunScalars));
+  device_checks_ = device_buffer(device_check_slots(size_t(nn)) * 8);
   device_bytes_ = arena_bytes_ + data_bytes;
   for (size_t v = 0; v < nv; ++v)
     if (data_offset_[v] >= 0 && graph_.values[v].data.nbytes())
@@ -224,6 +225,7 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
   dev.to_device(device_scalars_.get(), &scalars_, sizeof scalars_);
   RunState run = state;
   run.device = static_cast<const RunScalars*>(device_scalars_.get());
+  run.device_checks = static_cast<unsigned long long*>(device_checks_.get());
   if (recording_ && state.batch_offset != recorded_batch_offset_) recording_.reset();  // recorded for other rows
   // The second run is recorded (the first one made the libraries' first-call allocations), later
   // runs replay it; a profiled run launches node by node to time each.
@@ -260,10 +262,21 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
   if (state.profile) ++state.profile->runs;
   if (state.comm) state.comm->wait_all();
   dev.synchronize();
+  // What the kernels found wrong in the data (exec/run_scalars.h): the first failing node's error.
+  unsigned long long first = 0;
+  dev.to_host(&first, device_checks_.get(), sizeof first);
+  if (first) {
+    const size_t ni = size_t(~first);
+    unsigned long long slot[2] = {0, 0};
+    dev.to_host(slot, static_cast<unsigned long long*>(device_checks_.get()) + 1 + 2 * ni, sizeof slot);
+    const Node& n = graph_.nodes.at(ni);
+    throw Error(n.describe() + ": " + dev.check_message(graph_, n, int64_t(~slot[0]), int64_t(slot[1])));
+  }
 }
 
 void Plan::run_nodes_on_device(const RunState& state) {
   DeviceBackend& dev = *opts_.device;
+  dev.zero(device_checks_.get(), device_check_slots(graph_.nodes.size()) * 8);  // no bad data found yet
   auto device_ref = [&](ValueId id) -> TensorRef {
     if (id == kNoValue) return {};
     const Value& v = graph_.value(id);
@@ -272,7 +285,7 @@ void Plan::run_nodes_on_device(const RunState& state) {
   for (size_t ni = 0; ni < graph_.nodes.size(); ++ni) {
     const Node& n = graph_.nodes[ni];
     auto t0 = std::chrono::steady_clock::now();
-    KernelCtx ctx{n, {}, {}, state};
+    KernelCtx ctx{n, {}, {}, state, int(ni)};
     if (on_device_[ni]) {
       for (ValueId in : n.inputs) ctx.inputs.push_back(device_ref(in));
       for (ValueId o : n.outputs) ctx.outputs.push_back(device_ref(o));

@@ -81,6 +81,7 @@ class Plan {
   // a second buffer (parameters are uploaded every run: the optimizer updates them on the host).
   std::shared_ptr<void> device_arena_, device_data_;  // released through the device
   std::shared_ptr<void> device_scalars_;  // the run's RunScalars (RunState::device)
+  std::shared_ptr<void> device_checks_;   // the kernels' check slots (RunState::device_checks)
   RunScalars scalars_;                    // their host copy, uploaded from here before each run
   int64_t recorded_batch_offset_ = 0;     // the recording's Scatter offsets are fixed in it
   std::vector<int64_t> data_offset_;  // per value with data: byte offset in device_data_, else -1

@@ -135,8 +135,8 @@ class CudaBackend final : public DeviceBackend {
 
   void run(const Graph& g, KernelCtx& c) override {
     if (emulated_ && capturing_) {  // recorded with its arguments, as a graph's kernel nodes are
-      recorded_->push_back([&g, node = &c.node, ins = c.inputs, outs = c.outputs, rs = c.run, this] {
-        KernelCtx again{*node, ins, outs, rs};
+      recorded_->push_back([&g, node = &c.node, ins = c.inputs, outs = c.outputs, rs = c.run, index = c.index, this] {
+        KernelCtx again{*node, ins, outs, rs, index};
         dispatch(g, again);
       });
       return;
@@ -182,6 +182,10 @@ class CudaBackend final : public DeviceBackend {
     if (emulated_) return;
     join_collectives();
     wait_for(stream_);
+  }
+
+  std::string check_message(const Graph& g, const Node& n, int64_t element, int64_t value) const override {
+    return cuda::tensor_check_message(g, n, element, value);
   }
 
   void copy_on_device(void* dst, const void* src, size_t bytes) override {

@@ -28,6 +28,9 @@ void norm_forward(const Graph& g, KernelCtx& c, const CudaContext& cc);
 // Gather, GatherGrad, Cast, Concat, Slice, Split, Pad, Tile, Trilu, Dropout: exec/cuda/tensor_ops.*
 bool tensor_runs(const Graph& g, const Node& n);
 void tensor_forward(const Graph& g, KernelCtx& c, const CudaContext& cc);
+// The CPU kernel's message for bad element `element` (holding `value`) of node n's indices, as the
+// plan's check slots report it after a run (exec/run_scalars.h).
+std::string tensor_check_message(const Graph& g, const Node& n, int64_t element, int64_t value);
 
 // Conv, ConvTranspose, ConvGradFilter (cuDNN), MaxPool(Grad), AveragePool(Grad), GlobalAveragePool:
 // exec/cuda/conv.*

@@ -18,13 +18,11 @@
 //                 Philox stream (exec/philox.h), so masks are bit-identical; inference (or ratio
 //                 0) a copy with an all-true mask, any dtype.
 //
-// Out-of-range indices (Gather, GatherGrad) cannot throw on the device: the kernel records the first
-// bad position, and the host reads it back after the launch (one stream synchronisation per node
-// whose indices are not constants) to fail with the CPU kernel's message. Correct, and it costs a
-// round trip per Gather; constant indices were checked by the shape rule and skip it. In a run
-// being recorded as a CUDA graph (exec/plan.cpp), where nothing may wait for the host, a bad index
-// makes the kernel print it and stop the device (__trap): the run then fails at its next CUDA call
-// with a launch failure, and the GPU context is lost; never a silent wrong answer.
+// Out-of-range indices (Gather, GatherGrad) cannot throw on the device: the kernel records the
+// first bad element in the plan's check slots (exec/run_scalars.h) and a one-thread launch after
+// it the value there; the Plan reads the slots once after the run, recorded or not, and fails with
+// the CPU kernel's message (tensor_check_message). No synchronisation per node; constant indices
+// were checked by the shape rule and are not checked again (Gather).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -183,39 +181,15 @@ void fill_bytes(const CudaContext& cc, void* dst, int value, size_t bytes) {
   ONNXDP_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_of(cc)));
 }
 
-// Host copy of device bytes (waits for the stream).
-void read_back(const CudaContext& cc, void* dst, const void* src, size_t bytes) {
-  if (cc.emulate) return void(std::memcpy(dst, src, bytes));
-  ONNXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(cc)));
-  ONNXDP_CUDA_CHECK(cudaStreamSynchronize(stream_of(cc)));
+// Node c's index checks go to its plan's check slots; the value at the first bad element is
+// recorded after the launch, while the indices are still there.
+unsigned long long* check_slots(const KernelCtx& c) {
+  if (!c.run.device_checks || c.index < 0) c.fail("internal: indices checked on CUDA need a Plan's check slots");
+  return c.run.device_checks;
 }
-
-constexpr unsigned long long kNoBad = ~0ull;
-
-// Whether the stream is being recorded into a CUDA graph (exec/plan.cpp records whole runs): no
-// copy to the host, no synchronisation may happen then.
-bool capturing(const CudaContext& cc) {
-  if (cc.emulate) return false;
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  ONNXDP_CUDA_CHECK(cudaStreamIsCapturing(stream_of(cc), &st));
-  return st != cudaStreamCaptureStatusNone;
-}
-
-// After a launch that recorded bad index positions in *bad: fails as the CPU kernel does.
-void check_indices(const CudaContext& cc, KernelCtx& c, const unsigned long long* bad, const TensorRef& idx, int64_t axis,
-                   int64_t dim) {
-  unsigned long long first = kNoBad;
-  read_back(cc, &first, bad, sizeof first);
-  if (first == kNoBad) return;
-  int64_t v = 0;
-  if (idx.dtype == DType::i64) {
-    read_back(cc, &v, static_cast<const int64_t*>(idx.data) + first, 8);
-  } else {
-    int32_t w = 0;
-    read_back(cc, &w, static_cast<const int32_t*>(idx.data) + first, 4);
-    v = w;
-  }
-  c.fail("index {} (element {} of the indices) is out of range for axis {} of size {}", v, first, axis, dim);
+void record_bad_value(const CudaContext& cc, const KernelCtx& c, const TensorRef& idx) {
+  if (cc.emulate) bad_value_emulate(c.run.device_checks, c.index, idx.data, idx.dtype == DType::i64);
+  else bad_value_launch(c.run.device_checks, c.index, idx.data, idx.dtype == DType::i64, cc.stream);
 }
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
@@ -242,19 +216,13 @@ void gather(const Graph& g, KernelCtx& c, const CudaContext& cc) {
   l.idx = idx.data;
   l.out = out.data;
   if (l.n == 0) return;  // an empty output, no index to check
-  // Constant indices were checked by the shape rule; others are checked by the launch, and read
-  // back after it unless the run is being recorded (then a bad index stops the device).
-  const bool recorded = capturing(cc);
-  const bool check = !known(g, c.node, 1) && !recorded;
-  if (recorded && !known(g, c.node, 1)) l.bad = ONNXDP_TS_TRAP_ON_BAD;
-  Scratch flag(cc, check ? sizeof(unsigned long long) : 0);
-  if (check) {
-    l.bad = reinterpret_cast<unsigned long long*>(flag.get());
-    fill_bytes(cc, l.bad, 0xFF, sizeof(unsigned long long));
+  // Constant indices were checked by the shape rule; others are checked by the launch.
+  if (!known(g, c.node, 1)) {
+    l.checks = check_slots(c);
+    l.node = c.index;
   }
   cc.emulate ? gather_emulate(l) : gather_launch(l, cc.stream);
-  if (check) check_indices(cc, c, l.bad, idx, axis, l.dim);
-  flag.release();
+  if (l.checks) record_bad_value(cc, c, idx);
 }
 
 void gather_grad(KernelCtx& c, const CudaContext& cc) {
@@ -274,10 +242,10 @@ void gather_grad(KernelCtx& c, const CudaContext& cc) {
   l.dy = dy.data;
   l.idx = idx.data;
   l.dx = dx.data;
-  // Scratch: keys, pos, sorted keys, sorted pos [n] each, starts [dim + 1], the bad flag, cub's temp.
-  const size_t nb = align256(size_t(l.n) * 4), sb = align256(size_t(l.dim + 1) * 4), fb = 256;
+  // Scratch: keys, pos, sorted keys, sorted pos [n] each, starts [dim + 1], cub's temp.
+  const size_t nb = align256(size_t(l.n) * 4), sb = align256(size_t(l.dim + 1) * 4);
   const size_t sort_bytes = cc.emulate ? 0 : gather_grad_sort_bytes(l.n, l.dim);
-  Scratch tmp(cc, 4 * nb + sb + fb + sort_bytes);
+  Scratch tmp(cc, 4 * nb + sb + sort_bytes);
   uint8_t* p = tmp.get();
   l.keys = reinterpret_cast<uint32_t*>(p);
   l.pos = reinterpret_cast<uint32_t*>(p + nb);
@@ -285,14 +253,12 @@ void gather_grad(KernelCtx& c, const CudaContext& cc) {
   l.sorted_pos = reinterpret_cast<uint32_t*>(p + 3 * nb);
   l.starts = reinterpret_cast<uint32_t*>(p + 4 * nb);
   // Bad indices: the keys step sees every index once (constant ones too: GatherGrad's shape rule
-  // does not check them). Read back after the launch, or, in a recorded run, a bad one stops the
-  // device.
-  const bool recorded = capturing(cc);
-  l.bad = recorded ? ONNXDP_TS_TRAP_ON_BAD : reinterpret_cast<unsigned long long*>(p + 4 * nb + sb);
-  if (!recorded) fill_bytes(cc, l.bad, 0xFF, sizeof(unsigned long long));
+  // does not check them).
+  l.checks = check_slots(c);
+  l.node = c.index;
   if (cc.emulate) gather_grad_emulate(l);
-  else gather_grad_launch(l, p + 4 * nb + sb + fb, sort_bytes, cc.stream);
-  if (l.n > 0 && !recorded) check_indices(cc, c, l.bad, idx, axis, l.dim);
+  else gather_grad_launch(l, p + 4 * nb + sb, sort_bytes, cc.stream);
+  if (l.n > 0) record_bad_value(cc, c, idx);
   tmp.release();
 }
 
@@ -425,6 +391,14 @@ void dropout(const Graph& g, KernelCtx& c, const CudaContext& cc) {
 }
 
 }  // namespace
+
+std::string tensor_check_message(const Graph& g, const Node& n, int64_t element, int64_t value) {
+  // Gather: the axis of the data (input 0); GatherGrad: the axis of its output (the data's shape).
+  const Shape& s = g.value(n.op == Op::Gather ? n.inputs[0] : n.outputs[0]).shape;
+  const int64_t axis = normalize_axis(n.i("axis"), int64_t(s.size()), n);
+  return fmt::format("index {} (element {} of the indices) is out of range for axis {} of size {}", value, element, axis,
+                     s[size_t(axis)]);
+}
 
 bool tensor_runs(const Graph& g, const Node& n) {
   auto in_dtype = [&](int k) { return g.value(n.inputs[size_t(k)]).dtype; };

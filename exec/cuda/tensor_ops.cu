@@ -30,6 +30,9 @@ template <class U>
 __global__ void gather_kernel(GatherLaunch l) {
   ONNXDP_TS_LOOP(k, gather_items(l)) gather_one<U>(l, k);
 }
+__global__ void bad_value_kernel(unsigned long long* checks, int node, const void* idx, bool idx64) {
+  record_bad_value(checks, node, idx, idx64);
+}
 __global__ void gather_grad_key_kernel(GatherGradLaunch l) {
   ONNXDP_TS_LOOP(i, l.n) gather_grad_key(l, i);
 }
@@ -95,6 +98,15 @@ void gather_launch(const GatherLaunch& l, void* stream) {
 
 void gather_emulate(const GatherLaunch& l) {
   ONNXDP_TS_BY_SIZE(l.esize, for (int64_t k = 0; k < gather_items(l); ++k) gather_one<U>(l, k));
+}
+
+void bad_value_launch(unsigned long long* checks, int node, const void* idx, bool idx64, void* stream) {
+  bad_value_kernel<<<1, 1, 0, as_stream(stream)>>>(checks, node, idx, idx64);
+  ONNXDP_CUDA_CHECK_LAUNCH();
+}
+
+void bad_value_emulate(unsigned long long* checks, int node, const void* idx, bool idx64) {
+  record_bad_value(checks, node, idx, idx64);
 }
 
 size_t gather_grad_sort_bytes(int64_t n, int64_t dim) {

@@ -51,9 +51,10 @@ ONNXDP_HD inline void copy_one(const CopyLaunch& l, int64_t i) {
 // ---- Gather -----------------------------------------------------------------------------------
 
 // data [outer, dim, inner], indices [n] -> out [outer, n, inner]; negative indices count from the
-// back. An index outside [-dim, dim) reads as 0; with `bad` set, the launch also checks every index
-// once (threads i < n) and records the smallest bad position in *bad, which the host turns into
-// the CPU kernel's error (even where the output is empty, as the CPU checks).
+// back. An index outside [-dim, dim) reads as 0; with `checks` set, the launch also checks every
+// index once (threads i < n) and records the first bad one in the plan's check slots
+// (exec/run_scalars.h), which the Plan turns into the CPU kernel's error after the run (even
+// where the output is empty, as the CPU checks).
 struct GatherLaunch {
   int esize = 4;
   bool idx64 = true;  // indices int64 or int32
@@ -61,44 +62,42 @@ struct GatherLaunch {
   const void* data = nullptr;
   const void* idx = nullptr;
   void* out = nullptr;
-  unsigned long long* bad = nullptr;  // null: the indices are known to be in range
+  unsigned long long* checks = nullptr;  // null: the indices are known to be in range
+  int node = -1;                         // the node's position in the plan (its slots)
 };
 
 ONNXDP_HD inline int64_t load_index(const void* idx, bool idx64, int64_t i) {
   return idx64 ? static_cast<const int64_t*>(idx)[i] : int64_t(static_cast<const int32_t*>(idx)[i]);
 }
 
-// Records position i as bad: the smallest bad position wins (atomicMin on the device). Where no
-// host can look at a flag after the launch (a run recorded as a CUDA graph: `bad` is then the
-// kTrapOnBad sentinel), the kernel prints the index and stops the device (__trap): the run fails
-// at its next CUDA call rather than going on with a wrong answer.
-#define ONNXDP_TS_TRAP_ON_BAD reinterpret_cast<unsigned long long*>(uintptr_t(1))
-ONNXDP_HD inline void record_bad(unsigned long long* bad, int64_t i, int64_t v, int64_t dim) {
+// Element i of node `node`'s indices is bad: the smallest node and element win.
+ONNXDP_HD inline void record_bad(unsigned long long* checks, int node, int64_t i) {
 #if defined(__CUDA_ARCH__)
-  if (bad == ONNXDP_TS_TRAP_ON_BAD) {
-    printf("onnxdp: index %lld (element %lld of the indices) is out of range for a gathered axis of size %lld\n",
-           (long long)v, (long long)i, (long long)dim);
-    __trap();
-  }
-  atomicMin(bad, (unsigned long long)i);
+  atomicMax(&checks[0], ~(unsigned long long)node);
+  atomicMax(&checks[1 + 2 * node], ~(unsigned long long)i);
 #else
-  (void)v;
-  (void)dim;
-  if ((unsigned long long)i < *bad) *bad = (unsigned long long)i;
+  if (~(unsigned long long)node > checks[0]) checks[0] = ~(unsigned long long)node;
+  if (~(unsigned long long)i > checks[1 + 2 * node]) checks[1 + 2 * node] = ~(unsigned long long)i;
 #endif
 }
 
-// The work items of a Gather launch: the output elements, and with `bad` at least one per index.
+// After the node's launch: the value at its first bad element, for the message (one thread).
+ONNXDP_HD inline void record_bad_value(unsigned long long* checks, int node, const void* idx, bool idx64) {
+  const unsigned long long e = checks[1 + 2 * node];
+  if (e) checks[2 + 2 * node] = (unsigned long long)load_index(idx, idx64, int64_t(~e));
+}
+
+// The work items of a Gather launch: the output elements, and with `checks` at least one per index.
 ONNXDP_HD inline int64_t gather_items(const GatherLaunch& l) {
   const int64_t total = l.outer * l.n * l.inner;
-  return l.bad && l.n > total ? l.n : total;
+  return l.checks && l.n > total ? l.n : total;
 }
 
 template <class U>
 ONNXDP_HD inline void gather_one(const GatherLaunch& l, int64_t k) {
-  if (l.bad && k < l.n) {
+  if (l.checks && k < l.n) {
     const int64_t v = load_index(l.idx, l.idx64, k);
-    if (v < -l.dim || v >= l.dim) record_bad(l.bad, k, v, l.dim);
+    if (v < -l.dim || v >= l.dim) record_bad(l.checks, l.node, k);
   }
   if (k >= l.outer * l.n * l.inner) return;
   const int64_t j = k % l.inner, i = (k / l.inner) % l.n, o = k / (l.inner * l.n);
@@ -129,14 +128,15 @@ struct GatherGradLaunch {
   uint32_t* sorted_keys = nullptr;  // [n]
   uint32_t* sorted_pos = nullptr;   // [n]
   uint32_t* starts = nullptr;       // [dim + 1]
-  unsigned long long* bad = nullptr;
+  unsigned long long* checks = nullptr;  // the plan's check slots (every index is checked)
+  int node = -1;
 };
 
 ONNXDP_HD inline void gather_grad_key(const GatherGradLaunch& l, int64_t i) {
   const int64_t given = load_index(l.idx, l.idx64, i);
   int64_t v = given < 0 ? given + l.dim : given;
   if (v < 0 || v >= l.dim) {
-    if (l.bad) record_bad(l.bad, i, given, l.dim);
+    if (l.checks) record_bad(l.checks, l.node, i);
     v = 0;
   }
   l.keys[i] = uint32_t(v);
@@ -425,6 +425,9 @@ void gather_emulate(const GatherLaunch& l);
 size_t gather_grad_sort_bytes(int64_t n, int64_t dim);
 void gather_grad_launch(const GatherGradLaunch& l, void* sort_temp, size_t sort_temp_bytes, void* stream);
 void gather_grad_emulate(const GatherGradLaunch& l);
+// record_bad_value on the stream (one thread), and on the host.
+void bad_value_launch(unsigned long long* checks, int node, const void* idx, bool idx64, void* stream);
+void bad_value_emulate(unsigned long long* checks, int node, const void* idx, bool idx64);
 void cast_launch(const CastLaunch& l, void* stream);
 void cast_emulate(const CastLaunch& l);
 void pad_launch(const PadLaunch& l, void* stream);

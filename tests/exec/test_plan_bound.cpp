@@ -35,6 +35,13 @@ Graph accumulate_graph(int64_t n) {
   return g;
 }
 
+PlanOptions bound_to(std::map<std::string, void*> bound, std::shared_ptr<DeviceBackend> device = nullptr) {
+  PlanOptions o;
+  o.device = std::move(device);
+  o.bound = std::move(bound);
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("plan: all_reduce_span is one range only for consecutive aligned float outputs") {
@@ -71,7 +78,7 @@ TEST_CASE("plan: bound values live in the caller's memory, an accumulator added 
     alignas(64) static float flat[64], relu[64];
     std::memcpy(flat, acc0.data(), size_t(n) * 4);
     Plan free_plan(accumulate_graph(n));
-    Plan p(accumulate_graph(n), PlanOptions{.bound = {{"acc", flat}, {"y", flat}, {"z", relu}}});
+    Plan p(accumulate_graph(n), bound_to({{"acc", flat}, {"y", flat}, {"z", relu}}));
     CHECK(p.arena_bytes() < free_plan.arena_bytes());  // y and z take no arena bytes, nor does acc
     p.execute({{"g", g}});                              // acc is not fed: it is already in place
     for (int64_t i = 0; i < n; ++i) {
@@ -86,7 +93,7 @@ TEST_CASE("plan: bound values live in the caller's memory, an accumulator added 
     float* flat = static_cast<float*>(dev->alloc(64 * 4));
     float* relu = static_cast<float*>(dev->alloc(64 * 4));
     dev->to_device(flat, acc0.data(), size_t(n) * 4);
-    Plan p(accumulate_graph(n), PlanOptions{.device = dev, .bound = {{"acc", flat}, {"y", flat}, {"z", relu}}});
+    Plan p(accumulate_graph(n), bound_to({{"acc", flat}, {"y", flat}, {"z", relu}}, dev));
     p.execute({{"g", g}});
     std::vector<float> got(n);
     dev->to_host(got.data(), flat, size_t(n) * 4);
@@ -113,5 +120,5 @@ TEST_CASE("plan: a constant cannot be bound to the caller's memory") {
   g.outputs.push_back(g.nodes[size_t(m)].outputs[0]);
   verify(g);
   float where[4];
-  CHECK(contains(error_of([&] { Plan p(g, PlanOptions{.bound = {{"c", where}}}); }), "'c' cannot live in the caller's memory"));
+  CHECK(contains(error_of([&] { Plan p(g, bound_to({{"c", where}})); }), "'c' cannot live in the caller's memory"));
 }

@@ -9,6 +9,7 @@
 #include "tests/gpu/cuda_test_util.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "exec/cuda/elementwise.h"
 #include "train/trainer.h"
@@ -67,6 +68,41 @@ TEST_SUITE("gpu") {
       CHECK(gpu.device_bytes > 0);
       check_close_training(cpu, gpu, c.model);
     }
+  }
+
+  TEST_CASE("cuda models: a replayed CUDA graph step equals the step launched kernel by kernel") {
+    if (!have_gpu()) return;
+    for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
+      CAPTURE(model);
+      TrainOptions o = run_of(model, 50, 8);
+      o.optimizer.kind = OptimizerKind::adamw;  // per-step scalars in device memory: lr schedule, bias corrections, clipping
+      o.optimizer.lr = 0.01f;
+      o.optimizer.max_grad_norm = 0.3f;
+      o.schedule = ScheduleKind::linear;
+      o.warmup_steps = 2;
+      o.devices = "cuda:0";
+      TrainResult graphs = train(o);
+      CHECK(graphs.replayed_plans >= 1);
+      o.cuda_graph = false;
+      TrainResult eager = train(o);
+      CHECK(eager.replayed_plans == 0);
+      REQUIRE(graphs.losses.size() == eager.losses.size());
+      for (size_t s = 0; s < graphs.losses.size(); ++s) CHECK(graphs.losses[s] == eager.losses[s]);
+      for (const auto& [name, t] : graphs.parameters)
+        CHECK_MESSAGE(std::memcmp(t.data(), eager.parameters.at(name).data(), t.nbytes()) == 0, name);
+      MESSAGE("cuda model on GPU: " << model << ": recorded steps equal launched ones bit for bit");
+    }
+  }
+
+  TEST_CASE("cuda models: --tf32 trains within 1e-3 of the CPU") {
+    if (!have_gpu()) return;
+    TrainOptions o = run_of("tiny_lm", 30, 10);
+    TrainResult cpu = train(o);
+    o.devices = "cuda:0";
+    o.tf32 = true;
+    TrainResult gpu = train(o);
+    REQUIRE(gpu.losses.size() == cpu.losses.size());
+    for (size_t s = 0; s < cpu.losses.size(); ++s) CHECK(std::abs(gpu.losses[s] - cpu.losses[s]) <= 1e-3f * cpu.losses[s]);
   }
 
   TEST_CASE("cuda models: every GPU as a replica (cuda) trains as the same number of CPU replicas") {

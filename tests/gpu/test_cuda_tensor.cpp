@@ -431,7 +431,9 @@ int check_all(DeviceKind kind) {
 }
 
 // Out-of-range indices fail on the device with the CPU kernel's message (fed indices: the shape
-// rule cannot see them), for Gather and GatherGrad, including where the output is empty.
+// rule cannot see them), for Gather and GatherGrad, including where the output is empty; also in
+// a run replaying a recorded graph (the plan's check slots are read after every run), after which
+// the plan goes on with good indices.
 int check_bad_indices(DeviceKind kind) {
   auto dev = make_device_backend(kind, 0);
   std::vector<TCase> cs;
@@ -467,6 +469,21 @@ int check_bad_indices(DeviceKind kind) {
     CHECK(!a.empty());
     CHECK(a.find("out of range") != std::string::npos);
     CHECK(b == a);
+    // The same in a replayed run: two good runs record the plan, the bad one replays it.
+    std::map<std::string, Tensor> good = feed;
+    good.at("idx") = Tensor(feed.at("idx").dtype(), feed.at("idx").shape());  // zeros: in range
+    Plan replayed(graph_of(c), PlanOptions{.device = dev});
+    replayed.run(good);
+    replayed.run(good);
+    CHECK(replayed.replays_graph());
+    std::string r;
+    try {
+      replayed.run(feed);
+    } catch (const Error& e) {
+      r = e.what();
+    }
+    CHECK(r == a);
+    CHECK_NOTHROW(replayed.run(good));
     ++ran;
   }
   return ran;
