@@ -215,10 +215,11 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
     }
     on_host_[size_t(i)] = 1;
   }
-  // The optimizer and the running statistics update parameters on the host between runs.
+  // Parameters the caller changes on the host between runs (PlanOptions::changed_on_host).
   for (ValueId p : graph_.parameters()) {
-    const Tensor& d = graph_.value(p).data;
-    if (data_offset_[size_t(p)] >= 0 && d.nbytes()) dev.to_device(device_ptr(p), d.data(), d.nbytes());
+    const Value& v = graph_.value(p);
+    const bool changed = device_runs_ == 0 || !opts_.changed_on_host || opts_.changed_on_host->count(v.name);
+    if (changed && data_offset_[size_t(p)] >= 0 && v.data.nbytes()) dev.to_device(device_ptr(p), v.data.data(), v.data.nbytes());
   }
   // What changes from run to run reaches recorded kernels through device memory.
   scalars_ = RunScalars{state.seed, state.step, state.batch_offset, state.sample_offset};

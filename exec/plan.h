@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,11 @@ struct PlanOptions {
   // when it reads each element before writing it (elementwise Add, an in-place all-reduce), and
   // nothing may read that input afterwards: the caller binds so. ref() on a device downloads.
   std::map<std::string, void*> bound = {};
+  // On a device: the parameters (by name) the caller changes on the host between runs (the
+  // trainer's BatchNorm running statistics): uploaded before every run. The other parameters that
+  // are not bound (frozen ones) are uploaded before the first run only. Unset: every parameter
+  // before every run (a caller that updates them on the host, as the evaluator).
+  std::optional<std::set<std::string>> changed_on_host = {};
   // On a device: work queued on it after the nodes of every run (given the plan, for its
   // device_data), and recorded with them: the trainer's gradient copies and fused optimizer, so
   // that a replayed run is the whole training step. Nothing in it may copy to or from the host.

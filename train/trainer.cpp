@@ -523,6 +523,8 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     PlanOptions po{.device = device, .device_graph = o.cuda_graph};
     if (dev_params)  // the trainable parameters are the flat device buffer's slices
       for (size_t i = 0; i < trainable.size(); ++i) po.bound[trainable[i]] = static_cast<float*>(dev_params.get()) + offset[i];
+    po.changed_on_host.emplace();  // the running statistics; frozen parameters never change
+    for (const auto& [v, name] : tg.running_stats) po.changed_on_host->insert(name);
     GradientPlaces places = gradient_places(g, tg.grads, trainable);
     float* grads_base = device ? static_cast<float*>(dev_grads.get()) : flat_grads.as<float>();
     for (const auto& [name, i] : places.slice) po.bound[name] = grads_base + offset[i];

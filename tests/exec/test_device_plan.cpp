@@ -162,6 +162,33 @@ TEST_CASE("device plan: elementwise nodes on the device, a node on the CPU betwe
   CHECK(b.at("xwb").as<float>()[1] == doctest::Approx((0.7f - 2.0f) * -3.0f + 0.0f));
 }
 
+TEST_CASE("device plan: parameters changed on the host are uploaded every run, the others before the first run only") {
+  auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
+  PlanOptions po{.device = dev};
+  po.changed_on_host = std::set<std::string>{"b"};
+  Plan gpu(small_graph(false), po);
+  Plan every(small_graph(false), PlanOptions{.device = dev});  // unset: every parameter, every run
+  Tensor x(DType::f32, {2, 3});
+  for (int k = 0; k < 6; ++k) x.as<float>()[k] = float(k);
+  for (int run = 0; run < 2; ++run) {
+    CAPTURE(run);
+    if (run == 1)
+      for (Plan* p : {&gpu, &every}) {
+        Graph& g = const_cast<Graph&>(p->graph());
+        g.value(g.find("w")).data.as<float>()[0] = 10.0f;  // w: not announced as changing
+        g.value(g.find("b")).data.as<float>()[0] = 20.0f;
+      }
+    const float xwb = gpu.run({{"x", x}}).at("xwb").as<float>()[0];
+    const float all = every.run({{"x", x}}).at("xwb").as<float>()[0];
+    // x[0] = 0: xwb[0] = 0 * w[0] + b[0]; x[3] = 3 on row 1 shows w[0].
+    CHECK(xwb == (run == 0 ? -1.0f : 20.0f));
+    CHECK(all == xwb);
+    const Tensor row1 = gpu.run({{"x", x}}).at("xwb");
+    CHECK(row1.as<float>()[3] == 3.0f * 0.5f + (run == 0 ? -1.0f : 20.0f));  // still the first w[0] = 0.5
+    CHECK(every.run({{"x", x}}).at("xwb").as<float>()[3] == 3.0f * (run == 0 ? 0.5f : 10.0f) + (run == 0 ? -1.0f : 20.0f));
+  }
+}
+
 TEST_CASE("device plan: the second run is recorded and later runs replay it, with fresh inputs and parameters") {
   auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
   Plan cpu(small_graph(false));
