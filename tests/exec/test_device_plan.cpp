@@ -13,6 +13,9 @@
 #include "exec/plan.h"
 #include "parallel/communicator.h"
 #include "tests/test_util.h"
+#if defined(ONNXDP_HAVE_CUDA)
+#include "tests/gpu/cuda_test_util.h"
+#endif
 #include "train/checkpoint.h"
 #include "train/npz.h"
 #include "train/trainer.h"
@@ -296,25 +299,9 @@ TEST_CASE("device plan: a recorded step (nodes, all-reduces, optimizer) replays 
   for (const char* model : {"mlp", "cnn"}) {
     CAPTURE(model);
     TrainOptions o = momentum_run(model, 50, 6);
-    // Every per-step scalar changes: the learning rate (warmup, then linear decay), Adam's bias
-    // corrections, the clipping factor, Dropout's step. A recording that kept the values it was
-    // made with would drift from the node-by-node run.
-    o.optimizer.kind = OptimizerKind::adamw;
-    o.optimizer.lr = 0.01f;
-    o.optimizer.max_grad_norm = 0.3f;
-    o.schedule = ScheduleKind::linear;
-    o.warmup_steps = 2;
     o.devices = "cuda-emulated:2";
-    TrainResult graphs = train(o);
     // The full step's plan runs wholly on the device (the optimizer inside): it is recorded.
-    CHECK(graphs.replayed_plans == 1);
-    o.cuda_graph = false;
-    TrainResult eager = train(o);
-    CHECK(eager.replayed_plans == 0);
-    REQUIRE(graphs.losses.size() == eager.losses.size());
-    for (size_t s = 0; s < graphs.losses.size(); ++s) CHECK(graphs.losses[s] == eager.losses[s]);
-    for (const auto& [name, t] : graphs.parameters)
-      CHECK_MESSAGE(std::memcmp(t.data(), eager.parameters.at(name).data(), t.nbytes()) == 0, name);
+    CHECK(check_recorded_equals_launched(o) == 1);
   }
 }
 
