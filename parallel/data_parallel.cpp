@@ -5,18 +5,6 @@
 
 namespace onnxdp {
 
-std::vector<int64_t> shard_rows(int64_t global_batch, int world_size) {
-  std::vector<int64_t> rows(size_t(world_size), global_batch / world_size);
-  for (int64_t r = 0; r < global_batch % world_size; ++r) ++rows[size_t(r)];
-  return rows;
-}
-
-int64_t shard_offset(int64_t global_batch, int world_size, int replica) {
-  std::vector<int64_t> rows = shard_rows(global_batch, world_size);
-  int64_t off = 0;
-  for (int r = 0; r < replica; ++r) off += rows[size_t(r)];
-  return off;
-}
 
 namespace {
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "parallel/shards.h"  // shard_rows, shard_offset
 
 namespace onnxdp {
 
@@ -27,12 +28,6 @@ struct DataParallelOptions {
   double first_bucket_mb = 1;  // as DDP: a small first bucket so communication starts early
   double bucket_mb = 25;
 };
-
-// Rows of each replica for a global batch: split as DataParallel does (64 on 2 -> 32 + 32; an
-// uneven split gives the first replicas one more).
-std::vector<int64_t> shard_rows(int64_t global_batch, int world_size);
-// Index of replica r's first row in the global batch.
-int64_t shard_offset(int64_t global_batch, int world_size, int replica);
 
 // Scatter on the graph inputs named in batch_inputs (their shape becomes the global batch's;
 // consumers read the replica's rows) and the BatchNormalization rewrite.

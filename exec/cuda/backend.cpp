@@ -29,6 +29,7 @@
 #include "exec/cuda/reduce.h"
 #include "exec/device_backend.h"
 #include "parallel/communicator.h"
+#include "parallel/shards.h"
 
 namespace onnxdp {
 
@@ -126,9 +127,10 @@ class CudaBackend final : public DeviceBackend {
     if (cuda::is_reduce(n.op)) return cuda::reduce_runs(g, n);
     if (n.op == Op::MatMul || n.op == Op::Gemm) return cuda::gemm_runs(g, n);
     if (n.op == Op::Scatter) return true;
-    // All-reduces: copies in a world of one, NCCL (or, emulated, the host communicator) in a
-    // connected world of GPUs; a world not connected, or not all GPUs, uses the CPU fallback.
-    if (n.op == Op::AllReduce) return world_ == 1 || device_collectives_;
+    // All-reduces and all-gathers: copies in a world of one, NCCL (or, emulated, the host
+    // communicator) in a connected world of GPUs; a world not connected, or not all GPUs, uses
+    // the CPU fallback.
+    if (n.op == Op::AllReduce || n.op == Op::AllGather) return world_ == 1 || device_collectives_;
     if (is_reshape(n.op)) return true;
     return cuda::copy_op_runs(g, n) || cuda::norm_runs(g, n) || cuda::tensor_runs(g, n) || cuda::conv_runs(g, n);
   }
@@ -164,6 +166,7 @@ class CudaBackend final : public DeviceBackend {
     if (cuda::is_reduce(n.op)) return cuda::reduce_forward(g, n, c.inputs, c.out(0), stream_, emulated_);
     if (n.op == Op::Scatter) return scatter(c);
     if (n.op == Op::AllReduce) return all_reduce(c);
+    if (n.op == Op::AllGather) return all_gather(c);
     if (n.op == Op::MatMul || n.op == Op::Gemm) {
       if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0), tf32_);
       return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_);
@@ -331,6 +334,38 @@ class CudaBackend final : public DeviceBackend {
     for (size_t k = 0; k < c.inputs.size(); ++k) {
       const TensorRef &x = c.in(int(k)), &y = c.out(int(k));
       ONNXDP_CUDA_CHECK(ncclAllReduce(x.data, y.data, size_t(y.numel), nccl_type(c, y.dtype), ncclSum, nccl_, s));
+    }
+    ONNXDP_CUDA_CHECK(ncclGroupEnd());
+  }
+
+  // x [rows_r, ...] on replica r -> y [rows, ...]: the replicas' shards in replica order, split as
+  // the batch was (parallel/shards.h): one NCCL broadcast per replica in one group (shards may
+  // differ by a row, which ncclAllGather's equal counts cannot take).
+  void all_gather(KernelCtx& c) {
+    const TensorRef &x = c.in(0), &y = c.out(0);
+    const int world = world_ == 1 ? 1 : comm_->size(), rank = world_ == 1 ? 0 : comm_->rank();
+    const std::vector<int64_t> shard = shard_rows(c.node.i("rows"), world);
+    if (y.dim(0) != c.node.i("rows") || x.dim(0) != shard[size_t(rank)])
+      c.fail("replica {} holds {} rows; its shard of the {} gathered is {}", rank, x.dim(0), y.dim(0), shard[size_t(rank)]);
+    const size_t row_bytes = y.dim(0) ? size_t(y.numel / y.dim(0)) * dtype_size(y.dtype) : 0;
+    if (world == 1) return copy(y.data, x.data, size_t(x.numel) * dtype_size(x.dtype));
+    uint8_t* out = static_cast<uint8_t*>(y.data);
+    if (emulated_) {
+      std::vector<std::vector<uint8_t>> all;
+      comm_->all_gather_bytes(x.data, size_t(x.numel) * dtype_size(x.dtype), all);
+      for (int r = 0; r < world; ++r) {
+        if (all[size_t(r)].size() != size_t(shard[size_t(r)]) * row_bytes)
+          c.fail("replica {} sent {} bytes, its shard is {} rows of {} bytes", r, all[size_t(r)].size(), shard[size_t(r)], row_bytes);
+        if (!all[size_t(r)].empty()) std::memcpy(out, all[size_t(r)].data(), all[size_t(r)].size());
+        out += all[size_t(r)].size();
+      }
+      return;
+    }
+    ONNXDP_CUDA_CHECK(ncclGroupStart());
+    for (int r = 0; r < world; ++r) {
+      const size_t bytes = size_t(shard[size_t(r)]) * row_bytes;
+      ONNXDP_CUDA_CHECK(ncclBroadcast(x.data, out, bytes, ncclUint8, r, nccl_, stream_));
+      out += bytes;
     }
     ONNXDP_CUDA_CHECK(ncclGroupEnd());
   }

@@ -278,6 +278,44 @@ TEST_CASE("device plan: all-reduces run on the device once it joined the world, 
   }
 }
 
+TEST_CASE("device plan: all-gathers of uneven shards run on the device once it joined the world") {
+  // 5 rows over 2 replicas: 3 + 2, each row of 2 floats.
+  auto graph_for = [](int64_t rows) {
+    Graph g;
+    Value x;
+    x.name = "x";
+    x.shape = {rows, 2};
+    x.kind = ValueKind::input;
+    ValueId xv = g.add_value(std::move(x));
+    g.inputs = {xv};
+    int n = g.add_node(Op::AllGather, "gather", {xv}, {"y"}, {{"rows", Attr(int64_t(5))}});
+    g.outputs = {g.nodes[size_t(n)].outputs[0]};
+    verify(g);
+    return g;
+  };
+  CommWorld world = make_in_process_world(2);
+  std::vector<std::string> where(2);
+  std::vector<std::vector<float>> got(2);
+  run_replicas(world, [&](Communicator& c) {
+    auto dev = make_device_backend(DeviceKind::cuda_emulated, c.rank());
+    dev->connect(&c);
+    const int64_t rows = c.rank() == 0 ? 3 : 2;
+    Plan p(graph_for(rows), PlanOptions{.device = dev});
+    where[size_t(c.rank())] = p.host_ops();
+    Tensor in(DType::f32, {rows, 2});
+    for (int64_t k = 0; k < rows * 2; ++k) in.as<float>()[k] = float(100 * c.rank() + k);
+    RunState rs;
+    rs.comm = &c;
+    Tensor y = p.run({{"x", in}}, rs).at("y");
+    got[size_t(c.rank())].assign(y.as<float>(), y.as<float>() + 10);
+  });
+  const std::vector<float> want = {0, 1, 2, 3, 4, 5, 100, 101, 102, 103};
+  for (int r = 0; r < 2; ++r) {
+    CHECK(where[size_t(r)].empty());  // on the device, not the CPU fallback
+    CHECK(got[size_t(r)] == want);
+  }
+}
+
 TEST_CASE("device plan: mlp, tiny_lm and cnn train on the emulated CUDA device as on the CPU") {
   struct Case {
     const char* model;
@@ -414,10 +452,11 @@ TEST_CASE("device plan: the CLI trains and runs on cuda-emulated, saying what ru
   CHECK((contains(t.out, "every op runs there") || contains(t.out, "ops without a kernel there run on the CPU with copies")));
   CHECK(contains(t.out, "device memory per replica on cuda-emulated:0"));
   const std::string data = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/model.npz";
+  // Batches of 97 rows: shards of 49 and 48 (the last batch 23 and 22), gathered on the devices.
   CliResult a = onnxdp_cli(tmp, "run " + q(model) + " --data " + q(data) + " --out " + q(tmp.file("cpu.npz")) +
-                                    " --devices cpu");
+                                    " --devices cpu --batch-size 97");
   CliResult b = onnxdp_cli(tmp, "run " + q(model) + " --data " + q(data) + " --out " + q(tmp.file("dev.npz")) +
-                                    " --devices cuda-emulated:2");
+                                    " --devices cuda-emulated:2 --batch-size 97");
   REQUIRE_MESSAGE(a.rc == 0, a.out << a.err);
   REQUIRE_MESSAGE(b.rc == 0, b.out << b.err);
   auto x = read_npz(tmp.file("cpu.npz")), y = read_npz(tmp.file("dev.npz"));
