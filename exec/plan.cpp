@@ -133,8 +133,8 @@ TensorRef Plan::ref(ValueId id) {
   if (id == kNoValue) return {};
   Value& v = graph_.value(id);
   const int64_t numel = shape_numel(v.shape);
-  if (bound_[size_t(id)] && v.kind != ValueKind::parameter) {
-    if (!opts_.device) return TensorRef{bound_[size_t(id)], v.dtype, &v.shape, numel};
+  if (bound_[size_t(id)] && !opts_.device) return TensorRef{bound_[size_t(id)], v.dtype, &v.shape, numel};
+  if (bound_[size_t(id)] && v.kind != ValueKind::parameter) {  // downloaded into a host copy of its own
     Tensor& host = shadow_[id];
     if (host.empty()) host = Tensor(v.dtype, v.shape);
     if (!on_host_[size_t(id)]) {
@@ -143,7 +143,6 @@ TensorRef Plan::ref(ValueId id) {
     }
     return TensorRef{host.data(), v.dtype, &v.shape, numel};
   }
-  if (bound_[size_t(id)] && !opts_.device) return TensorRef{bound_[size_t(id)], v.dtype, &v.shape, numel};
   if (offset_[size_t(id)] >= 0) {
     uint8_t* host = arena_.as<uint8_t>() + offset_[size_t(id)];
     if (opts_.device && !on_host_[size_t(id)]) {
