@@ -19,6 +19,8 @@ const std::initializer_list<DType> kFloatWide = {DType::f32, DType::f64};
 const std::initializer_list<DType> kNumericWide = {DType::f32, DType::f64, DType::i64,
                                                    DType::i32, DType::i8,  DType::u8};
 const std::initializer_list<DType> kBlas = {DType::f32, DType::f64, DType::i64, DType::i32};
+// MatMul and Gemm also take 16-bit floats (computed in float, rounded once).
+const std::initializer_list<DType> kProducts = {DType::f32, DType::f64, DType::i64, DType::i32, DType::f16, DType::bf16};
 
 std::string dtype_list(std::initializer_list<DType> ok) {
   std::string s;
@@ -136,7 +138,7 @@ void shape_LogSoftmax(ShapeCtx& c) { softmax_like(c); }
 // MatMul as numpy.matmul: a [..., M, K] x b [..., K, N] -> [..., M, N] with the batch dims
 // broadcast; a 1-D a is [1, K] and a 1-D b is [K, 1], their added dim removed from the result.
 void shape_MatMul(ShapeCtx& c) {
-  DType t = check_dtype(c, 0, kBlas);
+  DType t = check_dtype(c, 0, kProducts);
   same_dtype(c, 0, 1);
   Shape a = c.shape(0), b = c.shape(1);
   if (a.empty() || b.empty()) c.fail("MatMul of a scalar (shapes {} and {})", shape_str(a), shape_str(b));
@@ -156,7 +158,7 @@ void shape_MatMul(ShapeCtx& c) {
 // Gemm: Y [M, N] = alpha * A' [M, K] x B' [K, N] + beta * C, A' = transA ? A^T : A (likewise B);
 // C (optional) broadcasts to [M, N] one way.
 void shape_Gemm(ShapeCtx& c) {
-  DType t = check_dtype(c, 0, kBlas);
+  DType t = check_dtype(c, 0, kProducts);
   same_dtype(c, 0, 1);
   const Shape &a = c.shape(0), &b = c.shape(1);
   if (a.size() != 2 || b.size() != 2)

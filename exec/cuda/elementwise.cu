@@ -214,7 +214,9 @@ bool dispatch(const Ctx& c) {
     case EwOp::Min: return binary_number(c, fn::Min{});
     case EwOp::Max: return binary_number(c, fn::Max{});
     case EwOp::Pow: return pow(c);
-    case EwOp::Identity: return unary_number(c, fn::Identity{});
+    case EwOp::Identity:  // 16-bit floats: their bits (Gemm's C broadcast)
+      if (c.l.type == EwType::u16) return go1<uint16_t, uint16_t>(c, fn::Identity{});
+      return unary_number(c, fn::Identity{});
     case EwOp::Neg: return unary_number(c, fn::Neg{});
     case EwOp::Abs: return unary_number(c, fn::Abs{});
     case EwOp::Relu: return unary_number(c, fn::Relu{});

@@ -44,10 +44,12 @@ bool broadcast_batch(const Shape& a, const Shape& b, Shape* out) {
   return true;
 }
 
+bool gemm_type(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+
 GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Shape& b_shape) {
-  if (a_type != DType::f32 || b_type != DType::f32)
-    return refused(fmt::format("inputs are {} and {}; the cuBLAS kernel takes float32", dtype_name(a_type),
-                               dtype_name(b_type)));
+  if (a_type != b_type || !gemm_type(a_type))
+    return refused(fmt::format("inputs are {} and {}; the cuBLAS kernel takes float32, float16 or bfloat16",
+                               dtype_name(a_type), dtype_name(b_type)));
   if (a_shape.empty() || b_shape.empty()) return refused("MatMul of a scalar");
   Shape a = a_shape, b = b_shape;
   if (a.size() == 1) a.insert(a.begin(), 1);  // [K] on the left is [1, K]
@@ -64,6 +66,7 @@ GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Sha
 
   GemmCall c;
   c.ok = true;
+  c.type = a_type;
   c.y_rows = nbatch * M;
   c.y_cols = N;
   // Yᵀ [N, M] = Bᵀ [N, K] Aᵀ [K, M] column-major: A' = B (ld N), B' = A (ld K), Y' ld N.
@@ -77,6 +80,7 @@ GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Sha
     return c;
   }
   if (K == 0) {  // a sum of nothing: zeros
+    if (a_type != DType::f32) return refused("K = 0 on 16-bit floats");
     c.kind = GemmCall::Kind::fill;
     return c;
   }
@@ -101,9 +105,10 @@ GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Sha
 
 GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_type, const Shape& b,
                       const DType* c_type, const Shape* c_shape) {
-  if (a_type != DType::f32 || b_type != DType::f32 || (c_shape && *c_type != DType::f32))
-    return refused(fmt::format("inputs are {}, {}{}{}; the cuBLAS kernel takes float32", dtype_name(a_type),
-                               dtype_name(b_type), c_shape ? " and " : "", c_shape ? dtype_name(*c_type) : ""));
+  if (a_type != b_type || (c_shape && *c_type != a_type) || !gemm_type(a_type))
+    return refused(fmt::format("inputs are {}, {}{}{}; the cuBLAS kernel takes float32, float16 or bfloat16",
+                               dtype_name(a_type), dtype_name(b_type), c_shape ? " and " : "",
+                               c_shape ? dtype_name(*c_type) : ""));
   if (a.size() != 2 || b.size() != 2)
     return refused(fmt::format("A and B must be 2-D, they are {} and {}", shape_str(a), shape_str(b)));
   const bool ta = node.i("transA") != 0, tb = node.i("transB") != 0;
@@ -114,8 +119,10 @@ GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_ty
     if (!fits_int(v)) return refused(fmt::format("matrix dim {} is too large for cuBLAS", v));
   const float alpha = node.f("alpha"), beta = node.f("beta");
 
+  if (K == 0 && a_type != DType::f32) return refused("K = 0 on 16-bit floats");
   GemmCall c;
   c.ok = true;
+  c.type = a_type;
   c.y_rows = M;
   c.y_cols = N;
   if (c_shape) {  // one-way broadcast to [M, N], right-aligned: a dim of 1 has stride 0
@@ -147,7 +154,7 @@ GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_ty
 EwLaunch broadcast_launch(const GemmCall& call, const void* c, void* y) {
   EwLaunch l;
   l.op = EwOp::Identity;
-  l.type = EwType::f32;
+  l.type = call.type == DType::f32 ? EwType::f32 : EwType::u16;  // 16-bit floats: their bits, copied
   l.in[0] = c;
   l.out = y;
   EwLayout& lay = l.layout;
@@ -172,30 +179,43 @@ void host_sscal(int64_t n, float alpha, float* x) {
   for (int64_t i = 0; i < n; ++i) x[i] = alpha * x[i];
 }
 
-// cublasSgemmStridedBatched (cublasSgemm: batch_count 1) on host memory, column-major, with
-// cuBLAS's argument checks: fp32 accumulation, C not read when beta is 0.
-void host_sgemm(const GemmCall& c, const float* A, const float* B, float* C, bool tf32) {
+// An element of A, B or Y as float, and back (16-bit floats rounded to nearest even).
+float load(DType t, const void* p, int64_t i) {
+  if (t == DType::f16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  if (t == DType::bf16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+void store(DType t, void* p, int64_t i, float v) {
+  if (t == DType::f16) static_cast<uint16_t*>(p)[i] = f32_to_f16(v);
+  else if (t == DType::bf16) static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+  else static_cast<float*>(p)[i] = v;
+}
+
+// cublasSgemmStridedBatched (cublasSgemm: batch_count 1), or cublasGemm(StridedBatched)Ex with
+// 16-bit A, B, C and CUBLAS_COMPUTE_32F, on host memory, column-major, with cuBLAS's argument
+// checks: fp32 accumulation, alpha and beta applied in fp32, one rounding to C's type, C not read
+// when beta is 0.
+void host_gemm(const GemmCall& c, const void* A, const void* B, void* C, bool tf32) {
   const int ra = c.trans_a ? c.k : c.m, rb = c.trans_b ? c.n : c.k;  // rows of A', B' as stored
   if (c.m < 0 || c.n < 0 || c.k < 0 || c.batch_count < 0 || c.lda < std::max(1, ra) || c.ldb < std::max(1, rb) ||
       c.ldc < std::max(1, c.m))
     fail("emulated cuBLAS GEMM: invalid arguments m={} n={} k={} lda={} ldb={} ldc={} batch={} "
          "(CUBLAS_STATUS_INVALID_VALUE)",
          c.m, c.n, c.k, c.lda, c.ldb, c.ldc, c.batch_count);
+  const DType t = c.type;
   for (int64_t p = 0; p < c.batch_count; ++p) {
-    const float* a = A + p * c.stride_a;
-    const float* b = B + p * c.stride_b;
-    float* y = C + p * c.stride_c;
+    const int64_t a0 = p * c.stride_a, b0 = p * c.stride_b, y0 = p * c.stride_c;
     for (int64_t j = 0; j < c.n; ++j) {
       for (int64_t i = 0; i < c.m; ++i) {
         float acc = 0;
         for (int64_t l = 0; l < c.k; ++l) {
-          float av = c.trans_a ? a[l + i * c.lda] : a[i + l * c.lda];  // op(A')[i, l]
-          float bv = c.trans_b ? b[j + l * c.ldb] : b[l + j * c.ldb];  // op(B')[l, j]
-          if (tf32) av = to_tf32(av), bv = to_tf32(bv);
+          float av = load(t, A, a0 + (c.trans_a ? l + i * c.lda : i + l * c.lda));  // op(A')[i, l]
+          float bv = load(t, B, b0 + (c.trans_b ? j + l * c.ldb : l + j * c.ldb));  // op(B')[l, j]
+          if (tf32 && t == DType::f32) av = to_tf32(av), bv = to_tf32(bv);
           acc += av * bv;
         }
-        float& out = y[i + j * c.ldc];
-        out = c.beta == 0 ? c.alpha * acc : c.alpha * acc + c.beta * out;
+        const int64_t o = y0 + i + j * c.ldc;
+        store(t, C, o, c.beta == 0 ? c.alpha * acc : c.alpha * acc + c.beta * load(t, C, o));
       }
     }
   }
@@ -213,7 +233,7 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
                             : gemm_op_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr,
                                            c ? c->shape : nullptr);
   if (!call.ok) fail("{}: no cuBLAS kernel: {}", n.describe(), call.why);
-  if (!out.present() || out.dtype != DType::f32 || out.numel != call.y_rows * call.y_cols)
+  if (!out.present() || out.dtype != call.type || out.numel != call.y_rows * call.y_cols)
     fail("{}: the output has {} elements of {}, the product {}", n.describe(), out.present() ? out.numel : 0,
          dtype_name(out.dtype), call.y_rows * call.y_cols);
   if (call.kind == GemmCall::Kind::nothing) return;
@@ -225,7 +245,7 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
     ONNXDP_CUDA_CHECK(cublasSetStream(h, s));
     ONNXDP_CUDA_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
   }
-  float* y = out.as<float>();
+  void* y = out.data;
   const int64_t ny = call.y_rows * call.y_cols;
 
   if (call.broadcast_c) {
@@ -234,32 +254,48 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
     else elementwise_launch(l, stream);
   }
 
-  if (call.kind == GemmCall::Kind::fill) {  // K = 0: Y = beta * C, or zeros
+  if (call.kind == GemmCall::Kind::fill) {  // K = 0 (f32 only): Y = beta * C, or zeros
+    float* yf = out.as<float>();
     if (!call.broadcast_c) {
-      if (emulate) std::memset(y, 0, size_t(ny) * sizeof(float));
-      else ONNXDP_CUDA_CHECK(cudaMemsetAsync(y, 0, size_t(ny) * sizeof(float), s));
+      if (emulate) std::memset(yf, 0, size_t(ny) * sizeof(float));
+      else ONNXDP_CUDA_CHECK(cudaMemsetAsync(yf, 0, size_t(ny) * sizeof(float), s));
     } else if (call.beta != 1) {
       for (int64_t off = 0; off < ny; off += kIntMax) {  // cublasSscal counts in int
         const int64_t len = std::min(kIntMax, ny - off);
-        if (emulate) host_sscal(len, call.beta, y + off);
-        else ONNXDP_CUDA_CHECK(cublasSscal(h, int(len), &call.beta, y + off, 1));
+        if (emulate) host_sscal(len, call.beta, yf + off);
+        else ONNXDP_CUDA_CHECK(cublasSscal(h, int(len), &call.beta, yf + off, 1));
       }
     }
     return;
   }
 
   // Kind::gemm: cuBLAS's A is the node's B, its B the node's A (gemm.h).
-  const float* A = b.as<const float>();
-  const float* B = a.as<const float>();
-  if (emulate) return host_sgemm(call, A, B, y, tf32);
+  const void* A = b.data;
+  const void* B = a.data;
+  if (emulate) return host_gemm(call, A, B, y, tf32);
   const cublasOperation_t op_a = call.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = call.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (call.type != DType::f32) {  // 16-bit inputs and output, fp32 accumulation
+    const cudaDataType_t t = call.type == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+    if (call.batch_count == 1)
+      ONNXDP_CUDA_CHECK(cublasGemmEx(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, t, call.lda, B, t, call.ldb,
+                                     &call.beta, y, t, call.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else
+      ONNXDP_CUDA_CHECK(cublasGemmStridedBatchedEx(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, t, call.lda,
+                                                   call.stride_a, B, t, call.ldb, call.stride_b, &call.beta, y, t,
+                                                   call.ldc, call.stride_c, call.batch_count, CUBLAS_COMPUTE_32F,
+                                                   CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  const float* Af = static_cast<const float*>(A);
+  const float* Bf = static_cast<const float*>(B);
+  float* yf = out.as<float>();
   if (call.batch_count == 1) {
-    ONNXDP_CUDA_CHECK(cublasSgemm(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, call.lda, B, call.ldb,
-                                  &call.beta, y, call.ldc));
+    ONNXDP_CUDA_CHECK(cublasSgemm(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, Af, call.lda, Bf, call.ldb,
+                                  &call.beta, yf, call.ldc));
   } else {
-    ONNXDP_CUDA_CHECK(cublasSgemmStridedBatched(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, call.lda,
-                                                call.stride_a, B, call.ldb, call.stride_b, &call.beta, y, call.ldc,
+    ONNXDP_CUDA_CHECK(cublasSgemmStridedBatched(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, Af, call.lda,
+                                                call.stride_a, Bf, call.ldb, call.stride_b, &call.beta, yf, call.ldc,
                                                 call.stride_c, call.batch_count));
   }
 }
@@ -289,7 +325,7 @@ GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, co
 
 bool gemm_runs(const Graph& g, const Node& n) {
   if ((n.op != Op::MatMul && n.op != Op::Gemm) || !n.has_input(0) || !n.has_input(1)) return false;
-  if (n.outputs.empty() || g.value(n.outputs[0]).dtype != DType::f32) return false;
+  if (n.outputs.empty() || !gemm_type(g.value(n.outputs[0]).dtype)) return false;
   const Value& a = g.value(n.inputs[0]);
   const Value& b = g.value(n.inputs[1]);
   const Value* c = n.op == Op::Gemm && n.has_input(2) ? &g.value(n.inputs[2]) : nullptr;

@@ -10,7 +10,9 @@
 // a host loop with cuBLAS's semantics, so the mapping is tested without a GPU
 // (tests/gpu/test_cuda_gemm.cpp).
 //
-// What runs (f32 only for now; the caller falls back to the CPU kernel otherwise):
+// What runs (f32, and f16 / bf16 through cublasGemmEx with fp32 accumulation and one rounding of
+// the result, as the CPU kernel computes them; K = 0 on f16 / bf16 stays on the CPU; the caller
+// falls back to the CPU kernel for anything else):
 // - MatMul, numpy semantics: 1-D operands ([K] as [1, K] on the left, [K, 1] on the right); B
 //   without batch (2-D, 1-D, or batch dims all 1) and A of any batch: one GEMM over A's rows
 //   flattened; equal batch dims (after dropping leading 1s), or one side's batch dims all 1:
@@ -49,6 +51,7 @@ struct GemmCall {
     gemm,     // broadcast C into Y when broadcast_c, then the GEMM
   };
   Kind kind = Kind::nothing;
+  DType type = DType::f32;  // of A, B, C and Y: f32, or f16 / bf16 (cublasGemmEx, fp32 compute)
 
   // Y (row-major [y_rows, y_cols], y_rows = M times the batch for MatMul) and, with broadcast_c,
   // Y[i, j] = C[i * c_row_stride + j * c_col_stride] written before the GEMM (Gemm with a C and

@@ -270,6 +270,66 @@ void gemm_empty() {
   report("Gemm with empty dims (K = 0: beta * C or zeros)", count);
 }
 
+// MatMul / Gemm on f16 and bf16 (cublasGemmEx, fp32 sums, one rounding) against the CPU kernel
+// (float sums, one rounding): the float sums differ by the fp32 bound, so the results agree
+// within that plus one unit in the last place of the 16-bit type.
+int half_cases() {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  int ran = 0;
+  for (DType t : {DType::f16, DType::bf16}) {
+    const double ulp = t == DType::f16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    auto to = [&](float v) { return t == DType::f16 ? f32_to_f16(v) : f32_to_bf16(v); };
+    auto from = [&](uint16_t h) { return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h); };
+    for (const Case& c : {matmul({33, 65}, {65, 17}), matmul({3, 7, 33}, {3, 33, 9}), matmul({7, 65}, {2, 65, 5}),
+                          Case{Op::Gemm, {{65, 33}, {17, 65}, {17}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
+                                                                      {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}}}) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(describe(c));
+      OneNode o = one_node(c.op, c.shapes, c.attrs, t);
+      REQUIRE(cuda::gemm_runs(o.g, o.n()));
+      std::vector<Tensor> data, abs_data;
+      for (const Shape& sh : c.shapes) {
+        Tensor h(t, sh), a(DType::f32, sh);
+        for (int64_t i = 0; i < h.numel(); ++i) {
+          h.as<uint16_t>()[i] = to(u(rng));
+          a.as<float>()[i] = std::abs(from(h.as<uint16_t>()[i]));
+        }
+        data.push_back(std::move(h));
+        abs_data.push_back(std::move(a));
+      }
+      std::vector<const Tensor*> ins, abs_ins;
+      for (size_t k = 0; k < data.size(); ++k) ins.push_back(&data[k]), abs_ins.push_back(&abs_data[k]);
+      const Tensor cpu = onnxdp::run_node(o.g, o.n(), ins)[0];
+      Tensor got;
+      if (g_backend == Backend::gpu) {
+        got = cuda::gemm_run_node(o.g, o.n(), ins)[0];
+      } else {
+        std::vector<TensorRef> refs;
+        for (const Tensor* x : ins) refs.push_back(TensorRef{const_cast<void*>(x->data()), t, &x->shape(), x->numel()});
+        got = Tensor(t, cpu.shape());
+        cuda::gemm_emulate(o.n(), refs, TensorRef{got.data(), t, &got.shape(), got.numel()});
+      }
+      Attrs abs_attrs = c.attrs;
+      for (auto& [name, a] : abs_attrs)
+        if (float* f = std::get_if<float>(&a)) *f = std::abs(*f);
+      OneNode oa = one_node(c.op, c.shapes, abs_attrs);
+      const Tensor mag = onnxdp::run_node(oa.g, oa.n(), abs_ins)[0];
+      const int64_t K = c.op == Op::MatMul ? c.shapes[0].back() : c.shapes[0][0];
+      const double tol = double(2 * K + 8) * std::ldexp(1.0, -24);
+      REQUIRE(got.dtype() == t);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < cpu.numel(); ++i) {
+        const double want = from(cpu.as<uint16_t>()[i]), have = from(got.as<uint16_t>()[i]);
+        bad += !(std::abs(have - want) <= tol * mag.as<float>()[i] + ulp * std::abs(want));
+      }
+      CHECK(bad == 0);
+      ++ran;
+    }
+  }
+  return ran;
+}
+
 // TF32 on the larger cases of each kind: within the TF32 bound, and beyond the fp32 one.
 void tf32_cases() {
   std::mt19937 rng(21);
@@ -363,7 +423,14 @@ TEST_CASE("cuda gemm: gemm_call maps row-major MatMul / Gemm to column-major cuB
 }
 
 // What gemm_runs refuses, the caller runs on the CPU kernel.
-TEST_CASE("cuda gemm: gemm_runs refuses non-f32 dtypes and batch broadcasting in both directions") {
+TEST_CASE("cuda gemm: gemm_runs refuses dtypes other than f32 / f16 / bf16, K = 0 on 16-bit floats, and batch broadcasting in both directions") {
+  for (DType t : {DType::f16, DType::bf16}) {
+    INFO(dtype_name(t));
+    OneNode mm = one_node(Op::MatMul, {{2, 3, 4}, {4, 5}}, {}, t);
+    CHECK(cuda::gemm_runs(mm.g, mm.n()));
+    OneNode k0 = one_node(Op::MatMul, {{3, 0}, {0, 5}}, {}, t);
+    CHECK_FALSE(cuda::gemm_runs(k0.g, k0.n()));
+  }
   for (DType t : {DType::f64, DType::i32, DType::i64}) {
     INFO(dtype_name(t));
     OneNode mm = one_node(Op::MatMul, {{3, 4}, {4, 5}}, {}, t);
@@ -401,6 +468,11 @@ TEST_CASE("cuda gemm: to_tf32 keeps 10 mantissa bits, to nearest with ties away 
   CHECK(cuda::to_tf32(3.0f) == 3.0f);
   CHECK(std::isinf(cuda::to_tf32(std::numeric_limits<float>::infinity())));
   CHECK(std::isnan(cuda::to_tf32(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("cuda gemm host emulation: MatMul and Gemm on f16 and bf16 equal the CPU within one rounding") {
+  g_backend = Backend::emulation;
+  CHECK(half_cases() == 8);
 }
 
 TEST_CASE("cuda gemm host emulation: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
@@ -474,6 +546,11 @@ TEST_CASE("cuda gemm on GPU: Gemm with empty dims equals the CPU") {
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
   gemm_empty();
+}
+TEST_CASE("cuda gemm on GPU: MatMul and Gemm on f16 and bf16 equal the CPU within one rounding") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  CHECK(half_cases() == 8);
 }
 TEST_CASE("cuda gemm on GPU: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
   if (!have_gpu()) return;

@@ -176,13 +176,36 @@ TEST_CASE("math: elementwise ops on f16 and bf16 compute in float") {
   }
 }
 
+TEST_CASE("math: MatMul and Gemm on f16 and bf16 sum in float and round once") {
+  // [1, e, e] . [1, 1, 1] with e half a unit in the last place of 1: stepwise rounding would give
+  // 1 + e -> 1 (ties to even) twice, one rounding of the float sum gives 1 + 2e exactly.
+  for (DType t : {DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    const float e = t == DType::f16 ? std::ldexp(1.0f, -11) : std::ldexp(1.0f, -8);
+    auto half = [&](Shape s, std::vector<float> v) {
+      Tensor r(t, std::move(s));
+      for (size_t i = 0; i < v.size(); ++i) r.as<uint16_t>()[i] = t == DType::f16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+      return r;
+    };
+    auto first = [&](const Tensor& r) {
+      REQUIRE(r.dtype() == t);
+      return t == DType::f16 ? f16_to_f32(r.as<uint16_t>()[0]) : bf16_to_f32(r.as<uint16_t>()[0]);
+    };
+    Tensor a = half({1, 3}, {1, e, e}), b = half({3, 1}, {1, 1, 1}), c = half({1}, {0.5f});
+    CHECK(first(run(Op::MatMul, {&a, &b})) == 1 + 2 * e);
+    // Gemm: 2 * (1 + 2e) + 0.5 in float, then one rounding to t.
+    const float want = t == DType::f16 ? f16_to_f32(f32_to_f16(2.5f + 4 * e)) : bf16_to_f32(f32_to_bf16(2.5f + 4 * e));
+    CHECK(first(run(Op::Gemm, {&a, &b, &c}, {{"alpha", Attr(2.0f)}})) == want);
+  }
+}
+
 TEST_CASE("math: binary shape rules reject mismatched shapes and dtypes") {
   Tensor a = f32({2, 3}, {1, 2, 3, 4, 5, 6}), b = f32({4}, {1, 2, 3, 4});
   CHECK_THROWS_WITH_AS(run(Op::Add, {&a, &b}), doctest::Contains("do not broadcast"), Error);
   Tensor i = make<int64_t>(DType::i64, {3}, {1, 2, 3});
   CHECK_THROWS_WITH_AS(run(Op::Mul, {&a, &i}), doctest::Contains("different dtypes"), Error);
-  Tensor h(DType::f16, {3});
-  CHECK_THROWS_WITH_AS(run(Op::MatMul, {&h, &h}), doctest::Contains("f16"), Error);
+  Tensor h(DType::f16, {3}), u(DType::u8, {3});
+  CHECK_THROWS_WITH_AS(run(Op::MatMul, {&u, &u}), doctest::Contains("u8"), Error);
   CHECK_THROWS_WITH_AS(run(Op::Softmax, {&h}), doctest::Contains("f16"), Error);
   Tensor bo(DType::boolean, {3});
   CHECK_THROWS_AS(run(Op::Sub, {&bo, &bo}), Error);
