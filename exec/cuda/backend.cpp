@@ -9,11 +9,15 @@
 // The emulated device (DeviceKind::cuda_emulated) is this class with host memory and the kernels'
 // host emulations: the same has_kernel decisions and the same kernel dispatch, run where there is
 // no GPU. It checks the host side; it is no evidence that the device code works.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +34,9 @@
 #include "exec/device_backend.h"
 #include "parallel/communicator.h"
 #include "parallel/shards.h"
+
+// A checked NCCL call that may be in progress on a non-blocking communicator (CudaBackend::settle).
+#define ONNXDP_NCCL_SETTLE(call, ...) settle((call), #call, __FILE__, __LINE__, __VA_ARGS__)
 
 namespace onnxdp {
 
@@ -51,6 +58,7 @@ class CudaBackend final : public DeviceBackend {
     // A workspace of its own, so that cuBLAS allocates nothing while a run is recorded.
     ONNXDP_CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspace));
     ONNXDP_CUDA_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspace));
+    ONNXDP_CUDA_CHECK(cublasLtCreate(&blas_lt_));  // the epilogues; same stream, same workspace
     ONNXDP_CUDA_CHECK(cudnnCreate(&dnn_));
     ONNXDP_CUDA_CHECK(cudnnSetStream(dnn_, stream_));
     ONNXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
@@ -68,6 +76,7 @@ class CudaBackend final : public DeviceBackend {
     if (grads_ready_) cudaEventDestroy(grads_ready_);
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (dnn_) cudnnDestroy(dnn_);
+    if (blas_lt_) cublasLtDestroy(blas_lt_);
     if (blas_) cublasDestroy(blas_);
     if (blas_workspace_) cudaFree(blas_workspace_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -169,7 +178,8 @@ class CudaBackend final : public DeviceBackend {
     if (n.op == Op::AllGather) return all_gather(c);
     if (n.op == Op::MatMul || n.op == Op::Gemm) {
       if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0), tf32_);
-      return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_);
+      return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_,
+                                cuda::LtContext{blas_lt_, blas_workspace_, kBlasWorkspace});
     }
     if (is_reshape(n.op))  // the same bytes under another shape (the Plan gives outputs their own)
       return copy(c.out(0).data, c.in(0).data, size_t(c.out(0).numel) * dtype_size(c.out(0).dtype));
@@ -269,28 +279,141 @@ class CudaBackend final : public DeviceBackend {
     cudaGetLastError();  // the capture's error is reported by the caller
   }
 
+  // NCCL set-up. Every replica tells the others its kind of device, its GPU and its process; then
+  //   - one process holding the whole world (`--devices cuda:0,1`): replica 0 makes every
+  //     replica's communicator with one ncclCommInitAll and hands them out in memory;
+  //   - several processes (mpirun, one or more GPUs each): replica 0's ncclUniqueId goes to all
+  //     through the host communicator (MPI), and the first replica of each process makes the
+  //     communicators of its process's GPUs in one group (ncclGroupStart, ncclCommInitRankConfig
+  //     per GPU, ncclGroupEnd), non-blocking, so that a process that died before its part makes
+  //     the others fail after --comm-timeout instead of waiting for ever.
+  // The emulated device runs the same exchange with stand-in communicators and checks that each
+  // replica received its own.
   void connect(Communicator* comm) override {
     world_ = comm ? comm->size() : 1;
     if (world_ == 1) return;
     // Device collectives only when every replica is this kind of device: a CPU replica would wait
     // in the host communicator for what the others send through NCCL.
-    const uint8_t mine = emulated_ ? 2 : 1;
+    const std::string me = peer_bytes();
     std::vector<std::vector<uint8_t>> all;
-    comm->all_gather_bytes(&mine, 1, all);
+    comm->all_gather_bytes(me.data(), me.size(), all);
     for (const auto& a : all)
-      if (a.size() != 1 || a[0] != mine) return;
+      if (a.size() < 5 || a[0] != uint8_t(me[0])) return;
     comm_ = comm;
-    if (!emulated_) {  // replica 0's NCCL id reaches every replica through the host communicator
+    timeout_s_ = comm->options().timeout_s;
+    const int rank = comm->rank();
+    std::vector<int> devices, local;  // local: the replicas of this process, in rank order
+    for (int r = 0; r < world_; ++r) {
+      const std::vector<uint8_t>& a = all[size_t(r)];
+      int32_t d = 0;
+      std::memcpy(&d, a.data() + 1, 4);
+      devices.push_back(d);
+      if (std::string(a.begin() + 5, a.end()) == me.substr(5)) local.push_back(r);
+    }
+    ncclComm_t mine = nullptr;
+    if (int(local.size()) == world_) {
+      std::vector<ncclComm_t> comms(size_t(world_), nullptr);
+      if (rank == 0) comms = init_all(devices);
+      comm->broadcast(comms.data(), comms.size() * sizeof(ncclComm_t), 0);
+      mine = comms[size_t(rank)];
+    } else {
       ncclUniqueId id{};
-      if (comm->rank() == 0) ONNXDP_CUDA_CHECK(ncclGetUniqueId(&id));
+      if (rank == 0 && !emulated_) ONNXDP_CUDA_CHECK(ncclGetUniqueId(&id));
       comm->broadcast(&id, sizeof id, 0);
-      activate();
-      ONNXDP_CUDA_CHECK(ncclCommInitRank(&nccl_, world_, id, comm->rank()));
+      std::vector<ncclComm_t> comms;
+      if (rank == local[0]) comms = init_group(id, local, devices);
+      // The first replica of each process sends its process's communicators with everyone's.
+      const size_t bytes = comms.size() * sizeof(ncclComm_t);
+      comm->all_gather_bytes(comms.data(), bytes, all);
+      const std::vector<uint8_t>& from = all[size_t(local[0])];
+      const size_t k = size_t(std::find(local.begin(), local.end(), rank) - local.begin());
+      if (from.size() != local.size() * sizeof(ncclComm_t))
+        fail("{}: NCCL set-up: replica {} made {} communicators for the {} replicas of its process", name(), local[0],
+             from.size() / sizeof(ncclComm_t), local.size());
+      std::memcpy(&mine, from.data() + k * sizeof(ncclComm_t), sizeof mine);
+    }
+    if (emulated_) {
+      if (mine != stand_in(rank))
+        fail("{}: NCCL set-up handed replica {} the communicator made for another replica", name(), rank);
+    } else {
+      nccl_ = mine;
     }
     device_collectives_ = true;
   }
 
  private:
+  // What connect() tells the other replicas: the kind of device (1 GPU, 2 emulated), the GPU's
+  // index (int32) and the process ("host:pid").
+  std::string peer_bytes() const {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    std::string b(1, char(emulated_ ? 2 : 1));
+    const int32_t d = index_;
+    b.append(reinterpret_cast<const char*>(&d), 4);
+    return b + host + ":" + std::to_string(getpid());
+  }
+
+  // The emulated device's communicator for a rank: a value no real one has, that says whose it is.
+  static ncclComm_t stand_in(int rank) { return reinterpret_cast<ncclComm_t>(uintptr_t(0x1000 + rank)); }
+
+  // One communicator per replica of a one-process world (replica r on GPU devices[r]).
+  std::vector<ncclComm_t> init_all(const std::vector<int>& devices) {
+    std::vector<ncclComm_t> comms(devices.size(), nullptr);
+    if (emulated_) {
+      for (size_t r = 0; r < comms.size(); ++r) comms[r] = stand_in(int(r));
+      return comms;
+    }
+    ONNXDP_CUDA_CHECK(ncclCommInitAll(comms.data(), int(comms.size()), devices.data()));
+    activate();
+    return comms;
+  }
+
+  // The communicators of the replicas `local` of this process in a world spanning processes, made
+  // in one group, non-blocking: waited for within --comm-timeout.
+  std::vector<ncclComm_t> init_group(const ncclUniqueId& id, const std::vector<int>& local,
+                                     const std::vector<int>& devices) {
+    std::vector<ncclComm_t> comms(local.size(), nullptr);
+    if (emulated_) {
+      for (size_t k = 0; k < local.size(); ++k) comms[k] = stand_in(local[k]);
+      return comms;
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ONNXDP_CUDA_CHECK(ncclGroupStart());
+    for (size_t k = 0; k < local.size(); ++k) {
+      ONNXDP_CUDA_CHECK(cudaSetDevice(devices[size_t(local[k])]));
+      ONNXDP_CUDA_CHECK(ncclCommInitRankConfig(&comms[k], world_, id, local[k], &config));
+    }
+    ONNXDP_NCCL_SETTLE(ncclGroupEnd(), comms);
+    activate();
+    return comms;
+  }
+
+  // An NCCL call on a non-blocking communicator may return ncclInProgress before its work is
+  // queued: waits (polling) until each of `comms` is ready. An NCCL error, or --comm-timeout
+  // without progress, aborts them and throws naming the call.
+  void settle(ncclResult_t r, const char* call, const char* file, int line, std::vector<ncclComm_t> comms) {
+    if (r != ncclInProgress) return cuda::check(r, call, file, line);
+    const auto start = std::chrono::steady_clock::now();
+    for (ncclComm_t c : comms) {
+      for (;;) {
+        ncclResult_t state = ncclSuccess;
+        ONNXDP_CUDA_CHECK(ncclCommGetAsyncError(c, &state));
+        if (state == ncclSuccess) break;
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (state != ncclInProgress || waited > timeout_s_) {
+          for (ncclComm_t x : comms) ncclCommAbort(x);
+          if (std::find(comms.begin(), comms.end(), nccl_) != comms.end()) nccl_ = nullptr;
+          fail("{} ({}): {} at {}:{} {}; another replica died or stopped. Training stopped", name(),
+               comm_ ? comm_->describe() : "", call, file, line,
+               state != ncclInProgress ? std::string("failed: ") + ncclGetErrorString(state)
+                                       : fmt::format("made no progress for {:.0f} s (--comm-timeout)", timeout_s_));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+
   // x [B, ...] (the global batch) -> y [rows, ...]: rows batch_offset .. batch_offset + rows.
   void scatter(KernelCtx& c) {
     const TensorRef &x = c.in(0), &y = c.out(0);
@@ -327,7 +450,7 @@ class CudaBackend final : public DeviceBackend {
     }
     if (span) {
       void* y = c.out(0).data;
-      ONNXDP_CUDA_CHECK(ncclAllReduce(y, y, size_t(span), nccl_type(c, c.out(0).dtype), ncclSum, nccl_, s));
+      ONNXDP_NCCL_SETTLE(ncclAllReduce(y, y, size_t(span), nccl_type(c, c.out(0).dtype), ncclSum, nccl_, s), {nccl_});
       return;
     }
     ONNXDP_CUDA_CHECK(ncclGroupStart());
@@ -335,7 +458,7 @@ class CudaBackend final : public DeviceBackend {
       const TensorRef &x = c.in(int(k)), &y = c.out(int(k));
       ONNXDP_CUDA_CHECK(ncclAllReduce(x.data, y.data, size_t(y.numel), nccl_type(c, y.dtype), ncclSum, nccl_, s));
     }
-    ONNXDP_CUDA_CHECK(ncclGroupEnd());
+    ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
   }
 
   // x [rows_r, ...] on replica r -> y [rows, ...]: the replicas' shards in replica order, split as
@@ -367,7 +490,7 @@ class CudaBackend final : public DeviceBackend {
       ONNXDP_CUDA_CHECK(ncclBroadcast(x.data, out, bytes, ncclUint8, r, nccl_, stream_));
       out += bytes;
     }
-    ONNXDP_CUDA_CHECK(ncclGroupEnd());
+    ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
   }
 
   static ncclDataType_t nccl_type(const KernelCtx& c, DType t) {
@@ -388,7 +511,7 @@ class CudaBackend final : public DeviceBackend {
   void wait_for(cudaStream_t s) {
     if (!nccl_) return ONNXDP_CUDA_CHECK(cudaStreamSynchronize(s));
     const auto start = std::chrono::steady_clock::now();
-    const double timeout_s = comm_->options().timeout_s;
+    const double timeout_s = timeout_s_;
     for (;;) {
       cudaError_t e = cudaStreamQuery(s);
       if (e == cudaSuccess) return;
@@ -430,6 +553,7 @@ class CudaBackend final : public DeviceBackend {
   cudaStream_t stream_ = nullptr;
   static constexpr size_t kBlasWorkspace = size_t(32) << 20;
   cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t blas_lt_ = nullptr;
   void* blas_workspace_ = nullptr;
   cudnnHandle_t dnn_ = nullptr;
   bool tf32_ = false;  // allow_tf32: the emulated GEMMs round their inputs as the handle's TF32 mode does
@@ -437,6 +561,7 @@ class CudaBackend final : public DeviceBackend {
   int world_ = 0;
   bool device_collectives_ = false;
   Communicator* comm_ = nullptr;
+  double timeout_s_ = 300;  // the world's --comm-timeout
   ncclComm_t nccl_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;

@@ -4,6 +4,7 @@
 // broadcast dims have stride 0, so device and emulation share that kernel's index math.
 #include "exec/cuda/gemm.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -147,6 +148,21 @@ GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_ty
   if (M == 0 || N == 0) c.kind = GemmCall::Kind::nothing;
   else if (K == 0) c.kind = GemmCall::Kind::fill;
   else c.kind = GemmCall::Kind::gemm;
+  // A bias along Y's rows (one value per column of Y, i.e. per row of the column-major Y'), added
+  // once: cuBLASLt's bias epilogue.
+  if (c.kind == GemmCall::Kind::gemm && c.broadcast_c && beta == 1 && c.c_row_stride == 0 &&
+      (c.c_col_stride == 1 || N == 1)) {
+    c.epilogue = GemmCall::Epilogue::bias;
+    c.broadcast_c = false;
+    c.beta = 0;
+  }
+  return c;
+}
+
+// The same values without an epilogue: C copied into Y, then beta = 1.
+GemmCall without_epilogue(GemmCall c) {
+  if (c.epilogue == GemmCall::Epilogue::bias) c.broadcast_c = true, c.beta = 1;
+  c.epilogue = GemmCall::Epilogue::none;
   return c;
 }
 
@@ -194,8 +210,9 @@ void store(DType t, void* p, int64_t i, float v) {
 // cublasSgemmStridedBatched (cublasSgemm: batch_count 1), or cublasGemm(StridedBatched)Ex with
 // 16-bit A, B, C and CUBLAS_COMPUTE_32F, on host memory, column-major, with cuBLAS's argument
 // checks: fp32 accumulation, alpha and beta applied in fp32, one rounding to C's type, C not read
-// when beta is 0.
-void host_gemm(const GemmCall& c, const void* A, const void* B, void* C, bool tf32) {
+// when beta is 0. bias (Epilogue::bias, m elements): added to alpha * the sum before the rounding,
+// as cublasLtMatmul's CUBLASLT_EPILOGUE_BIAS.
+void host_gemm(const GemmCall& c, const void* A, const void* B, void* C, bool tf32, const void* bias) {
   const int ra = c.trans_a ? c.k : c.m, rb = c.trans_b ? c.n : c.k;  // rows of A', B' as stored
   if (c.m < 0 || c.n < 0 || c.k < 0 || c.batch_count < 0 || c.lda < std::max(1, ra) || c.ldb < std::max(1, rb) ||
       c.ldc < std::max(1, c.m))
@@ -215,23 +232,93 @@ void host_gemm(const GemmCall& c, const void* A, const void* B, void* C, bool tf
           acc += av * bv;
         }
         const int64_t o = y0 + i + j * c.ldc;
-        store(t, C, o, c.beta == 0 ? c.alpha * acc : c.alpha * acc + c.beta * load(t, C, o));
+        float v = c.beta == 0 ? c.alpha * acc : c.alpha * acc + c.beta * load(t, C, o);
+        if (bias) v += load(t, bias, i);
+        store(t, C, o, v);
       }
     }
   }
 }
 
+// The largest power of two (up to 256) that divides p: what cuBLASLt may assume of a pointer.
+uint32_t alignment(const void* p) {
+  uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a) a /= 2;
+  return a;
+}
+
+// cublasLtMatmul for a call with an epilogue: Y' = alpha op_a(A') op_b(B') + bias. Returns false,
+// having launched nothing, when cuBLASLt has no algorithm for it (the caller then computes the
+// same values without the epilogue).
+bool lt_matmul(const GemmCall& c, const void* A, const void* B, void* Y, const void* bias, cublasHandle_t blas,
+               const LtContext& lt, cudaStream_t s) {
+  cublasLtHandle_t h = static_cast<cublasLtHandle_t>(lt.handle);
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  ONNXDP_CUDA_CHECK(cublasGetMathMode(blas, &math));
+  const bool tf32 = c.type == DType::f32 && (math & CUBLAS_TF32_TENSOR_OP_MATH);
+  const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t t = c.type == DType::f16 ? CUDA_R_16F : c.type == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // Descriptors, destroyed on every way out.
+  struct Descs {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, y = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~Descs() {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      if (y) cublasLtMatrixLayoutDestroy(y);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (op) cublasLtMatmulDescDestroy(op);
+    }
+  } d;
+  ONNXDP_CUDA_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
+  const cublasOperation_t op_a = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  // Layouts as stored: A' is m x k after op_a, B' k x n after op_b.
+  ONNXDP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.a, t, c.trans_a ? c.k : c.m, c.trans_a ? c.m : c.k, c.lda));
+  ONNXDP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.b, t, c.trans_b ? c.n : c.k, c.trans_b ? c.k : c.n, c.ldb));
+  ONNXDP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.y, t, c.m, c.n, c.ldc));
+  ONNXDP_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  const uint64_t ws = lt.workspace_bytes;
+  ONNXDP_CUDA_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  // The pointers' real alignment (cuBLASLt assumes 256 bytes unless told).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligned[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, A},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, B},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, Y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, Y}};
+  for (const auto& [attr, p] : aligned) {
+    const uint32_t a = alignment(p);
+    ONNXDP_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &a, sizeof a));
+  }
+  if (alignment(bias) < 16) return false;  // cuBLASLt has no preference for the bias's alignment: keep to 16
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(h, d.op, d.a, d.b, d.y, d.y, d.pref, 1, &best, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  ONNXDP_CUDA_CHECK(st);
+  const float beta = 0;
+  ONNXDP_CUDA_CHECK(cublasLtMatmul(h, d.op, &c.alpha, A, d.a, B, d.b, &beta, Y, d.y, Y, d.y, &best.algo,
+                                   lt.workspace, lt.workspace_bytes, s));
+  return true;
+}
+
 void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* handle, void* stream,
-             bool emulate, bool tf32) {
+             const LtContext& lt, bool emulate, bool tf32) {
   if (n.op != Op::MatMul && n.op != Op::Gemm) fail("{}: not a MatMul or Gemm", n.describe());
   if (in.size() < 2 || !in[0].present() || !in[1].present()) fail("{}: inputs A and B are required", n.describe());
   const TensorRef& a = in[0];
   const TensorRef& b = in[1];
   const TensorRef* c = n.op == Op::Gemm && in.size() > 2 && in[2].present() ? &in[2] : nullptr;
-  const GemmCall call = n.op == Op::MatMul
-                            ? matmul_call(a.dtype, *a.shape, b.dtype, *b.shape)
-                            : gemm_op_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr,
-                                           c ? c->shape : nullptr);
+  GemmCall call = n.op == Op::MatMul ? matmul_call(a.dtype, *a.shape, b.dtype, *b.shape)
+                                     : gemm_op_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr,
+                                                    c ? c->shape : nullptr);
   if (!call.ok) fail("{}: no cuBLAS kernel: {}", n.describe(), call.why);
   if (!out.present() || out.dtype != call.type || out.numel != call.y_rows * call.y_cols)
     fail("{}: the output has {} elements of {}, the product {}", n.describe(), out.present() ? out.numel : 0,
@@ -247,6 +334,14 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
   }
   void* y = out.data;
   const int64_t ny = call.y_rows * call.y_cols;
+  // Kind::gemm: cuBLAS's A is the node's B, its B the node's A (gemm.h).
+  const void* A = b.data;
+  const void* B = a.data;
+  if (call.epilogue != GemmCall::Epilogue::none) {
+    if (emulate) return host_gemm(call, A, B, y, tf32, c->data);
+    if (lt.handle && lt_matmul(call, A, B, y, c->data, h, lt, s)) return;
+    call = without_epilogue(call);
+  }
 
   if (call.broadcast_c) {
     const EwLaunch l = broadcast_launch(call, c->data, y);
@@ -269,10 +364,7 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
     return;
   }
 
-  // Kind::gemm: cuBLAS's A is the node's B, its B the node's A (gemm.h).
-  const void* A = b.data;
-  const void* B = a.data;
-  if (emulate) return host_gemm(call, A, B, y, tf32);
+  if (emulate) return host_gemm(call, A, B, y, tf32, nullptr);
   const cublasOperation_t op_a = call.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = call.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (call.type != DType::f32) {  // 16-bit inputs and output, fp32 accumulation
@@ -300,11 +392,16 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
   }
 }
 
-// RAII cuBLAS handle.
+// RAII cuBLAS and cuBLASLt handles.
 struct Handle {
   cublasHandle_t h = nullptr;
-  Handle() { ONNXDP_CUDA_CHECK(cublasCreate(&h)); }
+  cublasLtHandle_t lt = nullptr;
+  Handle() {
+    ONNXDP_CUDA_CHECK(cublasCreate(&h));
+    ONNXDP_CUDA_CHECK(cublasLtCreate(&lt));
+  }
   ~Handle() {
+    if (lt) cublasLtDestroy(lt);
     if (h) cublasDestroy(h);
   }
   Handle(const Handle&) = delete;
@@ -333,12 +430,12 @@ bool gemm_runs(const Graph& g, const Node& n) {
 }
 
 void gemm_forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* cublas_handle,
-                  void* stream) {
-  forward(n, in, out, cublas_handle, stream, false, false);
+                  void* stream, const LtContext& lt) {
+  forward(n, in, out, cublas_handle, stream, lt, false, false);
 }
 
 void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, bool tf32) {
-  forward(n, in, out, nullptr, nullptr, true, tf32);
+  forward(n, in, out, nullptr, nullptr, {}, true, tf32);
 }
 
 float to_tf32(float x) {
@@ -371,7 +468,9 @@ std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vect
   if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemset(ob.p, 0xFF, o.nbytes()));  // all-ones bits: NaN
   Handle handle;
   if (tf32) ONNXDP_CUDA_CHECK(cublasSetMathMode(handle.h, CUBLAS_TF32_TENSOR_OP_MATH));
-  gemm_forward(n, ins, TensorRef{ob.p, o.dtype(), &o.shape(), o.numel()}, handle.h, nullptr);
+  DeviceBuffer workspace(size_t(4) << 20);
+  gemm_forward(n, ins, TensorRef{ob.p, o.dtype(), &o.shape(), o.numel()}, handle.h, nullptr,
+               LtContext{handle.lt, workspace.p, size_t(4) << 20});
   ONNXDP_CUDA_CHECK(cudaDeviceSynchronize());
   if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemcpy(o.data(), ob.p, o.nbytes(), cudaMemcpyDeviceToHost));
   return outs;

@@ -23,6 +23,10 @@
 //   kernel (exec/cuda/elementwise_launch.h) with stride 0 on its broadcast dims, then beta * Y is
 //   added by cuBLAS. No C, or beta = 0: beta is 0 and Y is only written (cuBLAS does not read C
 //   when beta is 0).
+// - A bias (Gemm's C of [N] or [1, N] with beta = 1, the form a Linear layer exports to) is
+//   cuBLASLt's bias epilogue instead: Y = alpha * A B + C in the GEMM's own store, no copy of C into
+//   Y before it (Epilogue::bias). Given no cuBLASLt handle, or when cuBLASLt offers no algorithm for
+//   the call, the broadcast copy and beta = 1 compute the same values.
 // - Empty dims: M, N or batch 0 is nothing to do; K = 0 gives Y = beta * C (the broadcast copy
 //   then cublasSscal) or zeros (cudaMemsetAsync), without calling GEMM with k = 0.
 // The product uses cublasSgemm / cublasSgemmStridedBatched, i.e. fp32 inputs and accumulation
@@ -70,6 +74,12 @@ struct GemmCall {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   int batch_count = 1;
   float alpha = 1, beta = 0;
+
+  // bias: cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS, Y'[i, j] = alpha * (op_a(A') op_b(B'))[i, j] +
+  // C[i] (C the node's bias, m elements of the GEMM's type), beta 0, one rounding of the fp32 sum;
+  // broadcast_c is false then. Only for one GEMM (batch_count 1).
+  enum class Epilogue { none, bias };
+  Epilogue epilogue = Epilogue::none;
 };
 
 // The calls for node n (MatMul or Gemm) on inputs of these dtypes and shapes (c: Gemm's C, nullptr
@@ -81,17 +91,26 @@ GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, co
 // Whether node n (MatMul or Gemm) has a cuBLAS kernel for its input dtypes and shapes in g.
 bool gemm_runs(const Graph& g, const Node& n);
 
+// cuBLASLt for the epilogues: a cublasLtHandle_t and a device workspace for it, both the caller's
+// (the workspace may be the one given to the cuBLAS handle: calls on one stream run in order).
+struct LtContext {
+  void* handle = nullptr;  // nullptr: no cuBLASLt, epilogues become the broadcast copy
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
 // Runs n on device tensors (TensorRef.data are device pointers; in[2] absent or !present() for a
 // Gemm without C). cublas_handle: a cublasHandle_t owned by the caller (its math mode is the
-// caller's choice); stream: a cudaStream_t (nullptr: the default stream). Sets the handle's stream
-// and host pointer mode. Throws onnxdp::Error for what gemm_runs refuses and on CUDA errors.
+// caller's choice, cuBLASLt calls follow it: TF32 math is CUBLAS_COMPUTE_32F_FAST_TF32); stream: a
+// cudaStream_t (nullptr: the default stream). Sets the handle's stream and host pointer mode.
+// Throws onnxdp::Error for what gemm_runs refuses and on CUDA errors.
 void gemm_forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* cublas_handle,
-                  void* stream);
+                  void* stream, const LtContext& lt = {});
 
 // Exactly what gemm_forward would compute, on host memory: gemm_call's arguments, the elementwise
 // Identity kernel's host emulation for the C broadcast, and plain loops with cublasSscal's and
 // cublasSgemmStridedBatched's column-major semantics (fp32 accumulation, Y not read when beta is
-// 0). tf32: each input element rounded to TF32 (to_tf32) before its product, as a handle in TF32
+// 0), and cuBLASLt's bias epilogue (the bias added to the fp32 sum before its one rounding). tf32: each input element rounded to TF32 (to_tf32) before its product, as a handle in TF32
 // math mode does on tensor cores. Evidence for the argument mapping, not for cuBLAS or the device.
 void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, bool tf32 = false);
 
@@ -100,9 +119,9 @@ void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorR
 float to_tf32(float x);
 
 // run_node (exec/kernel.h) on CUDA for the tests: copies the host inputs to the GPU, fills the
-// output with NaN (so an element the kernels fail to write shows), runs gemm_forward with a
-// handle of its own in the default math mode (TF32 with tf32), copies output 0 back. Throws
-// onnxdp::Error without a GPU.
+// output with NaN (so an element the kernels fail to write shows), runs gemm_forward with
+// cuBLAS and cuBLASLt handles of its own in the default math mode (TF32 with tf32), copies output
+// 0 back. Throws onnxdp::Error without a GPU.
 std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs,
                                   bool tf32 = false);
 

@@ -2,7 +2,8 @@
 // DESIGN.md convention 5): MatMul 2-D, N-D x 2-D (rows flattened into one GEMM), equal batch dims,
 // one side's batch broadcast (stride 0), 1-D operands, sizes 1 / 7 / 33 / 65 and larger, empty M,
 // N, K and batch; Gemm with every transA / transB pair, alpha / beta (0 included), C absent, [],
-// [1], [1, 1], [N], [1, N], [M, 1], [M, N], and empty dims (K = 0: beta * C or zeros).
+// [1], [1, 1], [N], [1, N], [M, 1], [M, N] (a bias, [N] / [1, N] with beta 1, through cuBLASLt's
+// bias epilogue), and empty dims (K = 0: beta * C or zeros).
 //
 // Tolerance. fp32 sums in different orders (OpenBLAS on the CPU, cuBLAS or the emulation's
 // sequential loop) differ by rounding only: for any order, a K-term dot product is within
@@ -283,7 +284,8 @@ int half_cases() {
     auto from = [&](uint16_t h) { return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h); };
     for (const Case& c : {matmul({33, 65}, {65, 17}), matmul({3, 7, 33}, {3, 33, 9}), matmul({7, 65}, {2, 65, 5}),
                           Case{Op::Gemm, {{65, 33}, {17, 65}, {17}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
-                                                                      {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}}}) {
+                                                                      {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}},
+                          Case{Op::Gemm, {{33, 65}, {17, 65}, {17}}, {{"transB", Attr(int64_t(1))}}}}) {  // a Linear: bias epilogue
       CAPTURE(dtype_name(t));
       CAPTURE(describe(c));
       OneNode o = one_node(c.op, c.shapes, c.attrs, t);
@@ -412,6 +414,22 @@ TEST_CASE("cuda gemm: gemm_call maps row-major MatMul / Gemm to column-major cuB
   CHECK((c.broadcast_c && c.c_row_stride == 5 && c.c_col_stride == 1));
   c = call(Op::Gemm, {{7, 9}, {9, 5}, {}});
   CHECK((c.broadcast_c && c.c_row_stride == 0 && c.c_col_stride == 0));
+  // A bias ([N] or [1, N] with beta 1): cuBLASLt's bias epilogue, no broadcast copy, beta 0; C of
+  // other shapes, or another beta, keep the copy.
+  for (const Shape& bias : {Shape{5}, Shape{1, 5}}) {
+    c = call(Op::Gemm, {{7, 9}, {5, 9}, bias}, {{"transB", Attr(int64_t(1))}, {"alpha", Attr(0.5f)}});
+    CHECK((c.ok && c.epilogue == cuda::GemmCall::Epilogue::bias && !c.broadcast_c && c.beta == 0 && c.alpha == 0.5f));
+  }
+  c = call(Op::Gemm, {{7, 9}, {9, 1}, {}});  // N = 1: a scalar C is the bias of the one column
+  CHECK((c.ok && c.epilogue == cuda::GemmCall::Epilogue::bias && !c.broadcast_c));
+  for (const Shape& other : {Shape{7, 1}, Shape{7, 5}, Shape{}}) {
+    c = call(Op::Gemm, {{7, 9}, {9, 5}, other});
+    CHECK((c.ok && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c && c.beta == 1));
+  }
+  c = call(Op::Gemm, {{7, 9}, {9, 5}, {5}}, {{"beta", Attr(0.5f)}});
+  CHECK((c.ok && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c));
+  c = call(Op::Gemm, {{7, 0}, {0, 5}, {5}});  // K = 0 is a fill, never an epilogue
+  CHECK((c.ok && c.kind == K::fill && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c));
   // beta 0, or no C: Y is overwritten.
   c = call(Op::Gemm, {{7, 9}, {9, 5}, {7, 5}}, {{"beta", Attr(0.0f)}});
   CHECK((c.ok && !c.broadcast_c && c.beta == 0));
@@ -472,7 +490,7 @@ TEST_CASE("cuda gemm: to_tf32 keeps 10 mantissa bits, to nearest with ties away 
 
 TEST_CASE("cuda gemm host emulation: MatMul and Gemm on f16 and bf16 equal the CPU within one rounding") {
   g_backend = Backend::emulation;
-  CHECK(half_cases() == 8);
+  CHECK(half_cases() == 10);
 }
 
 TEST_CASE("cuda gemm host emulation: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
@@ -550,7 +568,7 @@ TEST_CASE("cuda gemm on GPU: Gemm with empty dims equals the CPU") {
 TEST_CASE("cuda gemm on GPU: MatMul and Gemm on f16 and bf16 equal the CPU within one rounding") {
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
-  CHECK(half_cases() == 8);
+  CHECK(half_cases() == 10);
 }
 TEST_CASE("cuda gemm on GPU: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
   if (!have_gpu()) return;
