@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """onnxdp train under mpirun: per-step losses and final parameters of `mpirun -np 2` and
 `mpirun -np 2 ... --devices cpu:2` (a world of 4) equal one device's on the same global batch
-(rtol 1e-5), also with --grad-accum; `onnxdp run` under mpirun writes one device's outputs; ranks that disagree on the model stop with a clear error; a killed rank ends the job
+(rtol 1e-5), also with --grad-accum and on the emulated CUDA device (its NCCL set-up across
+processes); `onnxdp run` under mpirun writes one device's outputs; ranks that disagree on the model stop with a clear error; a killed rank ends the job
 within bounded time, never a hang.
 
     mpi_train.py ONNXDP_BINARY MPIEXEC
@@ -64,6 +65,18 @@ def main():
                     "--grad-accum", "2"], batch="48")
         ok = same(one, acc, "mlp: mpirun -np 2 --devices cpu:2 --grad-accum 2 (48 rows) vs one device (96 rows)")
         passed, failed = passed + ok, failed + (not ok)
+
+        # The CUDA backend's NCCL set-up across processes, on the emulated device: the first replica
+        # of each rank makes its rank's communicators and hands them to its replicas (each checks it
+        # got its own), then the device all-reduces train as one device does.
+        if "CUDA" in subprocess.run([onnxdp, "--version"], capture_output=True, text=True).stdout:
+            emu = train([mpiexec, *FLAGS, "-np", "2", onnxdp], "mlp", tmp, "mlp_np2x2_emulated",
+                        ["--devices", "cuda-emulated:2"])
+            ok = same(train([onnxdp], "mlp", tmp, "mlp_one_again"), emu,
+                      "mlp: mpirun -np 2 --devices cuda-emulated:2 vs one device")
+            passed, failed = passed + ok, failed + (not ok)
+        else:
+            print("mlp: mpirun -np 2 --devices cuda-emulated:2: SKIPPED, this build has no CUDA backend")
 
         # onnxdp run under mpirun: rank 0 writes the outputs of one device, in sample order (cnn in
         # training mode: BatchNormalization over the whole batch, Dropout by sample position).
