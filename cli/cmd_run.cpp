@@ -26,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "train/trainer.h"
 #include "exec/plan.h"
+#include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
 #include "train/npz.h"
@@ -176,6 +177,7 @@ Plan compile_for(const onnx::ModelProto& m, const std::string& model_dir, const 
       out = g.nodes[size_t(n)].outputs[0];
     }
   }
+  fuse_epilogues(g);
   verify(g);
   return Plan(std::move(g), PlanOptions{.device = std::move(device)});
 }

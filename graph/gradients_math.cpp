@@ -102,9 +102,12 @@ void grad_Reciprocal(GradCtx& c) {  // y = 1/x: dx = -dy * y^2
   c.add(0, c.emit(Op::Neg, {c.emit(Op::Mul, {c.dy(), y2})}));
 }
 
-void grad_Relu(GradCtx& c) {  // dy where x > 0 (PyTorch: 0 at x == 0)
+// dy where y > 0, i.e. x > 0 (PyTorch: 0 at x == 0). From the output, as PyTorch's
+// threshold_backward: x is then read by Relu alone, so a producer may take Relu into its own
+// kernel (graph/passes/fuse_epilogues.cpp).
+void grad_Relu(GradCtx& c) {
   ValueId zero = c.scalar(0, dt(c));
-  c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {c.in_id(0), zero}), c.dy(), zero}));
+  c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {c.out_id(0), zero}), c.dy(), zero}));
 }
 
 void grad_LeakyRelu(GradCtx& c) {
@@ -212,5 +215,8 @@ void grad_Gemm(GradCtx& c) {
     add_reduced(c, 2, g);
   }
 }
+
+// Made after autodiff (graph/passes/fuse_epilogues.cpp): a graph holding one is not differentiated.
+void grad_FusedGemm(GradCtx& c) { gradient_missing(c); }
 
 }  // namespace onnxdp

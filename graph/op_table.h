@@ -8,8 +8,8 @@
 //   CPU kernel  exec/cpu/C.cpp          <Op>_forward
 //   tests       tests/ops/test_C.cpp
 //   CUDA kernel exec/cuda/backend.cpp's has_kernel() names the file of each op: elementwise.*
-//               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm), reduce.*
-//               (Reduce*, Softmax, LogSoftmax), norm.* (LayerNormalization, BatchNormalization,
+//               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm, FusedGemm),
+//               reduce.* (Reduce*, Softmax, LogSoftmax), norm.* (LayerNormalization, BatchNormalization,
 //               the losses, their Grads), tensor_ops.* (Gather, Cast, Concat, Slice, Split, Pad,
 //               Tile, Trilu, Dropout, GatherGrad), conv.* (Conv, ConvTranspose, ConvGradFilter,
 //               pooling and its Grads); collectives and reshapes in backend.cpp itself. Tests:
@@ -66,8 +66,13 @@
     "auto_pad:s=NOTSET,ceil_mode:i=0,count_include_pad:i=0,dilations:ints,kernel_shape:ints,"      \
     "pads:ints,strides:ints")                                                                       \
   X(GlobalAveragePool,          nn,         1, 1, 1, 1, "")                                         \
+  /* unbiased_running_var: onnxdp's own, not ONNX (import refuses it: importer/ops_nn.cpp).      */ \
+  /* The trainer (train/trainer.cpp) sets it on training-mode nodes: output 2 (running_var)      */ \
+  /* then takes the batch variance times n/(n-1), n = elements per channel over the global       */ \
+  /* batch, as PyTorch (n = 1: the biased 0); y keeps the biased one. Kernels: exec/cpu/         */ \
+  /* norm.cpp, exec/cuda/norm_launch.h; global BN: parallel/data_parallel.cpp.                   */ \
   X(BatchNormalization,         nn,         5, 5, 1, 3,                                             \
-    "epsilon:f=1e-05,momentum:f=0.9,training_mode:i=0")                                             \
+    "epsilon:f=1e-05,momentum:f=0.9,training_mode:i=0,unbiased_running_var:i=0")                    \
   X(LayerNormalization,         nn,         2, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05,stash_type:i=1") \
   X(Dropout,                    nn,         1, 3, 1, 2, "seed:i,ratio:f=0.5,training_mode:i=0")     \
   X(SoftmaxCrossEntropyLoss,    nn,         2, 3, 1, 2, "ignore_index:i,reduction:s=mean")          \
@@ -100,11 +105,11 @@
   /* AllReduce: elementwise sum over all replicas of each input (a bucket: k inputs, k outputs); */ \
   /* async=1: started on the communication thread, finished by the end of the run (gradients).  */ \
   X(AllReduce,                  collective, 1, 1024, 1, 1024, "async:i=0")                          \
-  /* AllGather: the replicas' shards concatenated along axis 0 (`rows` = the global batch).    */ \
+  /* AllGather: the replicas' shards concatenated along axis 0 (`rows` = the global batch).      */ \
   X(AllGather,                  collective, 1, 1, 1, 1, "rows:i")                                   \
   /* ---- internal gradient ops: emitted by gradient rules, not ONNX, not importable ---------- */ \
   /* ConvGradFilter (x [N,C,D..], dy [N,M,O..]) -> dW [M, C/group, k..]; explicit pads       */ \
-  /* (begins, ends), kernel_shape required. Conv's weight gradient (ConvTranspose's, swapped). */ \
+  /* (begins, ends), kernel_shape required. Conv's weight gradient (ConvTranspose's, swapped).   */ \
   X(ConvGradFilter,             grad,       2, 2, 1, 1,                                             \
     "dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")                            \
   /* MaxPoolGrad (x, dy) -> dx: dy routed to each window's first maximum; MaxPool's attrs.    */ \
@@ -125,11 +130,17 @@
   /* SoftmaxCrossEntropyLossGrad (dy, scores, labels, weights?) -> dscores.                   */ \
   X(SoftmaxCrossEntropyLossGrad, grad,      3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
   /* NegativeLogLikelihoodLossGrad (dy, labels, x_shape: int64 constant, weights?) -> dx.     */ \
-  X(NegativeLogLikelihoodLossGrad, grad,    3, 4, 1, 1, "ignore_index:i,reduction:s=mean")
+  X(NegativeLogLikelihoodLossGrad, grad,    3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
+  /* ---- internal fused ops: made by graph/passes/fuse_epilogues.cpp after autodiff, not ONNX, */ \
+  /* not importable, no gradient; their pieces live with the op they extend ------------------- */ \
+  /* FusedGemm: Gemm (its inputs and attributes) with `activation` applied to Y, Relu only; on  */ \
+  /* CUDA one cuBLASLt call with the activation (and a bias) as its epilogue.                  */ \
+  X(FusedGemm,                  math,       2, 3, 1, 1,                                             \
+    "alpha:f=1,beta:f=1,transA:i=0,transB:i=0,activation:s=Relu")
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 73
+#define ONNXDP_OP_COUNT 74
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

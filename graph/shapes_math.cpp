@@ -182,4 +182,10 @@ void shape_Gemm(ShapeCtx& c) {
   c.set(0, t, y);
 }
 
+// Gemm's rule; the activation is one the kernels apply.
+void shape_FusedGemm(ShapeCtx& c) {
+  if (c.node.s("activation") != "Relu") c.fail("activation '{}' is not one FusedGemm has (Relu)", c.node.s("activation"));
+  shape_Gemm(c);
+}
+
 }  // namespace onnxdp

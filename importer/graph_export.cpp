@@ -9,9 +9,11 @@ namespace onnxdp {
 
 namespace {
 
+// The collectives, the gradient ops and the fused ones (graph/passes/fuse_epilogues.h) are
+// onnxdp's own: domain onnxdp.
 bool is_onnx_op(Op op) {
   std::string_view cat = op_info(op).category;
-  return cat != "collective" && cat != "grad";
+  return cat != "collective" && cat != "grad" && op != Op::FusedGemm;
 }
 
 void set_value_info(const Value& v, onnx::ValueInfoProto* vi) {

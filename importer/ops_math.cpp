@@ -104,5 +104,7 @@ void import_LogSoftmax(ImportCtx& c) { import_legacy_softmax(c); }
 void import_MatMul(ImportCtx& c) {}
 // Gemm-7..10 require C, Gemm-11+ make it optional; both broadcast C one way: nothing to change.
 void import_Gemm(ImportCtx& c) {}
+// onnxdp's own, made by graph/passes/fuse_epilogues.cpp: a model naming it fails.
+void import_FusedGemm(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 
 }  // namespace onnxdp

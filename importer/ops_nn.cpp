@@ -28,7 +28,11 @@ void import_GlobalAveragePool(ImportCtx& c) {}
 // Opsets 7..13 chose training by the outputs: with running mean/var outputs (and saved mean/var)
 // the op trained, with Y alone it inferred. Opset 14 made that the training_mode attribute and
 // dropped the saved mean/var outputs. Opsets 7/8 also had `spatial` (1: per-channel statistics).
+// A file's node keeps ONNX's running_var (the biased batch variance): unbiased_running_var is
+// onnxdp's own, set only by the trainer (graph/op_table.h).
 void import_BatchNormalization(ImportCtx& c) {
+  if (c.node.has("unbiased_running_var"))
+    c.fail("attribute 'unbiased_running_var' is onnxdp's own (set when it trains), not an ONNX attribute");
   if (c.opset >= 14) return;
   if (c.node.has("spatial")) {
     auto* spatial = std::get_if<int64_t>(&c.node.attrs["spatial"]);

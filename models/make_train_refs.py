@@ -9,8 +9,11 @@ stored in model.onnx (by initializer name), then trained for STEPS steps on the 
 samples of model.npz in file order (onnxdp: --no-shuffle --batch-size BATCH), in train mode, with
 F.cross_entropy over every position (logits [..., C] reshaped to [-1, C]), once with
 torch.optim.SGD(lr=SGD_LR) and once with torch.optim.AdamW(lr=ADAMW_LR) (default weight decay 0.01).
-The file holds sgd_losses and adamw_losses (loss of each step's batch before that step's update)
-and the settings used. Python makes reference values only; onnxdp never runs it.
+The file holds sgd_losses and adamw_losses (loss of each step's batch before that step's update),
+for models with BatchNorm the running statistics after the last step (sgd_final.<buffer name>,
+adamw_final.<buffer name>, e.g. sgd_final.bn1.running_var: PyTorch updates running_var with the
+unbiased batch variance, as onnxdp's trainer does), and the settings used. Python makes reference
+values only; onnxdp never runs it.
 
 Dropout (cnn): torch's own masks cannot be matched, so the torch model applies onnxdp's masks, which
 are a pure function of (seed, step, element position): the Philox4x32-10 layout documented in
@@ -131,16 +134,20 @@ def losses(name, make_opt):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return np.array(out, dtype=np.float64)
+    buffers = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()
+               if k.endswith("running_mean") or k.endswith("running_var")}
+    return np.array(out, dtype=np.float64), buffers
 
 
 def main(names):
     for name in names:
-        sgd = losses(name, lambda p: torch.optim.SGD(p, lr=SGD_LR))
-        adamw = losses(name, lambda p: torch.optim.AdamW(p, lr=ADAMW_LR))
+        sgd, sgd_buffers = losses(name, lambda p: torch.optim.SGD(p, lr=SGD_LR))
+        adamw, adamw_buffers = losses(name, lambda p: torch.optim.AdamW(p, lr=ADAMW_LR))
         path = os.path.join(HERE, name, "train_reference.npz")
+        finals = {f"sgd_final.{k}": v for k, v in sgd_buffers.items()}
+        finals.update({f"adamw_final.{k}": v for k, v in adamw_buffers.items()})
         np.savez(path, sgd_losses=sgd, adamw_losses=adamw, steps=np.int64(STEPS), batch_size=np.int64(BATCH),
-                 sgd_lr=np.float64(SGD_LR), adamw_lr=np.float64(ADAMW_LR))
+                 sgd_lr=np.float64(SGD_LR), adamw_lr=np.float64(ADAMW_LR), **finals)
         print(f"{name}: sgd {sgd[0]:.4f} -> {sgd[-1]:.4f}, adamw {adamw[0]:.4f} -> {adamw[-1]:.4f}")
 
 

@@ -79,7 +79,10 @@ std::vector<int> insert_after(Graph& g, std::vector<std::pair<int, Node>> insert
 
 // Training-mode BatchNormalization with statistics over the global batch, from ordinary ops:
 //   mean = AllReduce(sum x) / n,  var = AllReduce(sum (x - mean)^2) / n  (biased, as ONNX),
-//   y = (x - mean) / sqrt(var + eps) * scale + bias, running = running * m + batch * (1 - m).
+//   y = (x - mean) / sqrt(var + eps) * scale + bias, running = running * m + batch * (1 - m),
+// n = global rows * spatial. With unbiased_running_var (set by the trainer, graph/op_table.h) the
+// running var's batch term is AllReduce(sum (x - mean)^2) / (n - 1), as PyTorch's SyncBatchNorm;
+// n = 1 keeps the biased 0, as the kernels (exec/cpu/norm.cpp).
 void global_batchnorm(Graph& g, const Node& bn, const DataParallelOptions& o, Emitter& e) {
   ValueId x = bn.inputs[0];
   const Shape xs = g.value(x).shape;
@@ -97,16 +100,20 @@ void global_batchnorm(Graph& g, const Node& bn, const DataParallelOptions& o, Em
   ValueId mean = e.emit(Op::Mul, {e.emit(Op::AllReduce, {s1}), inv_n});
   ValueId d = e.emit(Op::Sub, {x, mean});
   ValueId s2 = e.emit(Op::ReduceSum, {e.emit(Op::Mul, {d, d}), e.ints(axes)}, keep);
-  ValueId var = e.emit(Op::Mul, {e.emit(Op::AllReduce, {s2}), inv_n});
+  ValueId s2_all = e.emit(Op::AllReduce, {s2});
+  ValueId var = e.emit(Op::Mul, {s2_all, inv_n});
   ValueId inv_std = e.emit(Op::Reciprocal, {e.emit(Op::Sqrt, {e.emit(Op::Add, {var, e.scalar(bn.f("epsilon"), t)})})});
   ValueId scale = e.emit(Op::Reshape, {bn.inputs[1], e.ints(cshape)});
   ValueId bias = e.emit(Op::Reshape, {bn.inputs[2], e.ints(cshape)});
   ValueId y = e.emit(Op::Add, {e.emit(Op::Mul, {e.emit(Op::Mul, {d, inv_std}), scale}), bias});
   e.alias(y, bn.outputs[0]);
   const double m = bn.f("momentum");
+  const bool unbiased = bn.i("unbiased_running_var") != 0 && count > 1;
   for (int k = 1; k < 3 && k < int(bn.outputs.size()); ++k) {
     if (bn.outputs[size_t(k)] == kNoValue) continue;
-    ValueId batch = e.emit(Op::Reshape, {k == 1 ? mean : var, e.ints({xs[1]})});
+    ValueId stat = k == 1 ? mean : var;
+    if (k == 2 && unbiased) stat = e.emit(Op::Mul, {s2_all, e.scalar(1.0 / (count - 1), t)});
+    ValueId batch = e.emit(Op::Reshape, {stat, e.ints({xs[1]})});
     ValueId run = e.emit(Op::Add, {e.emit(Op::Mul, {bn.inputs[size_t(k + 2)], e.scalar(m, t)}),
                                    e.emit(Op::Mul, {batch, e.scalar(1.0 - m, t)})});
     e.alias(run, bn.outputs[size_t(k)]);
@@ -114,7 +121,8 @@ void global_batchnorm(Graph& g, const Node& bn, const DataParallelOptions& o, Em
 }
 
 // --local-bn: the node keeps its per-replica statistics; its running statistics are averaged so
-// every replica keeps identical buffers.
+// every replica keeps identical buffers (with unbiased_running_var, each replica's variance is
+// unbiased over its own rows, as DDP's per-replica BatchNorm).
 void local_batchnorm(Graph& g, Node bn, const DataParallelOptions& o, Emitter& e) {
   std::vector<std::pair<ValueId, ValueId>> averaged;  // (local value, original id)
   for (int k = 1; k < 3 && k < int(bn.outputs.size()); ++k) {

@@ -25,6 +25,7 @@
 #include "exec/plan.h"
 #include "exec/profile.h"
 #include "graph/autodiff.h"
+#include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
 #include "parallel/communicator.h"
@@ -152,6 +153,7 @@ class Evaluator {
         ValueId loss = need_label_ ? add_loss(g, lo_) : out;
         share_parameters(g, parameters);
         g.outputs = {out, loss};
+        fuse_epilogues(g);
         verify(g);
         plans_[b] = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device_, .device_graph = o_.cuda_graph});
         outs_[b] = {out, loss};
@@ -318,14 +320,18 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   g = load_graph(proto, model_dir, shapes);
   const int64_t rows = shard_rows(b, world)[size_t(rank)];
   // Running statistics: BatchNormalization inputs 3/4, updated from its training-mode outputs.
+  // They are updated as PyTorch does, running_var with the unbiased batch variance (ONNX's op, as
+  // `onnxdp run` and the conformance tests run it, takes the biased one): graph/op_table.h. Each
+  // micro-batch of --grad-accum updates them with its own statistics, as in PyTorch.
   std::map<ValueId, bool> stats;
-  for (const Node& n : g.nodes)
+  for (Node& n : g.nodes)
     if (n.op == Op::BatchNormalization) {
       for (int k = 3; k < 5; ++k) stats[n.inputs[size_t(k)]] = true;
-      if (n.i("training_mode"))
-        for (int k = 1; k < 3; ++k)
-          if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
-            tg.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
+      if (!n.i("training_mode")) continue;
+      n.attrs["unbiased_running_var"] = Attr(int64_t(1));
+      for (int k = 1; k < 3; ++k)
+        if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
+          tg.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
     }
   if (world > 1 || mb.step_rows != b) {  // this graph's rows are a share of the step's mean
     lo.global_batch = mb.step_rows;
@@ -363,6 +369,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   dp.first_bucket_mb = std::min(dp.first_bucket_mb, o.bucket_mb);  // never larger than the others
   data_parallel_forward(g, dp, batch_inputs);
   tg.grads = autodiff(g, loss, wrt);
+  fuse_epilogues(g);  // before the passes that keep node indices
   if (mb.accumulate) accumulate_gradients(g, tg.grads, tg.trainable, loss);
   tg.order = production_order(g, tg.grads);
   if (mb.sync) tg.buckets = data_parallel_gradients(g, tg.grads, dp);

@@ -356,4 +356,15 @@ void Gemm_forward(KernelCtx& c) {
   });
 }
 
+// Gemm, then Relu's functor on Y in place: the values of the two nodes it replaced.
+void FusedGemm_forward(KernelCtx& c) {
+  Gemm_forward(c);
+  const TensorRef& y = c.out(0);
+  if (half_map<uint16_t>(y.dtype, y, fn::Relu{}, y)) return;
+  dispatch_dtype(y.dtype, [&]<class T>() {
+    if constexpr (kIsNumber<T>) broadcast_map<T, T>(y, fn::Relu{}, y);
+    else unsupported(c, y.dtype);
+  });
+}
+
 }  // namespace onnxdp

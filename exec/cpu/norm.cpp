@@ -33,13 +33,18 @@ void store(const TensorRef& t, int64_t i, double v) {
 // x [N, C, S] (S = product of the spatial dims, 1 for [N, C]).
 //   inference: y = (x - mean) / sqrt(var + eps) * scale + bias with the running mean/var inputs;
 //   training:  the same with the batch mean and biased (population) variance per channel, and
-//              outputs 1/2 = running * momentum + batch * (1 - momentum).
+//              outputs 1/2 = running * momentum + batch * (1 - momentum); with unbiased_running_var
+//              (set by the trainer, graph/op_table.h) output 2 takes the batch variance times
+//              M / (M - 1), M = N * S, as PyTorch. M = 1 has no unbiased variance (PyTorch's is
+//              NaN, or it refuses the batch): the biased one, 0, is used then.
 template <class T>
 void batch_norm(KernelCtx& c) {
   const TensorRef& xr = c.in(0);
   const int64_t N = xr.dim(0), C = xr.dim(1), S = N * C != 0 ? xr.numel / (N * C) : 0;
   const double eps = c.node.f("epsilon"), momentum = c.node.f("momentum");
   const bool training = c.node.i("training_mode") != 0;
+  const double M = double(N * S);
+  const double var_factor = c.node.i("unbiased_running_var") != 0 && M > 1 ? M / (M - 1) : 1.0;
   const std::vector<double> scale = to_doubles(c, 1), bias = to_doubles(c, 2);
   std::vector<double> mean = to_doubles(c, 3), var = to_doubles(c, 4);
   const T* x = xr.as<T>();
@@ -63,7 +68,8 @@ void batch_norm(KernelCtx& c) {
     }
     for (int64_t ch = 0; ch < C; ++ch) {
       if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)] * momentum + batch_mean[size_t(ch)] * (1 - momentum));
-      if (c.has_out(2)) store(c.out(2), ch, var[size_t(ch)] * momentum + batch_var[size_t(ch)] * (1 - momentum));
+      if (c.has_out(2))
+        store(c.out(2), ch, var[size_t(ch)] * momentum + batch_var[size_t(ch)] * var_factor * (1 - momentum));
     }
     mean = batch_mean;
     var = batch_var;

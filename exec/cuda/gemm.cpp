@@ -17,6 +17,7 @@
 #include "exec/cuda/device_buffer.h"
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/elementwise_launch.h"
+#include "exec/functors.h"
 
 namespace onnxdp::cuda {
 
@@ -121,9 +122,12 @@ GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_ty
   const float alpha = node.f("alpha"), beta = node.f("beta");
 
   if (K == 0 && a_type != DType::f32) return refused("K = 0 on 16-bit floats");
+  const bool relu = node.op == Op::FusedGemm;
+  if (relu && a_type != DType::f32) return refused("FusedGemm on 16-bit floats (its Relu runs on float32)");
   GemmCall c;
   c.ok = true;
   c.type = a_type;
+  c.relu = relu;
   c.y_rows = M;
   c.y_cols = N;
   if (c_shape) {  // one-way broadcast to [M, N], right-aligned: a dim of 1 has stride 0
@@ -159,11 +163,17 @@ GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_ty
   return c;
 }
 
-// The same values without an epilogue: C copied into Y, then beta = 1.
+// The same values without cuBLASLt: C copied into Y, then beta = 1; the Relu (kept in c.relu)
+// is then the caller's, on Y.
 GemmCall without_epilogue(GemmCall c) {
   if (c.epilogue == GemmCall::Epilogue::bias) c.broadcast_c = true, c.beta = 1;
   c.epilogue = GemmCall::Epilogue::none;
   return c;
+}
+
+// Whether the call is one cuBLASLt call with an epilogue: a bias, a Relu, or both.
+bool lt_fits(const GemmCall& c) {
+  return c.kind == GemmCall::Kind::gemm && c.batch_count == 1 && (c.epilogue == GemmCall::Epilogue::bias || c.relu);
 }
 
 // The elementwise Identity launch that writes C broadcast to Y [y_rows, y_cols].
@@ -211,7 +221,8 @@ void store(DType t, void* p, int64_t i, float v) {
 // 16-bit A, B, C and CUBLAS_COMPUTE_32F, on host memory, column-major, with cuBLAS's argument
 // checks: fp32 accumulation, alpha and beta applied in fp32, one rounding to C's type, C not read
 // when beta is 0. bias (Epilogue::bias, m elements): added to alpha * the sum before the rounding,
-// as cublasLtMatmul's CUBLASLT_EPILOGUE_BIAS.
+// as cublasLtMatmul's CUBLASLT_EPILOGUE_BIAS; c.relu: Relu's functor on the result before the
+// rounding, as CUBLASLT_EPILOGUE_RELU(_BIAS).
 void host_gemm(const GemmCall& c, const void* A, const void* B, void* C, bool tf32, const void* bias) {
   const int ra = c.trans_a ? c.k : c.m, rb = c.trans_b ? c.n : c.k;  // rows of A', B' as stored
   if (c.m < 0 || c.n < 0 || c.k < 0 || c.batch_count < 0 || c.lda < std::max(1, ra) || c.ldb < std::max(1, rb) ||
@@ -234,6 +245,7 @@ void host_gemm(const GemmCall& c, const void* A, const void* B, void* C, bool tf
         const int64_t o = y0 + i + j * c.ldc;
         float v = c.beta == 0 ? c.alpha * acc : c.alpha * acc + c.beta * load(t, C, o);
         if (bias) v += load(t, bias, i);
+        if (c.relu) v = fn::Relu{}(v);
         store(t, C, o, v);
       }
     }
@@ -247,9 +259,9 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-// cublasLtMatmul for a call with an epilogue: Y' = alpha op_a(A') op_b(B') + bias. Returns false,
-// having launched nothing, when cuBLASLt has no algorithm for it (the caller then computes the
-// same values without the epilogue).
+// cublasLtMatmul for a call with an epilogue (lt_fits): Y' = act(alpha op_a(A') op_b(B') + beta Y'
+// + bias), act Relu or none, bias (m elements) when given. Returns false, having launched nothing,
+// when cuBLASLt has no algorithm for it (the caller then computes the same values without it).
 bool lt_matmul(const GemmCall& c, const void* A, const void* B, void* Y, const void* bias, cublasHandle_t blas,
                const LtContext& lt, cudaStream_t s) {
   cublasLtHandle_t h = static_cast<cublasLtHandle_t>(lt.handle);
@@ -273,11 +285,13 @@ bool lt_matmul(const GemmCall& c, const void* A, const void* B, void* Y, const v
   } d;
   ONNXDP_CUDA_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
   const cublasOperation_t op_a = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue = bias ? (c.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                           : CUBLASLT_EPILOGUE_RELU;
   ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-  ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  if (bias)
+    ONNXDP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   // Layouts as stored: A' is m x k after op_a, B' k x n after op_b.
   ONNXDP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.a, t, c.trans_a ? c.k : c.m, c.trans_a ? c.m : c.k, c.lda));
   ONNXDP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.b, t, c.trans_b ? c.n : c.k, c.trans_b ? c.k : c.n, c.ldb));
@@ -296,58 +310,34 @@ bool lt_matmul(const GemmCall& c, const void* A, const void* B, void* Y, const v
     const uint32_t a = alignment(p);
     ONNXDP_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &a, sizeof a));
   }
-  if (alignment(bias) < 16) return false;  // cuBLASLt has no preference for the bias's alignment: keep to 16
+  if (bias && alignment(bias) < 16) return false;  // cuBLASLt has no preference for the bias's alignment: keep to 16
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(h, d.op, d.a, d.b, d.y, d.y, d.pref, 1, &best, &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
   ONNXDP_CUDA_CHECK(st);
-  const float beta = 0;
-  ONNXDP_CUDA_CHECK(cublasLtMatmul(h, d.op, &c.alpha, A, d.a, B, d.b, &beta, Y, d.y, Y, d.y, &best.algo,
+  ONNXDP_CUDA_CHECK(cublasLtMatmul(h, d.op, &c.alpha, A, d.a, B, d.b, &c.beta, Y, d.y, Y, d.y, &best.algo,
                                    lt.workspace, lt.workspace_bytes, s));
   return true;
 }
 
-void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* handle, void* stream,
-             const LtContext& lt, bool emulate, bool tf32) {
-  if (n.op != Op::MatMul && n.op != Op::Gemm) fail("{}: not a MatMul or Gemm", n.describe());
-  if (in.size() < 2 || !in[0].present() || !in[1].present()) fail("{}: inputs A and B are required", n.describe());
-  const TensorRef& a = in[0];
-  const TensorRef& b = in[1];
-  const TensorRef* c = n.op == Op::Gemm && in.size() > 2 && in[2].present() ? &in[2] : nullptr;
-  GemmCall call = n.op == Op::MatMul ? matmul_call(a.dtype, *a.shape, b.dtype, *b.shape)
-                                     : gemm_op_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr,
-                                                    c ? c->shape : nullptr);
-  if (!call.ok) fail("{}: no cuBLAS kernel: {}", n.describe(), call.why);
-  if (!out.present() || out.dtype != call.type || out.numel != call.y_rows * call.y_cols)
-    fail("{}: the output has {} elements of {}, the product {}", n.describe(), out.present() ? out.numel : 0,
-         dtype_name(out.dtype), call.y_rows * call.y_cols);
-  if (call.kind == GemmCall::Kind::nothing) return;
+// Y <- C broadcast (the elementwise Identity kernel), for beta * Y.
+void copy_c(const GemmCall& call, const void* c, void* y, cudaStream_t s, bool emulate) {
+  const EwLaunch l = broadcast_launch(call, c, y);
+  if (emulate) elementwise_emulate(l);
+  else elementwise_launch(l, s);
+}
 
-  cublasHandle_t h = static_cast<cublasHandle_t>(handle);
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (!emulate) {
-    if (!h) fail("{}: no cuBLAS handle", n.describe());
-    ONNXDP_CUDA_CHECK(cublasSetStream(h, s));
-    ONNXDP_CUDA_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
-  }
+// MatMul / Gemm without an epilogue: C broadcast into Y, then cuBLAS (or K = 0's fill).
+void forward_plain(const GemmCall& call, const TensorRef* c, const TensorRef& a, const TensorRef& b,
+                   const TensorRef& out, cublasHandle_t h, cudaStream_t s, bool emulate, bool tf32) {
   void* y = out.data;
   const int64_t ny = call.y_rows * call.y_cols;
-  // Kind::gemm: cuBLAS's A is the node's B, its B the node's A (gemm.h).
   const void* A = b.data;
   const void* B = a.data;
-  if (call.epilogue != GemmCall::Epilogue::none) {
-    if (emulate) return host_gemm(call, A, B, y, tf32, c->data);
-    if (lt.handle && lt_matmul(call, A, B, y, c->data, h, lt, s)) return;
-    call = without_epilogue(call);
-  }
 
-  if (call.broadcast_c) {
-    const EwLaunch l = broadcast_launch(call, c->data, y);
-    if (emulate) elementwise_emulate(l);
-    else elementwise_launch(l, stream);
-  }
+  if (call.broadcast_c) copy_c(call, c->data, y, s, emulate);
 
   if (call.kind == GemmCall::Kind::fill) {  // K = 0 (f32 only): Y = beta * C, or zeros
     float* yf = out.as<float>();
@@ -392,6 +382,59 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
   }
 }
 
+void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* handle, void* stream,
+             const LtContext& lt, bool emulate, bool tf32) {
+  if (n.op != Op::MatMul && n.op != Op::Gemm && n.op != Op::FusedGemm)
+    fail("{}: not a MatMul, Gemm or FusedGemm", n.describe());
+  if (in.size() < 2 || !in[0].present() || !in[1].present()) fail("{}: inputs A and B are required", n.describe());
+  const TensorRef& a = in[0];
+  const TensorRef& b = in[1];
+  const TensorRef* c = n.op != Op::MatMul && in.size() > 2 && in[2].present() ? &in[2] : nullptr;
+  GemmCall call = n.op == Op::MatMul ? matmul_call(a.dtype, *a.shape, b.dtype, *b.shape)
+                                     : gemm_op_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr,
+                                                    c ? c->shape : nullptr);
+  if (!call.ok) fail("{}: no cuBLAS kernel: {}", n.describe(), call.why);
+  if (!out.present() || out.dtype != call.type || out.numel != call.y_rows * call.y_cols)
+    fail("{}: the output has {} elements of {}, the product {}", n.describe(), out.present() ? out.numel : 0,
+         dtype_name(out.dtype), call.y_rows * call.y_cols);
+  if (call.kind == GemmCall::Kind::nothing) return;
+
+  cublasHandle_t h = static_cast<cublasHandle_t>(handle);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (!emulate) {
+    if (!h) fail("{}: no cuBLAS handle", n.describe());
+    ONNXDP_CUDA_CHECK(cublasSetStream(h, s));
+    ONNXDP_CUDA_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+  }
+  void* y = out.data;
+  const int64_t ny = call.y_rows * call.y_cols;
+  // Kind::gemm: cuBLAS's A is the node's B, its B the node's A (gemm.h).
+  const void* A = b.data;
+  const void* B = a.data;
+  const void* bias = call.epilogue == GemmCall::Epilogue::bias ? c->data : nullptr;
+  if (lt_fits(call) && (emulate || lt.handle)) {
+    if (call.broadcast_c) copy_c(call, c->data, y, s, emulate);
+    if (emulate) return host_gemm(call, A, B, y, tf32, bias);
+    if (lt_matmul(call, A, B, y, bias, h, lt, s)) return;
+  }
+  // Without cuBLASLt: the Relu of a FusedGemm runs on Y after the rest.
+  const bool relu_after = call.relu;
+  call = without_epilogue(call);
+  call.relu = false;
+  forward_plain(call, c, a, b, out, h, s, emulate, tf32);
+  if (relu_after) {
+    EwLaunch l;
+    l.op = EwOp::Relu;
+    l.type = EwType::f32;
+    l.in[0] = y;
+    l.out = y;
+    l.layout.contiguous = true;
+    l.layout.numel = l.layout.dims[0] = ny;
+    if (emulate) elementwise_emulate(l);
+    else elementwise_launch(l, stream);
+  }
+}
+
 // RAII cuBLAS and cuBLASLt handles.
 struct Handle {
   cublasHandle_t h = nullptr;
@@ -413,19 +456,20 @@ struct Handle {
 GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, const Shape& b, const DType* c_type,
                    const Shape* c) {
   if (n.op == Op::MatMul) return matmul_call(a_type, a, b_type, b);
-  if (n.op == Op::Gemm) {
+  if (n.op == Op::Gemm || n.op == Op::FusedGemm) {
     if (c && !c_type) return refused("C has a shape but no dtype");
     return gemm_op_call(n, a_type, a, b_type, b, c_type, c);
   }
-  return refused(fmt::format("{} is not MatMul or Gemm", op_name(n.op)));
+  return refused(fmt::format("{} is not MatMul, Gemm or FusedGemm", op_name(n.op)));
 }
 
 bool gemm_runs(const Graph& g, const Node& n) {
-  if ((n.op != Op::MatMul && n.op != Op::Gemm) || !n.has_input(0) || !n.has_input(1)) return false;
+  if ((n.op != Op::MatMul && n.op != Op::Gemm && n.op != Op::FusedGemm) || !n.has_input(0) || !n.has_input(1))
+    return false;
   if (n.outputs.empty() || !gemm_type(g.value(n.outputs[0]).dtype)) return false;
   const Value& a = g.value(n.inputs[0]);
   const Value& b = g.value(n.inputs[1]);
-  const Value* c = n.op == Op::Gemm && n.has_input(2) ? &g.value(n.inputs[2]) : nullptr;
+  const Value* c = n.op != Op::MatMul && n.has_input(2) ? &g.value(n.inputs[2]) : nullptr;
   return gemm_call(n, a.dtype, a.shape, b.dtype, b.shape, c ? &c->dtype : nullptr, c ? &c->shape : nullptr).ok;
 }
 

@@ -1,4 +1,5 @@
-// MatMul and Gemm on CUDA through cuBLAS, seen from the graph: which nodes run there, and running one.
+// MatMul, Gemm and FusedGemm on CUDA through cuBLAS / cuBLASLt, seen from the graph: which nodes run there,
+// and running one.
 //
 //   if (cuda::gemm_runs(g, node)) cuda::gemm_forward(node, inputs, out, cublas_handle, stream);
 //
@@ -25,8 +26,10 @@
 //   when beta is 0).
 // - A bias (Gemm's C of [N] or [1, N] with beta = 1, the form a Linear layer exports to) is
 //   cuBLASLt's bias epilogue instead: Y = alpha * A B + C in the GEMM's own store, no copy of C into
-//   Y before it (Epilogue::bias). Given no cuBLASLt handle, or when cuBLASLt offers no algorithm for
-//   the call, the broadcast copy and beta = 1 compute the same values.
+//   Y before it (Epilogue::bias). FusedGemm (Gemm + Relu, graph/passes/fuse_epilogues.h; float32)
+//   adds the Relu to the epilogue (CUBLASLT_EPILOGUE_RELU_BIAS, or RELU after a broadcast C).
+//   Given no cuBLASLt handle, or when cuBLASLt offers no algorithm for the call, the broadcast
+//   copy, beta = 1 and the elementwise Relu kernel on Y compute the same values.
 // - Empty dims: M, N or batch 0 is nothing to do; K = 0 gives Y = beta * C (the broadcast copy
 //   then cublasSscal) or zeros (cudaMemsetAsync), without calling GEMM with k = 0.
 // The product uses cublasSgemm / cublasSgemmStridedBatched, i.e. fp32 inputs and accumulation
@@ -80,15 +83,17 @@ struct GemmCall {
   // broadcast_c is false then. Only for one GEMM (batch_count 1).
   enum class Epilogue { none, bias };
   Epilogue epilogue = Epilogue::none;
+  // FusedGemm: Relu's functor applied to the result (CUBLASLT_EPILOGUE_RELU(_BIAS)); float32 only.
+  bool relu = false;
 };
 
-// The calls for node n (MatMul or Gemm) on inputs of these dtypes and shapes (c: Gemm's C, nullptr
+// The calls for node n (MatMul, Gemm or FusedGemm) on inputs of these dtypes and shapes (c: Gemm's C, nullptr
 // when absent). ok false with `why` for what has no cuBLAS kernel here. Shapes are taken as given
 // (the shape rule has checked K and the broadcasts); inconsistent ones are refused, not trusted.
 GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, const Shape& b, const DType* c_type,
                    const Shape* c);
 
-// Whether node n (MatMul or Gemm) has a cuBLAS kernel for its input dtypes and shapes in g.
+// Whether node n (MatMul, Gemm or FusedGemm) has a cuBLAS kernel for its input dtypes and shapes in g.
 bool gemm_runs(const Graph& g, const Node& n);
 
 // cuBLASLt for the epilogues: a cublasLtHandle_t and a device workspace for it, both the caller's

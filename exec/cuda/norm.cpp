@@ -6,7 +6,8 @@
 //   LayerNormalization       any axis; Scale and B broadcasting to x.shape[axis:] (at most 8 dims
 //                            when they broadcast); Mean / InvStdDev outputs optional
 //   LayerNormalizationGrad   dx, dscale, dbias (each optional)
-//   BatchNormalization       inference and training mode (running mean / var outputs), x [N, C, ...]
+//   BatchNormalization       inference and training mode (running mean / var outputs, the var
+//                            unbiased with unbiased_running_var), x [N, C, ...]
 //   BatchNormalizationGrad   dx, dscale, dbias (each optional)
 //   SoftmaxCrossEntropyLoss(Grad), NegativeLogLikelihoodLoss(Grad)
 //                            x [N, C, d..] with C > 0, weights optional, ignore_index, reduction
@@ -201,6 +202,8 @@ void batch_norm(const Graph&, KernelCtx& c, const CudaContext& cc, bool grad) {
   } else {
     l.training = n.i("training_mode") != 0;
     l.momentum = n.f("momentum");
+    const double M = double(l.N * l.S);  // M = 1: no unbiased variance, the biased one (exec/cpu/norm.cpp)
+    l.var_factor = n.i("unbiased_running_var") != 0 && M > 1 ? M / (M - 1) : 1.0;
     l.scale = in_of(c.in(1));
     l.bias = in_of(c.in(2));
     l.mean = in_of(c.in(3));

@@ -245,8 +245,10 @@ ONNXDP_HD inline void ln_grad_column(const LnLaunch& l, int64_t j, const NmBlock
 
 // x [N, C, S]; one block per channel: element m < N*S of channel ch is x[(m / S * C + ch) * S + m % S].
 //   forward: training: batch mean and biased variance, running outputs = in * momentum + batch *
-//            (1 - momentum); inference: the running stats (passed through to outputs 1 / 2 when
-//            present); y = x * a + (bias - mean * a), a = scale / sqrt(var + eps).
+//            (1 - momentum), the running var's batch variance times var_factor (M / (M - 1) with
+//            unbiased_running_var and M > 1, else 1; as exec/cpu/norm.cpp); inference: the running
+//            stats (passed through to outputs 1 / 2 when present); y = x * a + (bias - mean * a),
+//            a = scale / sqrt(var + eps).
 //   grad:    dbias = sum(dy), dscale = sum(dy * xhat), dx = scale * inv * (dy - dbias / M - xhat *
 //            dscale / M) with the batch statistics.
 struct BnLaunch {
@@ -255,6 +257,7 @@ struct BnLaunch {
   bool training = false;
   int64_t N = 0, C = 0, S = 0;
   double eps = 0, momentum = 0;
+  double var_factor = 1;             // forward, training: the running var's factor on the batch variance
   const void* x = nullptr;
   const void* dy = nullptr;          // grad
   void* y = nullptr;                 // forward: y; grad: dx (may be null)
@@ -297,7 +300,7 @@ ONNXDP_HD inline void bn_channel(const BnLaunch& l, int64_t ch, const NmBlock& b
     if (t != 0) return;
     if (l.training) {
       if (l.out_mean.p) nm_st(l.out_mean, ch, nm_ld(l.mean, ch) * l.momentum + mean * (1 - l.momentum));
-      if (l.out_var.p) nm_st(l.out_var, ch, nm_ld(l.var, ch) * l.momentum + var * (1 - l.momentum));
+      if (l.out_var.p) nm_st(l.out_var, ch, nm_ld(l.var, ch) * l.momentum + var * l.var_factor * (1 - l.momentum));
     } else {
       if (l.out_mean.p) nm_st(l.out_mean, ch, mean);
       if (l.out_var.p) nm_st(l.out_var, ch, var);

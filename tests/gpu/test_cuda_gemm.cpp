@@ -271,6 +271,26 @@ void gemm_empty() {
   report("Gemm with empty dims (K = 0: beta * C or zeros)", count);
 }
 
+// FusedGemm (Gemm + Relu, one cuBLASLt call with the bias and Relu epilogues, RELU after a
+// broadcast C, the elementwise Relu after a K = 0 fill) against the CPU's Gemm + Relu.
+void fused_all() {
+  std::mt19937 rng(17);
+  int count = 0;
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  for (Mnk d : {Mnk{7, 5, 33}, Mnk{33, 1, 7}, Mnk{65, 33, 65}, Mnk{7, 5, 0}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (auto [alpha, beta] : {std::pair{1.0f, 1.0f}, std::pair{0.5f, -2.0f}})
+          for (const auto& c : c_shapes(d.m, d.n)) {
+            Case cs = gemm(d.m, d.n, d.k, ta, tb, alpha, beta, c.empty() ? nullptr : &c[0]);
+            cs.op = Op::FusedGemm;
+            count += run_case(cs, rng);
+          }
+  report("FusedGemm (Gemm + Relu epilogue)", count);
+}
+
 // MatMul / Gemm on f16 and bf16 (cublasGemmEx, fp32 sums, one rounding) against the CPU kernel
 // (float sums, one rounding): the float sums differ by the fp32 bound, so the results agree
 // within that plus one unit in the last place of the 16-bit type.
@@ -428,6 +448,13 @@ TEST_CASE("cuda gemm: gemm_call maps row-major MatMul / Gemm to column-major cuB
   }
   c = call(Op::Gemm, {{7, 9}, {9, 5}, {5}}, {{"beta", Attr(0.5f)}});
   CHECK((c.ok && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c));
+  // FusedGemm: the Relu flag on top of what Gemm's call would be.
+  c = call(Op::FusedGemm, {{7, 9}, {5, 9}, {5}}, {{"transB", Attr(int64_t(1))}});
+  CHECK((c.ok && c.relu && c.epilogue == cuda::GemmCall::Epilogue::bias && !c.broadcast_c));
+  c = call(Op::FusedGemm, {{7, 9}, {9, 5}, {7, 5}}, {{"beta", Attr(0.5f)}});
+  CHECK((c.ok && c.relu && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c && c.beta == 0.5f));
+  c = call(Op::Gemm, {{7, 9}, {9, 5}});
+  CHECK((c.ok && !c.relu));
   c = call(Op::Gemm, {{7, 0}, {0, 5}, {5}});  // K = 0 is a fill, never an epilogue
   CHECK((c.ok && c.kind == K::fill && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c));
   // beta 0, or no C: Y is overwritten.
@@ -441,13 +468,15 @@ TEST_CASE("cuda gemm: gemm_call maps row-major MatMul / Gemm to column-major cuB
 }
 
 // What gemm_runs refuses, the caller runs on the CPU kernel.
-TEST_CASE("cuda gemm: gemm_runs refuses dtypes other than f32 / f16 / bf16, K = 0 on 16-bit floats, and batch broadcasting in both directions") {
+TEST_CASE("cuda gemm: gemm_runs refuses dtypes other than f32 / f16 / bf16, K = 0 and FusedGemm on 16-bit floats, and batch broadcasting in both directions") {
   for (DType t : {DType::f16, DType::bf16}) {
     INFO(dtype_name(t));
     OneNode mm = one_node(Op::MatMul, {{2, 3, 4}, {4, 5}}, {}, t);
     CHECK(cuda::gemm_runs(mm.g, mm.n()));
     OneNode k0 = one_node(Op::MatMul, {{3, 0}, {0, 5}}, {}, t);
     CHECK_FALSE(cuda::gemm_runs(k0.g, k0.n()));
+    OneNode fused = one_node(Op::FusedGemm, {{3, 4}, {4, 5}, {5}}, {}, t);  // its Relu is float32's
+    CHECK_FALSE(cuda::gemm_runs(fused.g, fused.n()));
   }
   for (DType t : {DType::f64, DType::i32, DType::i64}) {
     INFO(dtype_name(t));
@@ -474,6 +503,8 @@ TEST_CASE("cuda gemm: gemm_runs refuses dtypes other than f32 / f16 / bf16, K = 
   CHECK(cuda::gemm_runs(mm.g, mm.n()));
   OneNode ge = one_node(Op::Gemm, {{3, 4}, {4, 5}, {1, 5}}, {});
   CHECK(cuda::gemm_runs(ge.g, ge.n()));
+  OneNode fused = one_node(Op::FusedGemm, {{3, 4}, {4, 5}, {1, 5}}, {});
+  CHECK(cuda::gemm_runs(fused.g, fused.n()));
 }
 
 TEST_CASE("cuda gemm: to_tf32 keeps 10 mantissa bits, to nearest with ties away from zero") {
@@ -529,6 +560,10 @@ TEST_CASE("cuda gemm host emulation: Gemm with empty dims equals the CPU") {
   g_backend = Backend::emulation;
   gemm_empty();
 }
+TEST_CASE("cuda gemm host emulation: FusedGemm (bias and Relu epilogues) equals the CPU's Gemm + Relu") {
+  g_backend = Backend::emulation;
+  fused_all();
+}
 
 }  // TEST_SUITE("cuda")
 
@@ -554,6 +589,11 @@ TEST_CASE("cuda gemm on GPU: MatMul with empty dims equals the CPU") {
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
   matmul_empty();
+}
+TEST_CASE("cuda gemm on GPU: FusedGemm (bias and Relu epilogues) equals the CPU's Gemm + Relu") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  fused_all();
 }
 TEST_CASE("cuda gemm on GPU: Gemm (transA, transB, alpha, beta, C broadcasts) equals the CPU") {
   if (!have_gpu()) return;

@@ -167,12 +167,13 @@ std::vector<NormCase> cases() {
   // ---- BatchNormalization.
   const Op BN = Op::BatchNormalization, BNG = Op::BatchNormalizationGrad;
   auto bn = [&](const char* what, Shape x, int64_t training, std::vector<int> absent = {}, std::optional<DType> pt = {},
-                bool nan = false) {
+                bool nan = false, int64_t unbiased = 0) {
     const int64_t C = x[1];
     cs.push_back({what, BN,
                   {{"x", {}, x}, {"scale", pt, {C}}, {"b", pt, {C}}, {"mean", {}, {C}}, {"var", {}, {C}, Fill::positive}},
-                  {{"training_mode", i(training)}, {"epsilon", f(1e-4f)}, {"momentum", f(0.8f)}}, 3, absent, 0, {},
-                  false, nan});
+                  {{"training_mode", i(training)}, {"epsilon", f(1e-4f)}, {"momentum", f(0.8f)},
+                   {"unbiased_running_var", i(unbiased)}},
+                  3, absent, 0, {}, false, nan});
   };
   for (int64_t tr : {0, 1}) {
     bn(tr ? "bn training 4d" : "bn inference 4d", {4, 3, 5, 5}, tr);
@@ -184,6 +185,12 @@ std::vector<NormCase> cases() {
     bn(tr ? "bn training NaN" : "bn inference NaN", {2, 3, 4}, tr, {}, {}, true);
   }
   bn("bn training empty batch", {0, 3, 2}, 1);
+  // The trainer's running_var (times M / (M - 1); M = 1 keeps the biased 0).
+  bn("bn training unbiased 4d", {4, 3, 5, 5}, 1, {}, {}, false, 1);
+  bn("bn training unbiased 2d", {6, 4}, 1, {}, {}, false, 1);
+  bn("bn training unbiased 256 lanes", {2, 3, 50, 50}, 1, {}, DType::f64, false, 1);
+  bn("bn training unbiased one element per channel", {1, 3}, 1, {}, {}, false, 1);
+  bn("bn training unbiased var only", {2, 3, 4}, 1, {1}, {}, false, 1);
   // ---- BatchNormalizationGrad: (dy, x, scale) -> dx, dscale, dbias.
   auto bng = [&](const char* what, Shape x, std::vector<int> absent = {}, bool nan = false) {
     cs.push_back({what, BNG, {{"dy", {}, x}, {"x", {}, x}, {"scale", {}, {x[1]}}}, {{"epsilon", f(1e-4f)}}, 3, absent, 0,

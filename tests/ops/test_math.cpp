@@ -447,6 +447,21 @@ TEST_CASE("math: Gemm: trans flags, alpha, beta, broadcast C") {
   CHECK_THROWS_WITH_AS(run(Op::Gemm, {&a, &a}), doctest::Contains("inner dims"), Error);
 }
 
+TEST_CASE("math: FusedGemm is Gemm then Relu; its activation must be Relu") {
+  Tensor as = f32({3, 2}, {1, 4, 2, 5, 3, 6});
+  Tensor bs = f32({4, 3}, {1, 2, 0.5f, 0, 1, 0.5f, -1, 0, 1, 2, -1, 1});
+  Tensor col = f32({2, 1}, {1, -2});
+  std::map<std::string, Attr> attrs = {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
+                                       {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}};
+  // The Gemm case above (5.25, 3.75, 3, 3.5, 4.5, 0, -3, 0.5) with its negative set to 0.
+  check_close(run(Op::FusedGemm, {&as, &bs, &col}, attrs), {2, 4}, {5.25, 3.75, 3.0, 3.5, 4.5, 0.0, 0.0, 0.5});
+  // No C: -(x) for a product of negatives.
+  Tensor a = f32({1, 2}, {1, -1}), b = f32({2, 2}, {-2, 3, 1, 4});  // [1,-1] @ [[-2,3],[1,4]] = [-3, -1]
+  check_close(run(Op::FusedGemm, {&a, &b}), {1, 2}, {0.0, 0.0});
+  attrs["activation"] = Attr(std::string("Tanh"));
+  CHECK_THROWS_WITH(run(Op::FusedGemm, {&as, &bs, &col}, attrs), doctest::Contains("not one FusedGemm has"));
+}
+
 // ---- import normalisation ---------------------------------------------------------------------
 
 namespace {

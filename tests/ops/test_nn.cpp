@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -323,6 +324,42 @@ TEST_CASE("nn: BatchNormalization inference and training") {
   check_close(t[2], kBnRunVar);
 }
 
+// unbiased_running_var (set by the trainer): running_var = var * m + unbiased batch variance *
+// (1 - m), the unbiased variance computed here from the batch itself; y and running_mean as ONNX.
+// A single element per channel (M = 1) keeps the biased variance, 0.
+TEST_CASE("nn: BatchNormalization with unbiased_running_var updates running_var as PyTorch") {
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  };
+  for (Shape xs : {Shape{2, 3, 2, 2}, Shape{5, 3}, Shape{1, 3}, Shape{1, 3, 1, 1}}) {
+    CAPTURE(shape_str(xs));
+    Tensor x = pattern(xs, 0, 2.0), var = Tensor::from_f32(kBnVar);
+    std::vector<Tensor> ins = {x, pattern({3}, 1), pattern({3}, 2), pattern({3}, 3), var};
+    const float m = 0.7f;
+    std::map<std::string, Attr> attrs = {{"epsilon", 1e-3f}, {"momentum", m}, {"training_mode", int64_t(1)}};
+    auto onnx = run_op(Op::BatchNormalization, ins, 3, attrs);
+    attrs["unbiased_running_var"] = int64_t(1);
+    auto torch = run_op(Op::BatchNormalization, ins, 3, attrs);
+    CHECK(same(torch[0], onnx[0]));
+    CHECK(same(torch[1], onnx[1]));
+    const int64_t N = xs[0], C = 3, S = x.numel() / (N * C), M = N * S;
+    for (int64_t ch = 0; ch < C; ++ch) {
+      CAPTURE(ch);
+      double sum = 0, ss = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) sum += x.as<float>()[(n * C + ch) * S + i];
+      const double mean = sum / double(M);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) ss += std::pow(x.as<float>()[(n * C + ch) * S + i] - mean, 2);
+      const double batch_var = M > 1 ? ss / double(M - 1) : 0.0;
+      const double want = double(kBnVar[size_t(ch)]) * m + batch_var * (1 - double(m));
+      CHECK(torch[2].as<float>()[ch] == doctest::Approx(want).epsilon(1e-6));
+      if (M == 1) CHECK(torch[2].as<float>()[ch] == onnx[2].as<float>()[ch]);
+      else CHECK(torch[2].as<float>()[ch] != doctest::Approx(onnx[2].as<float>()[ch]).epsilon(1e-6));
+    }
+  }
+}
+
 TEST_CASE("nn: LayerNormalization with broadcast Scale, Mean and InvStdDev") {
   auto y = run_op(Op::LayerNormalization, {pattern({2, 3, 4}, .5, 3.0), pattern({4}, 1), pattern({3, 4}, 2)}, 3,
                   {{"axis", int64_t(1)}});
@@ -505,6 +542,14 @@ TEST_CASE("nn: import of opset-9 BatchNormalization trains when it has running o
   a->set_type(onnx::AttributeProto::INT);
   a->set_i(0);
   CHECK_THROWS_WITH_AS(load_graph(m7, "."), doctest::Contains("spatial"), Error);
+  // unbiased_running_var is onnxdp's own (the trainer's): a file's node keeps ONNX's semantics.
+  onnx::ModelProto m15 = one_node_model(15, "BatchNormalization", {"x", "s", "b", "m", "v"}, {"y", "rm", "rv"},
+                                        {{2, 3, 2, 2}, {3}, {3}, {3}, {3}});
+  auto* u = m15.mutable_graph()->mutable_node(0)->add_attribute();
+  u->set_name("unbiased_running_var");
+  u->set_type(onnx::AttributeProto::INT);
+  u->set_i(1);
+  CHECK_THROWS_WITH_AS(load_graph(m15, "."), doctest::Contains("onnxdp's own"), Error);
 }
 
 // ---- ONNX backend node tests ---------------------------------------------------------------------

@@ -1,0 +1,154 @@
+// The fuse_epilogues pass (graph/passes/fuse_epilogues.h): which Gemm + Relu pairs become one
+// FusedGemm, that the graph stays valid and computes the same values on the CPU, and that the
+// trainer's graphs of the sample models use it.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "exec/plan.h"
+#include "graph/passes/fuse_epilogues.h"
+#include "importer/onnx_io.h"
+#include "train/pipeline.h"
+#include "train/trainer.h"
+
+using namespace onnxdp;
+
+namespace {
+
+ValueId input(Graph& g, const std::string& name, Shape s, DType t = DType::f32) {
+  Value v;
+  v.name = name;
+  v.dtype = t;
+  v.shape = std::move(s);
+  v.kind = ValueKind::input;
+  ValueId id = g.add_value(std::move(v));
+  g.inputs.push_back(id);
+  return id;
+}
+
+ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
+
+int count(const Graph& g, Op op) {
+  int n = 0;
+  for (const Node& x : g.nodes) n += x.op == op;
+  return n;
+}
+
+// x [4, 6] -> Gemm(w [5, 6]ᵀ, b [5]) -> Relu -> Gemm(w2 [5, 3]) -> Relu -> y, plus side branches
+// that must stay unfused: a Gemm whose output something else also reads, a Gemm output that is a
+// graph output, a MatMul + Relu, and a float64 Gemm + Relu.
+Graph sample() {
+  Graph g;
+  ValueId x = input(g, "x", {4, 6}), w = input(g, "w", {5, 6}), b = input(g, "b", {5}), w2 = input(g, "w2", {5, 3});
+  ValueId h = out(g, g.add_node(Op::Gemm, "fc1", {x, w, b}, {"fc1/y"}, {{"transB", Attr(int64_t(1))}}));
+  ValueId r = out(g, g.add_node(Op::Relu, "relu1", {h}, {"relu1/y"}));
+  ValueId h2 = out(g, g.add_node(Op::Gemm, "fc2", {r, w2}, {"fc2/y"}, {{"alpha", Attr(0.5f)}}));
+  ValueId y = out(g, g.add_node(Op::Relu, "relu2", {h2}, {"y"}));
+  // Read twice: by a Relu and a Neg.
+  ValueId h3 = out(g, g.add_node(Op::Gemm, "fc3", {r, w2}, {"fc3/y"}));
+  ValueId r3 = out(g, g.add_node(Op::Relu, "relu3", {h3}, {"relu3/y"}));
+  ValueId n3 = out(g, g.add_node(Op::Neg, "neg3", {h3}, {"neg3/y"}));
+  // A graph output.
+  ValueId h4 = out(g, g.add_node(Op::Gemm, "fc4", {r, w2}, {"fc4/y"}));
+  ValueId r4 = out(g, g.add_node(Op::Relu, "relu4", {h4}, {"relu4/y"}));
+  // MatMul + Relu.
+  ValueId m5 = out(g, g.add_node(Op::MatMul, "mm5", {r, w2}, {"mm5/y"}));
+  ValueId r5 = out(g, g.add_node(Op::Relu, "relu5", {m5}, {"relu5/y"}));
+  // float64.
+  ValueId xd = input(g, "xd", {2, 3}, DType::f64), wd = input(g, "wd", {3, 2}, DType::f64);
+  ValueId h6 = out(g, g.add_node(Op::Gemm, "fc6", {xd, wd}, {"fc6/y"}));
+  ValueId r6 = out(g, g.add_node(Op::Relu, "relu6", {h6}, {"relu6/y"}));
+  g.outputs = {y, r3, n3, h4, r4, r5, r6};
+  return g;
+}
+
+std::map<std::string, Tensor> feeds(const Graph& g) {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> nd;
+  std::map<std::string, Tensor> f;
+  for (ValueId i : g.inputs) {
+    const Value& v = g.value(i);
+    Tensor t(v.dtype, v.shape);
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      if (v.dtype == DType::f64) t.as<double>()[k] = nd(rng);
+      else t.as<float>()[k] = float(nd(rng));
+    }
+    f[v.name] = std::move(t);
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedGemm; the rest stays") {
+  Graph g = sample();
+  const size_t nodes = g.nodes.size();
+  CHECK(fuse_epilogues(g) == 2);
+  verify(g);
+  CHECK(g.nodes.size() == nodes - 2);
+  CHECK(count(g, Op::FusedGemm) == 2);
+  CHECK(count(g, Op::Relu) == 4);  // relu3 .. relu6
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : g.nodes) by_name[n.name] = &n;
+  for (const char* gone : {"relu1", "relu2"}) CHECK_MESSAGE(!by_name.count(gone), gone);
+  for (const char* kept : {"fc3", "fc4", "fc6"}) CHECK_MESSAGE(by_name.at(kept)->op == Op::Gemm, kept);
+  CHECK(by_name.at("mm5")->op == Op::MatMul);
+  // The fused nodes produce the Relus' outputs and keep the Gemms' inputs and attributes.
+  const Node& fc1 = *by_name.at("fc1");
+  const Node& fc2 = *by_name.at("fc2");
+  CHECK(fc1.op == Op::FusedGemm);
+  CHECK(fc1.s("activation") == "Relu");
+  CHECK(fc1.i("transB") == 1);
+  CHECK(fc1.inputs.size() == 3);
+  CHECK(g.value(fc1.outputs[0]).name == "relu1/y");
+  CHECK(fc2.f("alpha") == 0.5f);
+  CHECK(g.value(fc2.outputs[0]).name == "y");
+  // Nothing left to fuse.
+  CHECK(fuse_epilogues(g) == 0);
+}
+
+TEST_CASE("fuse_epilogues: the fused graph computes the unfused graph's values on the CPU") {
+  Graph plain = sample(), fused = sample();
+  REQUIRE(fuse_epilogues(fused) == 2);
+  const std::map<std::string, Tensor> in = feeds(plain);
+  Plan a(std::move(plain)), b(std::move(fused));
+  std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
+  REQUIRE(ya.size() == yb.size());
+  int negatives_zeroed = 0;
+  for (const auto& [name, t] : ya) {
+    INFO(name);
+    const Tensor& u = yb.at(name);
+    REQUIRE(t.shape() == u.shape());
+    std::vector<double> x = t.to_f64(), z = u.to_f64();
+    for (size_t i = 0; i < x.size(); ++i) CHECK(x[i] == z[i]);  // the same kernels: bit for bit
+    if (name == "y")
+      for (double v : z) negatives_zeroed += v == 0;
+  }
+  CHECK(negatives_zeroed > 0);  // the Relu did something
+}
+
+TEST_CASE("fuse_epilogues: the trainer's graphs of mlp use FusedGemm, Relu's gradient reads Relu's output") {
+  TrainOptions o;
+  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/model.onnx";
+  o.batch_size = 16;
+  for (int world : {1, 2}) {
+    CAPTURE(world);
+    TrainingGraph tg = training_graph(o, world, 0);
+    CHECK(count(tg.g, Op::FusedGemm) == 2);  // fc1 + relu, fc2 + relu (fc3 feeds the loss)
+    CHECK(count(tg.g, Op::Relu) == 0);
+    CHECK(count(tg.g, Op::Gemm) >= 1);
+    verify(tg.g);
+  }
+}
+
+TEST_CASE("fuse_epilogues: FusedGemm is onnxdp's own: a model naming it is refused by name") {
+  const std::string dir = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp";
+  onnx::ModelProto m = load_model_proto(dir + "/model.onnx");
+  bool renamed = false;
+  for (auto& n : *m.mutable_graph()->mutable_node())
+    if (!renamed && n.op_type() == "Gemm") n.set_op_type("FusedGemm"), renamed = true;
+  REQUIRE(renamed);
+  CHECK_THROWS_WITH(load_graph(m, dir), doctest::Contains("internal onnxdp op, not importable"));
+}
