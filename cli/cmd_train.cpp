@@ -70,6 +70,11 @@ Command add_train_command(CLI::App& app) {
                 "On a GPU, launch every kernel of every step instead of replaying a recorded CUDA graph");
   cmd->add_flag("--tf32", o->tf32,
                 "On a GPU, MatMul and Gemm on TF32 tensor cores (10-bit mantissa inputs, fp32 sums: ~1e-3 relative error)");
+  cmd->add_option("--mixed-precision", o->mixed_precision,
+                  "bf16: MatMul and Gemm on bfloat16 copies of their float32 inputs (PyTorch's autocast), "
+                  "float32 master weights; fp16 needs loss scaling and is not offered")
+      ->check(CLI::IsMember({"no", "bf16", "fp16"}))
+      ->capture_default_str();
   cmd->add_flag("--profile", o->profile, "Time every kernel and print where a step's time goes (per op, GFLOP/s)");
   auto config = std::make_shared<std::string>();
   cmd->add_option("--config", *config, "Options from a TOML file (keys as the long option names; the command line wins)")

@@ -10,6 +10,8 @@ samples of model.npz in file order (onnxdp: --no-shuffle --batch-size BATCH), in
 F.cross_entropy over every position (logits [..., C] reshaped to [-1, C]), once with
 torch.optim.SGD(lr=SGD_LR) and once with torch.optim.AdamW(lr=ADAMW_LR) (default weight decay 0.01).
 The file holds sgd_losses and adamw_losses (loss of each step's batch before that step's update),
+bf16_sgd_losses for mlp and tiny_lm (SGD with the forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16): onnxdp's --mixed-precision bf16),
 for models with BatchNorm the running statistics after the last step (sgd_final.<buffer name>,
 adamw_final.<buffer name>, e.g. sgd_final.bn1.running_var: PyTorch updates running_var with the
 unbiased batch variance, as onnxdp's trainer does), and the settings used. Python makes reference
@@ -41,6 +43,7 @@ ADAMW_LR = 1e-3
 MODULES = {"mlp": (mm.MLP, "x"), "mlp_dynamo": (mm.MLP, "x"), "tiny_lm": (mm.TinyLM, "tokens"),
            "cnn": (mm.CNN, "x")}
 SEED = 0
+BF16_MODELS = ("mlp", "tiny_lm")
 
 U32 = np.uint64(0xFFFFFFFF)
 
@@ -113,7 +116,7 @@ def load_module(name):
     return model, input_name
 
 
-def losses(name, make_opt):
+def losses(name, make_opt, bf16=False):
     torch.manual_seed(0)
     model, input_name = load_module(name)
     model.train()
@@ -128,8 +131,9 @@ def losses(name, make_opt):
         for m in model.modules():
             if isinstance(m, OnnxdpDropout):
                 m.step = step + 1
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         out.append(loss.item())
         opt.zero_grad()
         loss.backward()
@@ -145,6 +149,8 @@ def main(names):
         adamw, adamw_buffers = losses(name, lambda p: torch.optim.AdamW(p, lr=ADAMW_LR))
         path = os.path.join(HERE, name, "train_reference.npz")
         finals = {f"sgd_final.{k}": v for k, v in sgd_buffers.items()}
+        if name in BF16_MODELS:
+            finals["bf16_sgd_losses"] = losses(name, lambda p: torch.optim.SGD(p, lr=SGD_LR), bf16=True)[0]
         finals.update({f"adamw_final.{k}": v for k, v in adamw_buffers.items()})
         np.savez(path, sgd_losses=sgd, adamw_losses=adamw, steps=np.int64(STEPS), batch_size=np.int64(BATCH),
                  sgd_lr=np.float64(SGD_LR), adamw_lr=np.float64(ADAMW_LR), **finals)

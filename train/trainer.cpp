@@ -25,6 +25,7 @@
 #include "exec/plan.h"
 #include "exec/profile.h"
 #include "graph/autodiff.h"
+#include "graph/passes/autocast.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
@@ -149,6 +150,7 @@ class Evaluator {
       if (!plans_.count(b)) {
         Graph g = load_graph(proto_, model_dir_, shapes_for(data_, b));
         inference_mode(g);
+        if (o_.mixed_precision == "bf16") autocast(g, DType::bf16);  // evaluated as trained
         ValueId out = g.outputs[0];
         ValueId loss = need_label_ ? add_loss(g, lo_) : out;
         share_parameters(g, parameters);
@@ -333,6 +335,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
         if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
           tg.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
     }
+  if (o.mixed_precision == "bf16") autocast(g, DType::bf16);
   if (world > 1 || mb.step_rows != b) {  // this graph's rows are a share of the step's mean
     lo.global_batch = mb.step_rows;
     lo.shard_fraction = double(rows) / double(mb.step_rows);
@@ -620,13 +623,14 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   if (!quiet) {  // the full step's plan: what runs where, and the memory it holds
     const std::string host = device ? plans.begin()->second.plan->host_ops() : std::string();
     fmt::print("onnxdp train: {} holds {:.1f} MiB per replica (activations{} {:.1f}, parameters + gradients + "
-               "optimizer state {:.1f}){}{}\n",
+               "optimizer state {:.1f}){}{}{}\n",
                device ? device->name() : std::string("the CPU"), mib(plans_bytes() + state_bytes),
                device ? " and constants" : "", mib(plans_bytes()), mib(state_bytes),
                !device ? std::string()
                : host.empty() ? std::string("; every op runs there")
                               : "; ops without a kernel there run on the CPU with copies (slow): " + host,
-               device && o.tf32 ? "; MatMul and Gemm in TF32" : "");
+               device && o.tf32 ? "; MatMul and Gemm in TF32" : "",
+               o.mixed_precision == "bf16" ? "; MatMul and Gemm in bfloat16, float32 master weights" : "");
   }
 
   std::vector<int64_t> order(static_cast<size_t>(data.samples));
@@ -926,6 +930,11 @@ TrainOptions resolve_outputs(TrainOptions o) {
     if (ec) fail("cannot create the output folder '{}': {}", o.output_dir, ec.message());
   }
   if (o.eval_every > 0 && o.eval_data.empty()) fail("--eval-every needs --eval-data FILE.npz");
+  if (o.mixed_precision == "fp16")
+    fail("--mixed-precision fp16 needs loss scaling (float16's range loses small gradients), which onnxdp does not "
+         "do: use --mixed-precision bf16");
+  if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
+    fail("--mixed-precision '{}': expected no or bf16", o.mixed_precision);
   if (!o.checkpoint_dir.empty() && !o.resume) {
     std::string earlier = latest_checkpoint(o.checkpoint_dir);
     if (!earlier.empty())

@@ -53,6 +53,7 @@ struct TrainOptions {
   bool progress_bar = true;    // a redrawn status line when stdout is a terminal
   bool profile = false;        // time every kernel of replica 0 and print where the step's time goes
   bool tf32 = false;            // on a GPU: MatMul / Gemm on TF32 tensor cores (as torch.backends.cuda.matmul.allow_tf32)
+  std::string mixed_precision = "no";  // "bf16": MatMul / Gemm on bfloat16 copies, float32 master weights (graph/passes/autocast.h)
   bool cuda_graph = true;      // on a GPU: replay each plan's run as one recorded CUDA graph where it can
 };
 

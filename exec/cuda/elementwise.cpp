@@ -283,14 +283,15 @@ bool copy_op_runs(const Graph& g, const Node& n) {
   if ((n.op != Op::Transpose && n.op != Op::Expand) || !n.has_input(0)) return false;
   const Value& x = g.value(n.inputs[0]);
   EwType t;
-  if (!ew_type(x.dtype, false, &t) || !elementwise_supported(EwOp::Identity, t)) return false;
+  // A copy: any element of the kernels' sizes (16-bit floats as their bits).
+  if (!ew_type(x.dtype, true, &t) || !elementwise_supported(EwOp::Identity, t)) return false;
   return n.op == Op::Expand || x.shape.size() <= size_t(kEwMaxRank);
 }
 
 void copy_op_forward(const Node& n, const DeviceRef& in, const DeviceRef& out, void* stream, bool emulate) {
   EwLaunch l;
   l.op = EwOp::Identity;
-  l.type = input_type(n, in.dtype);
+  l.type = input_type(n, in.dtype, true);
   l.in[0] = in.data;
   l.out = out.data;
   const Shape& os = *out.shape;

@@ -16,6 +16,15 @@ namespace onnxdp::cuda {
 namespace {
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::f64; }
+bool reduce_type(DType t, RdType* out) {
+  switch (t) {
+    case DType::f32: *out = RdType::f32; return true;
+    case DType::f64: *out = RdType::f64; return true;
+    case DType::f16: *out = RdType::f16; return true;
+    case DType::bf16: *out = RdType::bf16; return true;
+    default: return false;
+  }
+}
 
 // The constant axes of a reduction (input 1), or nullopt when absent.
 std::vector<int64_t> axes_of(const Graph& g, const Node& n) {
@@ -31,8 +40,10 @@ bool is_reduce(Op op) {
 }
 
 bool reduce_runs(const Graph& g, const Node& n) {
-  if (!is_reduce(n.op) || !n.has_input(0) || !float_type(g.value(n.inputs[0]).dtype)) return false;
-  if (n.op == Op::Softmax || n.op == Op::LogSoftmax) return true;
+  if (!is_reduce(n.op) || !n.has_input(0)) return false;
+  if (n.op == Op::Softmax || n.op == Op::LogSoftmax) return float_type(g.value(n.inputs[0]).dtype);
+  RdType t;
+  if (!reduce_type(g.value(n.inputs[0]).dtype, &t)) return false;
   if (n.has_input(1) && g.value(n.inputs[1]).data.empty()) return false;  // axes computed at run time
   std::vector<int64_t> axes;
   if (n.has_input(1)) axes = axes_of(g, n);
@@ -80,7 +91,7 @@ void reduce_forward(const Graph& g, const Node& n, const std::vector<TensorRef>&
          kRdMaxRank);
   ReduceLaunch l;
   l.kind = n.op == Op::ReduceSum ? RdKind::sum : n.op == Op::ReduceMean ? RdKind::mean : RdKind::max;
-  l.f64 = f64;
+  if (!reduce_type(x.dtype, &l.type)) fail("{}: no CUDA reduction for {}", n.describe(), dtype_name(x.dtype));
   l.nk = int(kept.size.size());
   l.nr = int(reduced.size.size());
   l.n_out = l.n_red = 1;

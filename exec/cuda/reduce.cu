@@ -12,10 +12,21 @@ namespace onnxdp::cuda {
 
 namespace {
 
-template <class T>
+template <class E>
 __global__ void reduce_kernel(ReduceLaunch l) {
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < l.n_out; o += int64_t(gridDim.x) * blockDim.x)
-    reduce_one<T>(l, o);
+    reduce_one<E>(l, o);
+}
+
+// f(E{}) with E the element type of l.
+template <class F>
+void with_type(const ReduceLaunch& l, F&& f) {
+  switch (l.type) {
+    case RdType::f32: return f(RdF32{});
+    case RdType::f64: return f(RdF64{});
+    case RdType::f16: return f(RdF16{});
+    case RdType::bf16: return f(RdBf16{});
+  }
 }
 
 template <class T>
@@ -31,16 +42,14 @@ __global__ void softmax_kernel(SoftmaxLaunch l) {
 void reduce_launch(const ReduceLaunch& l, void* stream) {
   if (l.n_out == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  if (l.f64) reduce_kernel<double><<<blocks_for(l.n_out), kThreads, 0, s>>>(l);
-  else reduce_kernel<float><<<blocks_for(l.n_out), kThreads, 0, s>>>(l);
+  with_type(l, [&](auto e) { reduce_kernel<decltype(e)><<<blocks_for(l.n_out), kThreads, 0, s>>>(l); });
   ONNXDP_CUDA_CHECK_LAUNCH();
 }
 
 void reduce_emulate(const ReduceLaunch& l) {
-  for (int64_t o = 0; o < l.n_out; ++o) {
-    if (l.f64) reduce_one<double>(l, o);
-    else reduce_one<float>(l, o);
-  }
+  with_type(l, [&](auto e) {
+    for (int64_t o = 0; o < l.n_out; ++o) reduce_one<decltype(e)>(l, o);
+  });
 }
 
 void softmax_launch(const SoftmaxLaunch& l, void* stream) {

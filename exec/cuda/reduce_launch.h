@@ -11,7 +11,8 @@
 
 #include <cstdint>
 
-#include "exec/functors.h"  // ONNXDP_HD, fn::m
+#include "exec/cuda/tensor_ops_launch.h"  // the 16-bit float conversions
+#include "exec/functors.h"                 // ONNXDP_HD, fn::m
 
 namespace onnxdp::cuda {
 
@@ -21,9 +22,33 @@ enum class RdKind : uint8_t { sum, mean, max };
 
 // Output o reduces the elements at input offsets base(o) + r(j), j < n_red: kept dims give base,
 // reduced dims give r (exec/cpu/reduce_dims.h's split, the CPU kernel's).
+// Element types of the reductions: stored as T, summed in double. 16-bit floats (their bits) load
+// exactly and store rounded once (to odd in float first: the CPU's Elem<DType::bf16>::from_f64).
+enum class RdType : uint8_t { f32, f64, f16, bf16 };
+struct RdF32 {
+  using T = float;
+  static ONNXDP_HD double load(T v) { return double(v); }
+  static ONNXDP_HD T store(double a) { return T(a); }
+};
+struct RdF64 {
+  using T = double;
+  static ONNXDP_HD double load(T v) { return v; }
+  static ONNXDP_HD T store(double a) { return a; }
+};
+struct RdF16 {
+  using T = uint16_t;
+  static ONNXDP_HD double load(T v) { return double(cast_detail::half_to_f32(v)); }
+  static ONNXDP_HD T store(double a) { return cast_detail::f32_to_half(cast_detail::f64_to_f32_odd(a)); }
+};
+struct RdBf16 {
+  using T = uint16_t;
+  static ONNXDP_HD double load(T v) { return double(cast_detail::bf16_to_f32(v)); }
+  static ONNXDP_HD T store(double a) { return cast_detail::f32_to_bf16(cast_detail::f64_to_f32_odd(a)); }
+};
+
 struct ReduceLaunch {
   RdKind kind = RdKind::sum;
-  bool f64 = false;  // element type: f32 or f64
+  RdType type = RdType::f32;
   int nk = 0, nr = 0;
   int64_t kept_size[kRdMaxRank] = {}, kept_stride[kRdMaxRank] = {};
   int64_t red_size[kRdMaxRank] = {}, red_stride[kRdMaxRank] = {};
@@ -32,8 +57,9 @@ struct ReduceLaunch {
   void* out = nullptr;
 };
 
-template <class T>
+template <class E>
 ONNXDP_HD inline void reduce_one(const ReduceLaunch& l, int64_t o) {
+  using T = typename E::T;
   const T* src = static_cast<const T*>(l.in);
   int64_t base = 0, k = o;
   for (int d = l.nk - 1; d >= 0; --d) {
@@ -47,12 +73,12 @@ ONNXDP_HD inline void reduce_one(const ReduceLaunch& l, int64_t o) {
       off += (q % l.red_size[d]) * l.red_stride[d];
       q /= l.red_size[d];
     }
-    const double v = double(src[off]);
+    const double v = E::load(src[off]);
     if (l.kind == RdKind::max) acc = (v > acc || v != v) ? v : acc;  // NaN wins
     else acc += v;
   }
   if (l.kind == RdKind::mean) acc /= double(l.n_red);  // the empty set: 0 / 0 = NaN
-  static_cast<T*>(l.out)[o] = T(acc);
+  static_cast<T*>(l.out)[o] = E::store(acc);
 }
 
 // Softmax / LogSoftmax over the middle dim of [outer, n, inner]: column c = (q, i) of the

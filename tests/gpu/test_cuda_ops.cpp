@@ -3,9 +3,11 @@
 // The reductions and Softmax / LogSoftmax (exec/cuda/reduce.*): ReduceSum / ReduceMean /
 // ReduceMax over every kind of axes (all, leading, trailing, middle, split, negative, keepdims,
 // noop_with_empty_axes, an empty dim), Softmax / LogSoftmax on each axis with large values and
-// NaN, on f32 and f64. Both accumulate in double in the same order per output: agreement within
-// 1e-6 relative (f32) / 1e-12 (f64).
-// The copy ops (Transpose, Expand, Reshape, Flatten, Squeeze, Unsqueeze): bit-identical.
+// NaN, on f32 and f64, the reductions also on f16 and bf16. Both accumulate in double in the same
+// order per output: agreement within 1e-6 relative (f32) / 1e-12 (f64); 16-bit results are rounded
+// once from the double sum on both sides: equal.
+// The copy ops (Transpose, Expand, Reshape, Flatten, Squeeze, Unsqueeze), 16-bit floats included:
+// bit-identical.
 //
 // Suite "cuda": on the emulated device (the kernels' loop bodies run on the host): checks the node
 // to launch mapping and the loops, not the device. Suite "gpu": on cuda:0, skipped without a GPU.
@@ -74,6 +76,8 @@ Tensor input_of(const Case& c, DType t, std::mt19937& rng) {
     if (i == 5) v = 1000.0;  // Softmax must subtract the max
     if (i == 17) v = NAN;    // NaN propagates (max: NaN wins)
     if (t == DType::f32) x.as<float>()[i] = float(v);
+    else if (t == DType::f16) x.as<uint16_t>()[i] = f32_to_f16(float(v));
+    else if (t == DType::bf16) x.as<uint16_t>()[i] = f32_to_bf16(float(v));
     else x.as<double>()[i] = v;
   }
   return x;
@@ -111,7 +115,9 @@ int check_all(DeviceKind kind) {
   std::mt19937 rng(42);
   int ran = 0;
   for (const Case& c : cases()) {
-    for (DType t : {DType::f32, DType::f64}) {
+    const bool softmax = c.op == Op::Softmax || c.op == Op::LogSoftmax;
+    for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      if (softmax && (t == DType::f16 || t == DType::bf16)) continue;  // reductions only
       CAPTURE(op_name(c.op));
       CAPTURE(shape_str(c.shape));
       CAPTURE(c.axes.size());
@@ -124,10 +130,12 @@ int check_all(DeviceKind kind) {
       Tensor a = cpu.run(in).at("y"), b = gpu.run(in).at("y");
       REQUIRE(a.shape() == b.shape());
       int bad = 0;
+      const std::vector<double> xs = a.to_f64(), ys = b.to_f64();
       for (int64_t i = 0; i < a.numel(); ++i) {
-        const double x = t == DType::f32 ? a.as<float>()[i] : a.as<double>()[i];
-        const double y = t == DType::f32 ? b.as<float>()[i] : b.as<double>()[i];
-        bad += !close(y, x, t == DType::f32 ? 1e-6 : 1e-12);
+        const double x = xs[size_t(i)], y = ys[size_t(i)];
+        // 16-bit: sums in double, one rounding, on both sides: the same value.
+        if (t == DType::f16 || t == DType::bf16) bad += !(x == y || (std::isnan(x) && std::isnan(y)));
+        else bad += !close(y, x, t == DType::f32 ? 1e-6 : 1e-12);
       }
       CHECK(bad == 0);
       ++ran;
@@ -147,7 +155,7 @@ struct CopyCase {
 
 std::vector<CopyCase> copy_cases() {
   std::vector<CopyCase> cs;
-  for (DType t : {DType::f32, DType::i64, DType::f64}) {
+  for (DType t : {DType::f32, DType::i64, DType::f64, DType::bf16, DType::f16}) {
     cs.push_back({Op::Transpose, t, {2, 3, 4}, {}, {{"perm", Attr(std::vector<int64_t>{2, 0, 1})}}});
     cs.push_back({Op::Transpose, t, {2, 3, 4}, {}, {{"perm", Attr(std::vector<int64_t>{1, 0, 2})}}});
     cs.push_back({Op::Transpose, t, {2, 3, 4, 5}, {}, {}});  // default: reversed
@@ -201,6 +209,7 @@ int check_copies(DeviceKind kind) {
     for (int64_t i = 0; i < x.numel(); ++i) {  // distinct values: any misplaced element shows
       if (c.t == DType::f32) x.as<float>()[i] = float(i) * 0.5f - 3.f;
       else if (c.t == DType::f64) x.as<double>()[i] = double(i) * 0.25 - 7.0;
+      else if (c.t == DType::bf16 || c.t == DType::f16) x.as<uint16_t>()[i] = uint16_t(0x3c00 + i * 3);
       else x.as<int64_t>()[i] = i * 7 - 100;
     }
     std::map<std::string, Tensor> in{{"x", x}};

@@ -89,6 +89,57 @@ int check_against_torch(const std::string& name) {
 TEST_CASE("train: mlp per-step losses equal PyTorch's (SGD, AdamW)") { check_against_torch("mlp"); }
 TEST_CASE("train: mlp_dynamo (opset 20) per-step losses equal PyTorch's") { check_against_torch("mlp_dynamo"); }
 
+// --mixed-precision bf16 against PyTorch's autocast (bf16_sgd_losses: SGD, forward and loss under
+// torch.autocast("cpu", torch.bfloat16)). mlp (Linear, ReLU): the Linear outputs are the same
+// bfloat16 values, so the losses agree to ~1e-7, while float32 training is ~1e-4 away from them;
+// tiny_lm: PyTorch keeps some elementwise results (the scaled attention scores, GELU) in bfloat16
+// where onnxdp keeps float32, so only the general 1e-3.
+std::vector<float> bf16_losses(const std::string& name, const std::string& devices = "cpu") {
+  auto ref = read_npz(std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/train_reference.npz");
+  TrainOptions o;
+  o.model = model_path(name);
+  o.shuffle = false;
+  o.quiet = true;
+  o.devices = devices;
+  o.batch_size = ref.at("batch_size").to_i64()[0];
+  o.steps = ref.at("steps").to_i64()[0];
+  o.optimizer.kind = optimizer_kind_from_name("sgd");
+  o.optimizer.lr = float(ref.at("sgd_lr").to_f64()[0]);
+  o.mixed_precision = "bf16";
+  return train(o).losses;
+}
+
+TEST_CASE("train: --mixed-precision bf16 trains as PyTorch's autocast (mlp to 1e-6, tiny_lm to 1e-3)") {
+  for (const std::string name : {"mlp", "tiny_lm"}) {
+    CAPTURE(name);
+    auto ref = read_npz(std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/train_reference.npz");
+    const std::vector<double> want = ref.at("bf16_sgd_losses").to_f64(), fp32 = ref.at("sgd_losses").to_f64();
+    const std::vector<float> got = bf16_losses(name);
+    REQUIRE(got.size() == want.size());
+    const double tol = name == "mlp" ? 1e-6 : 1e-3;
+    double worst = 0, fp32_gap = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(got[i] - want[i]) / want[i]);
+      fp32_gap = std::max(fp32_gap, std::abs(fp32[i] - want[i]) / want[i]);
+    }
+    INFO("largest relative difference to autocast " << worst << ", float32 training's " << fp32_gap);
+    CHECK(worst <= tol);
+    if (name == "mlp") CHECK(fp32_gap > 20 * tol);  // the bound tells bfloat16 products from float32 ones
+  }
+}
+
+TEST_CASE("train: --mixed-precision bf16 on the emulated CUDA device trains as on the CPU; fp16 is refused") {
+  const std::vector<float> cpu = bf16_losses("mlp"), dev = bf16_losses("mlp", "cuda-emulated");
+  REQUIRE(cpu.size() == dev.size());
+  for (size_t i = 0; i < cpu.size(); ++i) CHECK(dev[i] == doctest::Approx(cpu[i]).epsilon(1e-5));
+  TrainOptions o;
+  o.model = model_path("mlp");
+  o.steps = 1;
+  o.quiet = true;
+  o.mixed_precision = "fp16";
+  CHECK_THROWS_WITH(train(o), doctest::Contains("needs loss scaling"));
+}
+
 TEST_CASE("train: the default model reaches 90 % held-out accuracy") {
   TrainOptions o;
   o.model = model_path("mlp");
