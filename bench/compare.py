@@ -4,6 +4,10 @@ optimizer (AdamW lr 1e-3, weight decay 0.01) and thread count, on the CPU, one r
 
     nice python3 bench/compare.py [--onnxdp build/onnxdp] [--models mlp gpt_small] [--threads 2]
                                   [--repeats 2] [--steps N] [--batch B] [--no-save]
+                                  [--device cuda] [--mixed-precision bf16]
+
+--mixed-precision bf16: onnxdp --mixed-precision bf16 against the forward and loss under
+torch.autocast(dtype=torch.bfloat16), both with float32 master weights.
 
 Every model is rebuilt with make_models.py's torch modules (plus gpt_small), exported to a
 temporary folder the way make_models.py exports, given random data (a whole number of batches),
@@ -43,6 +47,8 @@ def onnxdp_trial(a, m, steps, tag):
         os.remove(metrics)
     cmd = h.onnxdp_cmd(a.onnxdp, m["onnx"], m["npz"], m["batch"], steps, a.lr,
                        "cuda:0" if a.device == "cuda" else "cpu", metrics)
+    if a.mixed_precision != "no":
+        cmd += ["--mixed-precision", a.mixed_precision]
     rc, wall, rss, err = h.run_child(cmd, h.thread_env(a.threads, a.omp_wait_policy), os.path.join(m["dir"], f"onnxdp-{tag}"))
     if rc != 0:
         return {"error": f"onnxdp exit {rc}: {err.strip()[-600:]}", "cmd": " ".join(cmd)}
@@ -54,7 +60,7 @@ def torch_trial(a, m, steps, tag):
     out = os.path.join(m["dir"], f"torch-{tag}.json")
     cmd = [sys.executable, os.path.join(HERE, "torch_worker.py"), "--model", m["name"], "--onnx", m["onnx"],
            "--data", m["npz"], "--batch", str(m["batch"]), "--steps", str(steps), "--threads", str(a.threads),
-           "--lr", repr(a.lr), "--device", a.device, "--out", out]
+           "--lr", repr(a.lr), "--device", a.device, "--mixed-precision", a.mixed_precision, "--out", out]
     rc, wall, rss, err = h.run_child(cmd, h.thread_env(a.threads, a.omp_wait_policy), os.path.join(m["dir"], f"torch-{tag}"))
     if rc != 0:
         return {"error": f"torch worker exit {rc}: {err.strip()[-600:]}"}
@@ -149,6 +155,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="threads for both (torch.set_num_threads, OMP_NUM_THREADS)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: both on the first GPU (onnxdp --devices cuda:0, PyTorch eager on cuda:0)")
+    ap.add_argument("--mixed-precision", choices=["no", "bf16"], default="no",
+                    help="bf16: onnxdp --mixed-precision bf16 against torch.autocast(dtype=torch.bfloat16)")
     ap.add_argument("--repeats", type=int, default=2, help="alternating repeats per model (median reported)")
     ap.add_argument("--steps", type=int, help="N for every model (default: per model, bench_models.py)")
     ap.add_argument("--batch", type=int, help="batch for every model (default: per model)")
@@ -187,10 +195,13 @@ def main():
         print(f"{model}: {side} failed: {err}")
     if a.no_save:
         return
-    md_path, json_path = h.result_paths(a.device, a.out_dir)
+    md_path, json_path = h.result_paths(a.device + ("" if a.mixed_precision == "no" else "-" + a.mixed_precision),
+                                        a.out_dir)
     settings = (f"threads {a.threads}, OMP_WAIT_POLICY {a.omp_wait_policy}, repeats {a.repeats}, AdamW lr {a.lr}, "
                 + ("one GPU (--devices cuda:0; PyTorch eager on cuda:0)" if a.device == "cuda"
-                   else "one replica (--devices cpu)"))
+                   else "one replica (--devices cpu)")
+                + ("; bfloat16 mixed precision (onnxdp --mixed-precision bf16, torch.autocast bfloat16)"
+                   if a.mixed_precision == "bf16" else ""))
     md = [f"# onnxdp vs PyTorch, {a.device.upper()} — {info['date']}", "",
           f"- machine: {info['cpu']}, {info['logical_cpus']} logical CPUs, host {info['host']}, "
           f"load average at start {info['load_avg_at_start']}",

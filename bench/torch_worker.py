@@ -29,6 +29,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the first GPU)")
+    ap.add_argument("--mixed-precision", choices=["no", "bf16"], default="no",
+                    help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -60,8 +62,9 @@ def main():
         x = x_all[cursor:cursor + a.batch]
         y = y_all[cursor:cursor + a.batch]
         cursor += a.batch
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.mixed_precision == "bf16"):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -117,6 +117,15 @@ if ((bench && build_ok && ran_on_gpu)); then
     else
       row "bench vs PyTorch on the GPU" FAILED "$(tail -3 "$log_dir/bench.log" | tr '\n' ' ')"
     fi
+    # bfloat16 mixed precision on the transformers: onnxdp --mixed-precision bf16 vs torch.autocast.
+    if timeout 300 python3 bench/compare.py --onnxdp "$build/onnxdp" --device cuda --repeats 1 \
+         --mixed-precision bf16 --models tiny_lm gpt_small >"$log_dir/bench-bf16.log" 2>&1; then
+      geo=$(grep -o 'geometric mean of ratios.*' "$log_dir/bench-bf16.log" || echo "no summary")
+      md=$(grep -o 'wrote [^ ]*\.md' "$log_dir/bench-bf16.log" | sed 's/^wrote //' || true)
+      row "bench bf16 vs PyTorch autocast" ok "$geo${md:+ ($md)}"
+    else
+      row "bench bf16 vs PyTorch autocast" FAILED "$(tail -3 "$log_dir/bench-bf16.log" | tr '\n' ' ')"
+    fi
   else
     row "bench vs PyTorch on the GPU" "not run" "python3 has no CUDA-enabled torch"
   fi

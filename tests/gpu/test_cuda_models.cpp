@@ -70,6 +70,24 @@ TEST_SUITE("gpu") {
     }
   }
 
+  // bfloat16 products round to 8 bits: the GPU's and the CPU's float sums in different orders can
+  // round a product differently now and then, so 1e-2 on the losses and every op on the device.
+  TEST_CASE("cuda models: --mixed-precision bf16 trains on cuda:0 as on the CPU") {
+    if (!have_gpu()) return;
+    for (const char* model : {"mlp", "tiny_lm"}) {
+      CAPTURE(model);
+      TrainOptions o = run_of(model, 32, 20);
+      o.mixed_precision = "bf16";
+      TrainResult cpu = train(o);
+      o.devices = "cuda:0";
+      TrainResult gpu = train(o);
+      REQUIRE(cpu.losses.size() == gpu.losses.size());
+      for (size_t s = 0; s < cpu.losses.size(); ++s)
+        CHECK(gpu.losses[s] == doctest::Approx(cpu.losses[s]).epsilon(1e-2));
+      MESSAGE("cuda model on GPU: " << model << " bf16: " << cpu.losses.size() << " steps match the CPU");
+    }
+  }
+
   TEST_CASE("cuda models: a replayed CUDA graph step equals the step launched kernel by kernel") {
     if (!have_gpu()) return;
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
