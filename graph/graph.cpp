@@ -104,6 +104,12 @@ std::vector<int64_t> Node::ints_or(const std::string& a, std::vector<int64_t> df
 
 // ---- Graph ------------------------------------------------------------------------------------
 
+void index_producers(Graph& g) {
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (ValueId o : g.nodes[ni].outputs)
+      if (o != kNoValue) g.value(o).producer = int(ni);
+}
+
 ValueId Graph::add_value(Value v) {
   values.push_back(std::move(v));
   return ValueId(values.size() - 1);

@@ -140,6 +140,10 @@ ShapeRule shape_rule(Op op);
 // Runs the node's shape rule, filling the dtype/shape of its outputs in g.
 void infer_node(Graph& g, int node_index);
 
+// Sets each node output's producer to its node's index: after a pass inserted, moved or removed
+// nodes.
+void index_producers(Graph& g);
+
 // Helpers shape rules share.
 Shape broadcast_shapes(const Shape& a, const Shape& b);  // numpy rules; throws Error if incompatible
 int64_t normalize_axis(int64_t axis, int64_t rank, const Node& n);  // -rank..rank-1 -> 0..rank-1

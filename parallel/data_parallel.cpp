@@ -53,12 +53,6 @@ struct Emitter {
   int n_id() { return n++; }
 };
 
-void fix_producers(Graph& g) {
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    for (ValueId o : g.nodes[ni].outputs)
-      if (o != kNoValue) g.value(o).producer = int(ni);
-}
-
 // Puts each new node right after the node of index `first` (-1: before every node), new nodes
 // after the same node in the order given; returns their indices in the reordered g.nodes.
 std::vector<int> insert_after(Graph& g, std::vector<std::pair<int, Node>> inserts) {
@@ -73,7 +67,7 @@ std::vector<int> insert_after(Graph& g, std::vector<std::pair<int, Node>> insert
         g.nodes.push_back(std::move(inserts[k].second));
       }
   }
-  fix_producers(g);
+  index_producers(g);
   return where;
 }
 
@@ -189,7 +183,7 @@ void data_parallel_forward(Graph& g, const DataParallelOptions& o, const std::ve
     if (o.local_bn) local_batchnorm(g, n, o, e);
     else global_batchnorm(g, n, o, e);
   }
-  fix_producers(g);
+  index_producers(g);
 }
 
 std::vector<size_t> production_order(const Graph& g, const std::vector<ValueId>& grads) {

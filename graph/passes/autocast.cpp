@@ -56,9 +56,7 @@ int autocast(Graph& g, DType low) {
     ++cast;
   }
   g.nodes = std::move(out);
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    for (ValueId o : g.nodes[ni].outputs)
-      if (o != kNoValue) g.value(o).producer = int(ni);
+  index_producers(g);
   return cast;
 }
 

@@ -39,9 +39,7 @@ int fuse_epilogues(Graph& g) {
   for (size_t ni = 0; ni < g.nodes.size(); ++ni)
     if (!drop[ni]) kept.push_back(std::move(g.nodes[ni]));
   g.nodes = std::move(kept);
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    for (ValueId o : g.nodes[ni].outputs)
-      if (o != kNoValue) g.value(o).producer = int(ni);
+  index_producers(g);
   return fused;
 }
 

@@ -83,9 +83,7 @@ void inference_mode(Graph& g) {
     kept.push_back(std::move(n));
   }
   g.nodes = std::move(kept);
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    for (ValueId o : g.nodes[ni].outputs)
-      if (o != kNoValue) g.value(o).producer = int(ni);
+  index_producers(g);
 }
 
 }  // namespace onnxdp
