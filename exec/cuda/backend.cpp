@@ -66,12 +66,14 @@ class CudaBackend final : public DeviceBackend {
     ONNXDP_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
     // Made here: nothing may be allocated while a step is recorded.
     ONNXDP_CUDA_CHECK(cudaMalloc(&norm_partial_, cuda::kNormBlocks * sizeof(double)));
+    ONNXDP_CUDA_CHECK(cudaMalloc(&reduce_partial_, kReduceScratch * sizeof(double)));
   }
   ~CudaBackend() override {
     if (emulated_) return;
     cudaSetDevice(index_);
     if (nccl_) ncclCommDestroy(nccl_);
     if (norm_partial_) cudaFree(norm_partial_);
+    if (reduce_partial_) cudaFree(reduce_partial_);
     if (comm_done_) cudaEventDestroy(comm_done_);
     if (grads_ready_) cudaEventDestroy(grads_ready_);
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
@@ -172,7 +174,8 @@ class CudaBackend final : public DeviceBackend {
       else cuda::elementwise_forward(n, ins, out, clip, stream_);
       return;
     }
-    if (cuda::is_reduce(n.op)) return cuda::reduce_forward(g, n, c.inputs, c.out(0), stream_, emulated_);
+    if (cuda::is_reduce(n.op))
+      return cuda::reduce_forward(g, n, c.inputs, c.out(0), stream_, emulated_, reduce_scratch(), kReduceScratch);
     if (n.op == Op::Scatter) return scatter(c);
     if (n.op == Op::AllReduce) return all_reduce(c);
     if (n.op == Op::AllGather) return all_gather(c);
@@ -567,6 +570,15 @@ class CudaBackend final : public DeviceBackend {
   cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;
   bool comm_pending_ = false;
   double* norm_partial_ = nullptr;  // optimizer_step's per-block sums of the squared norm
+  // The split reductions' shares (exec/cuda/reduce_launch.h): device memory, host when emulated.
+  static constexpr size_t kReduceScratch = size_t(1) << 20;
+  double* reduce_partial_ = nullptr;
+  std::vector<double> reduce_partial_host_;
+  double* reduce_scratch() {
+    if (!emulated_) return reduce_partial_;
+    if (reduce_partial_host_.empty()) reduce_partial_host_.resize(kReduceScratch);
+    return reduce_partial_host_.data();
+  }
   // Recording (begin_capture .. end_capture); emulated: the calls themselves.
   bool capturing_ = false;
   std::shared_ptr<std::vector<std::function<void()>>> recorded_;

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "exec/cpu/reduce_dims.h"
@@ -54,8 +55,18 @@ bool reduce_runs(const Graph& g, const Node& n) {
   return kept.size.size() <= size_t(kRdMaxRank) && reduced.size.size() <= size_t(kRdMaxRank);
 }
 
+int64_t reduce_parts(int64_t n_out, int64_t n_red, size_t scratch_doubles) {
+  // A thread per output is enough while there are many outputs or few elements each; past that,
+  // shares of about kShare elements, as many as the scratch holds.
+  constexpr int64_t kShare = 256, kManyOutputs = 1 << 16, kMaxParts = 1024;
+  if (n_out <= 0 || n_out >= kManyOutputs || n_red < 2 * kShare) return 1;
+  int64_t parts = std::min(n_red / kShare, kMaxParts);
+  parts = std::min<int64_t>(parts, int64_t(scratch_doubles) / n_out);
+  return std::max<int64_t>(parts, 1);
+}
+
 void reduce_forward(const Graph& g, const Node& n, const std::vector<TensorRef>& in, const TensorRef& out,
-                    void* stream, bool emulate) {
+                    void* stream, bool emulate, double* scratch, size_t scratch_doubles) {
   const TensorRef& x = in.at(0);
   const bool f64 = x.dtype == DType::f64;
   if (n.op == Op::Softmax || n.op == Op::LogSoftmax) {
@@ -105,6 +116,8 @@ void reduce_forward(const Graph& g, const Node& n, const std::vector<TensorRef>&
   }
   l.in = x.data;
   l.out = out.data;
+  l.parts = scratch ? reduce_parts(l.n_out, l.n_red, scratch_doubles) : 1;
+  l.partial = l.parts > 1 ? scratch : nullptr;
   if (out.numel != l.n_out) fail("{}: {} outputs expected from the reduced dims, the output has {}", n.describe(), l.n_out, out.numel);
   emulate ? reduce_emulate(l) : reduce_launch(l, stream);
 }

@@ -18,6 +18,19 @@ __global__ void reduce_kernel(ReduceLaunch l) {
     reduce_one<E>(l, o);
 }
 
+template <class E>
+__global__ void reduce_part_kernel(ReduceLaunch l) {
+  const int64_t n = l.n_out * l.parts;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    reduce_part<E>(l, i);
+}
+
+template <class E>
+__global__ void reduce_finish_kernel(ReduceLaunch l) {
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < l.n_out; o += int64_t(gridDim.x) * blockDim.x)
+    reduce_finish<E>(l, o);
+}
+
 // f(E{}) with E the element type of l.
 template <class F>
 void with_type(const ReduceLaunch& l, F&& f) {
@@ -42,13 +55,28 @@ __global__ void softmax_kernel(SoftmaxLaunch l) {
 void reduce_launch(const ReduceLaunch& l, void* stream) {
   if (l.n_out == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  with_type(l, [&](auto e) { reduce_kernel<decltype(e)><<<blocks_for(l.n_out), kThreads, 0, s>>>(l); });
+  with_type(l, [&](auto e) {
+    using E = decltype(e);
+    if (l.parts <= 1) {
+      reduce_kernel<E><<<blocks_for(l.n_out), kThreads, 0, s>>>(l);
+      return;
+    }
+    reduce_part_kernel<E><<<blocks_for(l.n_out * l.parts), kThreads, 0, s>>>(l);
+    ONNXDP_CUDA_CHECK_LAUNCH();
+    reduce_finish_kernel<E><<<blocks_for(l.n_out), kThreads, 0, s>>>(l);
+  });
   ONNXDP_CUDA_CHECK_LAUNCH();
 }
 
 void reduce_emulate(const ReduceLaunch& l) {
   with_type(l, [&](auto e) {
-    for (int64_t o = 0; o < l.n_out; ++o) reduce_one<decltype(e)>(l, o);
+    using E = decltype(e);
+    if (l.parts <= 1) {
+      for (int64_t o = 0; o < l.n_out; ++o) reduce_one<E>(l, o);
+      return;
+    }
+    for (int64_t i = 0; i < l.n_out * l.parts; ++i) reduce_part<E>(l, i);
+    for (int64_t o = 0; o < l.n_out; ++o) reduce_finish<E>(l, o);
   });
 }
 

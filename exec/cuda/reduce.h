@@ -1,5 +1,6 @@
-// The reductions and Softmax on CUDA, seen from the graph: ReduceSum, ReduceMean, ReduceMax,
-// Softmax and LogSoftmax on f32 / f64, with the axes absent or a constant (read on the host).
+// The reductions and Softmax on CUDA, seen from the graph: ReduceSum, ReduceMean, ReduceMax
+// (f32, f64, f16, bf16), Softmax and LogSoftmax (f32, f64), with the axes absent or a constant
+// (read on the host).
 #pragma once
 #include <vector>
 
@@ -11,8 +12,13 @@ bool is_reduce(Op op);
 // Whether node n of g has a kernel here (its dtype; axes absent or constant).
 bool reduce_runs(const Graph& g, const Node& n);
 // Runs n: in / out hold device pointers, or with `emulate` host pointers and the kernels' loops run
-// on the host (exec/cuda/reduce_launch.h). stream: a cudaStream_t.
+// on the host (exec/cuda/reduce_launch.h). stream: a cudaStream_t. scratch: scratch_doubles doubles
+// (device memory, host with emulate) the split reduction may use between its two passes; nullptr:
+// one thread per output.
 void reduce_forward(const Graph& g, const Node& n, const std::vector<TensorRef>& in, const TensorRef& out,
-                    void* stream, bool emulate);
+                    void* stream, bool emulate, double* scratch = nullptr, size_t scratch_doubles = 0);
+// How many shares each output of a reduction of n_out outputs over n_red elements is split into
+// (1: none), given scratch for scratch_doubles partial results.
+int64_t reduce_parts(int64_t n_out, int64_t n_red, size_t scratch_doubles);
 
 }  // namespace onnxdp::cuda

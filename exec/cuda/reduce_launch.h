@@ -4,8 +4,10 @@
 // the *_emulate functions.
 //
 // Both kernels give each output one thread that walks its reduced elements in order, accumulating
-// in double as the CPU kernels do: simple, exact in order, and slow for a few outputs over very
-// many elements (a bias gradient over a large batch); a block-wide reduction is the next step.
+// in double as the CPU kernels do. A reduction of few outputs over many elements (a bias gradient
+// over a large batch) is split: `parts` threads per output each reduce one contiguous share of the
+// reduced elements into a double, and a second pass combines an output's shares in order. The
+// shares are fixed by the sizes, so the result is the same on every run.
 #pragma once
 #include <math.h>
 
@@ -55,10 +57,20 @@ struct ReduceLaunch {
   int64_t n_out = 0, n_red = 0;
   const void* in = nullptr;
   void* out = nullptr;
+  // The split: share p of output o goes to partial[p * n_out + o] (parts 1: no split).
+  int64_t parts = 1;
+  double* partial = nullptr;
 };
 
+// acc combined with v: the sum, or the max where NaN wins.
+ONNXDP_HD inline double rd_combine(const ReduceLaunch& l, double acc, double v) {
+  if (l.kind == RdKind::max) return (v > acc || v != v) ? v : acc;
+  return acc + v;
+}
+
+// Output o's reduction over the reduced elements j0 .. j1 - 1, in order.
 template <class E>
-ONNXDP_HD inline void reduce_one(const ReduceLaunch& l, int64_t o) {
+ONNXDP_HD inline double reduce_range(const ReduceLaunch& l, int64_t o, int64_t j0, int64_t j1) {
   using T = typename E::T;
   const T* src = static_cast<const T*>(l.in);
   int64_t base = 0, k = o;
@@ -67,18 +79,42 @@ ONNXDP_HD inline void reduce_one(const ReduceLaunch& l, int64_t o) {
     k /= l.kept_size[d];
   }
   double acc = l.kind == RdKind::max ? -INFINITY : 0.0;
-  for (int64_t j = 0; j < l.n_red; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     int64_t off = base, q = j;
     for (int d = l.nr - 1; d >= 0; --d) {
       off += (q % l.red_size[d]) * l.red_stride[d];
       q /= l.red_size[d];
     }
-    const double v = E::load(src[off]);
-    if (l.kind == RdKind::max) acc = (v > acc || v != v) ? v : acc;  // NaN wins
-    else acc += v;
+    acc = rd_combine(l, acc, E::load(src[off]));
   }
+  return acc;
+}
+
+template <class E>
+ONNXDP_HD inline void reduce_store(const ReduceLaunch& l, int64_t o, double acc) {
   if (l.kind == RdKind::mean) acc /= double(l.n_red);  // the empty set: 0 / 0 = NaN
-  static_cast<T*>(l.out)[o] = E::store(acc);
+  static_cast<typename E::T*>(l.out)[o] = E::store(acc);
+}
+
+template <class E>
+ONNXDP_HD inline void reduce_one(const ReduceLaunch& l, int64_t o) {
+  reduce_store<E>(l, o, reduce_range<E>(l, o, 0, l.n_red));
+}
+
+// The split's first pass, i < n_out * parts: share i / n_out of output i % n_out.
+template <class E>
+ONNXDP_HD inline void reduce_part(const ReduceLaunch& l, int64_t i) {
+  const int64_t o = i % l.n_out, p = i / l.n_out, share = (l.n_red + l.parts - 1) / l.parts;
+  const int64_t j0 = p * share, j1 = j0 + share < l.n_red ? j0 + share : l.n_red;
+  l.partial[i] = reduce_range<E>(l, o, j0 < l.n_red ? j0 : l.n_red, j1);
+}
+
+// The second pass: output o from its shares, in order.
+template <class E>
+ONNXDP_HD inline void reduce_finish(const ReduceLaunch& l, int64_t o) {
+  double acc = l.kind == RdKind::max ? -INFINITY : 0.0;
+  for (int64_t p = 0; p < l.parts; ++p) acc = rd_combine(l, acc, l.partial[p * l.n_out + o]);
+  reduce_store<E>(l, o, acc);
 }
 
 // Softmax / LogSoftmax over the middle dim of [outer, n, inner]: column c = (q, i) of the

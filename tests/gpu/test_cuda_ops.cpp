@@ -2,7 +2,8 @@
 //
 // The reductions and Softmax / LogSoftmax (exec/cuda/reduce.*): ReduceSum / ReduceMean /
 // ReduceMax over every kind of axes (all, leading, trailing, middle, split, negative, keepdims,
-// noop_with_empty_axes, an empty dim), Softmax / LogSoftmax on each axis with large values and
+// noop_with_empty_axes, an empty dim, few outputs over thousands of elements: the split into
+// shares), Softmax / LogSoftmax on each axis with large values and
 // NaN, on f32 and f64, the reductions also on f16 and bf16. Both accumulate in double in the same
 // order per output: agreement within 1e-6 relative (f32) / 1e-12 (f64); 16-bit results are rounded
 // once from the double sum on both sides: equal.
@@ -21,6 +22,7 @@
 #include <random>
 
 #include "exec/cuda/elementwise.h"
+#include "exec/cuda/reduce.h"
 #include "exec/device_backend.h"
 #include "exec/plan.h"
 
@@ -75,6 +77,7 @@ Tensor input_of(const Case& c, DType t, std::mt19937& rng) {
     double v = u(rng);
     if (i == 5) v = 1000.0;  // Softmax must subtract the max
     if (i == 17) v = NAN;    // NaN propagates (max: NaN wins)
+    if (x.numel() > 1000 && i == x.numel() - 3) v = NAN;  // also from a split reduction's last share
     if (t == DType::f32) x.as<float>()[i] = float(v);
     else if (t == DType::f16) x.as<uint16_t>()[i] = f32_to_f16(float(v));
     else if (t == DType::bf16) x.as<uint16_t>()[i] = f32_to_bf16(float(v));
@@ -95,6 +98,9 @@ std::vector<Case> cases() {
       cs.push_back({op, {2, 3, 1, 5}, {1, 2}, true, keep, 0});   // with a size-1 dim
       cs.push_back({op, {300, 7}, {0}, true, keep, 0});          // many rows per output (bias gradient)
       cs.push_back({op, {0, 3}, {0}, true, keep, 0});            // an empty reduced dim
+      cs.push_back({op, {3000, 7}, {0}, true, keep, 0});         // split: 7 outputs over 3000 rows
+      cs.push_back({op, {2, 1500, 5}, {0, 1}, true, keep, 0});   // split over two dims
+      cs.push_back({op, {4, 1201}, {1}, true, keep, 0});         // split, a short last share
     }
     cs.push_back({op, {3, 4}, {}, true, 1, 1});  // noop_with_empty_axes: the identity
   }
@@ -232,6 +238,16 @@ TEST_SUITE("cuda") {
   TEST_CASE("cuda reduce (emulated): reductions and Softmax match the CPU kernels") {
     const int n = check_all(DeviceKind::cuda_emulated);
     MESSAGE("cuda reduce emulated: " << n << " cases match the CPU kernels");
+  }
+
+  TEST_CASE("cuda reduce: few outputs over many elements are split into shares, within the scratch") {
+    CHECK(cuda::reduce_parts(7, 3000, size_t(1) << 20) == 11);   // shares of ~256
+    CHECK(cuda::reduce_parts(4, 1201, size_t(1) << 20) == 4);
+    CHECK(cuda::reduce_parts(7, 300, size_t(1) << 20) == 1);     // few elements: a thread each
+    CHECK(cuda::reduce_parts(100000, 3000, size_t(1) << 20) == 1);  // many outputs: a thread each
+    CHECK(cuda::reduce_parts(1000, 1 << 20, 4000) == 4);         // as many as the scratch holds
+    CHECK(cuda::reduce_parts(7, 1 << 30, size_t(1) << 20) == 1024);
+    CHECK(cuda::reduce_parts(7, 3000, 0) == 1);
   }
 
   TEST_CASE("cuda reduce: integer inputs and computed axes stay on the CPU") {
