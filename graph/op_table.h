@@ -8,7 +8,7 @@
 //   CPU kernel  exec/cpu/C.cpp          <Op>_forward
 //   tests       tests/ops/test_C.cpp
 //   CUDA kernel exec/cuda/backend.cpp's has_kernel() names the file of each op: elementwise.*
-//               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm, FusedGemm),
+//               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm, FusedGemm, FusedMatMul),
 //               reduce.* (Reduce*, Softmax, LogSoftmax), norm.* (LayerNormalization, BatchNormalization,
 //               the losses, their Grads), tensor_ops.* (Gather, Cast, Concat, Slice, Split, Pad,
 //               Tile, Trilu, Dropout, GatherGrad), conv.* (Conv, ConvTranspose, ConvGradFilter,
@@ -136,11 +136,14 @@
   /* FusedGemm: Gemm (its inputs and attributes) with `activation` applied to Y, Relu only; on  */ \
   /* CUDA one cuBLASLt call with the activation (and a bias) as its epilogue.                  */ \
   X(FusedGemm,                  math,       2, 3, 1, 1,                                             \
-    "alpha:f=1,beta:f=1,transA:i=0,transB:i=0,activation:s=Relu")
+    "alpha:f=1,beta:f=1,transA:i=0,transB:i=0,activation:s=Relu")                                  \
+  /* FusedMatMul (A [.., M, K], B [K, N], bias [N]?) -> MatMul + bias, then `activation` (none  */ \
+  /* or Relu): a Linear layer on N-D input as exported (MatMul, Add); on CUDA one cuBLASLt call. */ \
+  X(FusedMatMul,                math,       2, 3, 1, 1, "activation:s=")
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 74
+#define ONNXDP_OP_COUNT 75
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

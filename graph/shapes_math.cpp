@@ -188,4 +188,18 @@ void shape_FusedGemm(ShapeCtx& c) {
   shape_Gemm(c);
 }
 
+// MatMul's rule for A of rank >= 2 and B [K, N]; the bias is [N] of A's dtype.
+void shape_FusedMatMul(ShapeCtx& c) {
+  const std::string& act = c.node.s("activation");
+  if (!act.empty() && act != "Relu") c.fail("activation '{}' is not one FusedMatMul has (none, Relu)", act);
+  if (c.shape(0).size() < 2 || c.shape(1).size() != 2)
+    c.fail("A must have 2 or more dims and B 2, they are {} and {}", shape_str(c.shape(0)), shape_str(c.shape(1)));
+  shape_MatMul(c);
+  if (c.has(2)) {
+    same_dtype(c, 0, 2);
+    if (c.shape(2) != Shape{c.shape(1)[1]})
+      c.fail("the bias has shape {}, expected [{}]", shape_str(c.shape(2)), c.shape(1)[1]);
+  }
+}
+
 }  // namespace onnxdp

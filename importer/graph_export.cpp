@@ -13,7 +13,7 @@ namespace {
 // onnxdp's own: domain onnxdp.
 bool is_onnx_op(Op op) {
   std::string_view cat = op_info(op).category;
-  return cat != "collective" && cat != "grad" && op != Op::FusedGemm;
+  return cat != "collective" && cat != "grad" && op != Op::FusedGemm && op != Op::FusedMatMul;
 }
 
 void set_value_info(const Value& v, onnx::ValueInfoProto* vi) {

@@ -106,5 +106,6 @@ void import_MatMul(ImportCtx& c) {}
 void import_Gemm(ImportCtx& c) {}
 // onnxdp's own, made by graph/passes/fuse_epilogues.cpp: a model naming it fails.
 void import_FusedGemm(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
+void import_FusedMatMul(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 
 }  // namespace onnxdp

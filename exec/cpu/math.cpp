@@ -356,15 +356,38 @@ void Gemm_forward(KernelCtx& c) {
   });
 }
 
-// Gemm, then Relu's functor on Y in place: the values of the two nodes it replaced.
-void FusedGemm_forward(KernelCtx& c) {
-  Gemm_forward(c);
+namespace {
+// Relu's functor on Y in place.
+void relu_in_place(KernelCtx& c) {
   const TensorRef& y = c.out(0);
   if (half_map<uint16_t>(y.dtype, y, fn::Relu{}, y)) return;
   dispatch_dtype(y.dtype, [&]<class T>() {
     if constexpr (kIsNumber<T>) broadcast_map<T, T>(y, fn::Relu{}, y);
     else unsupported(c, y.dtype);
   });
+}
+}  // namespace
+
+// Gemm, then Relu on Y: the values of the two nodes it replaced.
+void FusedGemm_forward(KernelCtx& c) {
+  Gemm_forward(c);
+  relu_in_place(c);
+}
+
+// MatMul, then Add's functor with the bias broadcast along Y's rows, then Relu: the values of the
+// nodes it replaced.
+void FusedMatMul_forward(KernelCtx& c) {
+  MatMul_forward(c);
+  const TensorRef& y = c.out(0);
+  if (c.has_in(2)) {
+    const TensorRef& bias = c.in(2);
+    if (!half_map<uint16_t>(y.dtype, y, fn::Add{}, y, bias))
+      dispatch_dtype(y.dtype, [&]<class T>() {
+        if constexpr (kIsNumber<T>) broadcast_map<T, T, T>(y, fn::Add{}, y, bias);
+        else unsupported(c, y.dtype);
+      });
+  }
+  if (c.node.s("activation") == "Relu") relu_in_place(c);
 }
 
 }  // namespace onnxdp

@@ -1,8 +1,8 @@
 // The CUDA device of a Plan (exec/device_backend.h): device memory, copies on the device's stream,
-// and the nodes with CUDA kernels: MatMul, Gemm and FusedGemm on cuBLAS / cuBLASLt (exec/cuda/gemm.*,
-// fp32, TF32 with allow_tf32, f16 / bf16), the elementwise ops (exec/cuda/elementwise.*), the reductions and Softmax
-// (exec/cuda/reduce.*), Transpose / Expand (strided copies on the elementwise kernel), the
-// reshapes (device copies), the collectives (NCCL) and the groups of exec/cuda/kernels.h (norms and
+// and the nodes with CUDA kernels: MatMul, Gemm, FusedGemm and FusedMatMul on cuBLAS / cuBLASLt
+// (exec/cuda/gemm.*, fp32, TF32 with allow_tf32, f16 / bf16), the elementwise ops
+// (exec/cuda/elementwise.*), the reductions and Softmax (exec/cuda/reduce.*), Transpose / Expand
+// (strided copies on the elementwise kernel), the reshapes (device copies), the collectives (NCCL) and the groups of exec/cuda/kernels.h (norms and
 // losses, tensor ops, convolutions and pooling); graph/op_table.h's header lists them per op. Any
 // other node runs on the CPU kernel with copies (Plan::host_ops names them).
 //
@@ -136,7 +136,8 @@ class CudaBackend final : public DeviceBackend {
       return cuda::elementwise_runs(g, n);
     }
     if (cuda::is_reduce(n.op)) return cuda::reduce_runs(g, n);
-    if (n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::FusedGemm) return cuda::gemm_runs(g, n);
+    if (n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::FusedGemm || n.op == Op::FusedMatMul)
+      return cuda::gemm_runs(g, n);
     if (n.op == Op::Scatter) return true;
     // All-reduces and all-gathers: copies in a world of one, NCCL (or, emulated, the host
     // communicator) in a connected world of GPUs; a world not connected, or not all GPUs, uses
@@ -179,7 +180,7 @@ class CudaBackend final : public DeviceBackend {
     if (n.op == Op::Scatter) return scatter(c);
     if (n.op == Op::AllReduce) return all_reduce(c);
     if (n.op == Op::AllGather) return all_gather(c);
-    if (n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::FusedGemm) {
+    if (n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::FusedGemm || n.op == Op::FusedMatMul) {
       if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0), tf32_);
       return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_,
                                 cuda::LtContext{blas_lt_, blas_workspace_, kBlasWorkspace});

@@ -163,6 +163,28 @@ GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_ty
   return c;
 }
 
+// FusedMatMul: MatMul's call, the bias [N] (one value per row of the column-major Y') as the
+// epilogue (or, without cuBLASLt, broadcast down Y's rows), the Relu.
+GemmCall fused_matmul_call(const Node& node, DType a_type, const Shape& a, DType b_type, const Shape& b,
+                           const DType* c_type, const Shape* c_shape) {
+  if (a_type != DType::f32) return refused("FusedMatMul on 16-bit floats (its Relu runs on float32)");
+  if (a.size() < 2 || b.size() != 2)
+    return refused(fmt::format("FusedMatMul takes A of 2 or more dims and B of 2, not {} and {}", shape_str(a),
+                               shape_str(b)));
+  GemmCall c = matmul_call(a_type, a, b_type, b);
+  if (!c.ok) return c;
+  c.relu = node.s("activation") == "Relu";
+  if (c_shape) {
+    if (*c_type != a_type || *c_shape != Shape{b[1]})
+      return refused(fmt::format("the bias is {} {}, expected {} [{}]", dtype_name(*c_type), shape_str(*c_shape),
+                                 dtype_name(a_type), b[1]));
+    c.c_row_stride = 0, c.c_col_stride = 1;
+    if (c.kind == GemmCall::Kind::gemm) c.epilogue = GemmCall::Epilogue::bias;
+    else c.broadcast_c = true, c.beta = 1;  // K = 0: Y = the bias broadcast
+  }
+  return c;
+}
+
 // The same values without cuBLASLt: C copied into Y, then beta = 1; the Relu (kept in c.relu)
 // is then the caller's, on Y.
 GemmCall without_epilogue(GemmCall c) {
@@ -384,15 +406,13 @@ void forward_plain(const GemmCall& call, const TensorRef* c, const TensorRef& a,
 
 void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& out, void* handle, void* stream,
              const LtContext& lt, bool emulate, bool tf32) {
-  if (n.op != Op::MatMul && n.op != Op::Gemm && n.op != Op::FusedGemm)
-    fail("{}: not a MatMul, Gemm or FusedGemm", n.describe());
+  if (n.op != Op::MatMul && n.op != Op::Gemm && n.op != Op::FusedGemm && n.op != Op::FusedMatMul)
+    fail("{}: not a MatMul, Gemm, FusedGemm or FusedMatMul", n.describe());
   if (in.size() < 2 || !in[0].present() || !in[1].present()) fail("{}: inputs A and B are required", n.describe());
   const TensorRef& a = in[0];
   const TensorRef& b = in[1];
   const TensorRef* c = n.op != Op::MatMul && in.size() > 2 && in[2].present() ? &in[2] : nullptr;
-  GemmCall call = n.op == Op::MatMul ? matmul_call(a.dtype, *a.shape, b.dtype, *b.shape)
-                                     : gemm_op_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr,
-                                                    c ? c->shape : nullptr);
+  GemmCall call = gemm_call(n, a.dtype, *a.shape, b.dtype, *b.shape, c ? &c->dtype : nullptr, c ? c->shape : nullptr);
   if (!call.ok) fail("{}: no cuBLAS kernel: {}", n.describe(), call.why);
   if (!out.present() || out.dtype != call.type || out.numel != call.y_rows * call.y_cols)
     fail("{}: the output has {} elements of {}, the product {}", n.describe(), out.present() ? out.numel : 0,
@@ -455,16 +475,18 @@ struct Handle {
 
 GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, const Shape& b, const DType* c_type,
                    const Shape* c) {
+  if (c && !c_type) return refused("C has a shape but no dtype");
   if (n.op == Op::MatMul) return matmul_call(a_type, a, b_type, b);
+  if (n.op == Op::FusedMatMul) return fused_matmul_call(n, a_type, a, b_type, b, c_type, c);
   if (n.op == Op::Gemm || n.op == Op::FusedGemm) {
-    if (c && !c_type) return refused("C has a shape but no dtype");
     return gemm_op_call(n, a_type, a, b_type, b, c_type, c);
   }
-  return refused(fmt::format("{} is not MatMul, Gemm or FusedGemm", op_name(n.op)));
+  return refused(fmt::format("{} is not MatMul, Gemm, FusedGemm or FusedMatMul", op_name(n.op)));
 }
 
 bool gemm_runs(const Graph& g, const Node& n) {
-  if ((n.op != Op::MatMul && n.op != Op::Gemm && n.op != Op::FusedGemm) || !n.has_input(0) || !n.has_input(1))
+  if ((n.op != Op::MatMul && n.op != Op::Gemm && n.op != Op::FusedGemm && n.op != Op::FusedMatMul) ||
+      !n.has_input(0) || !n.has_input(1))
     return false;
   if (n.outputs.empty() || !gemm_type(g.value(n.outputs[0]).dtype)) return false;
   const Value& a = g.value(n.inputs[0]);

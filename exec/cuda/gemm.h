@@ -1,5 +1,5 @@
-// MatMul, Gemm and FusedGemm on CUDA through cuBLAS / cuBLASLt, seen from the graph: which nodes run there,
-// and running one.
+// MatMul, Gemm, FusedGemm and FusedMatMul on CUDA through cuBLAS / cuBLASLt, seen from the graph:
+// which nodes run there, and running one.
 //
 //   if (cuda::gemm_runs(g, node)) cuda::gemm_forward(node, inputs, out, cublas_handle, stream);
 //
@@ -27,7 +27,8 @@
 // - A bias (Gemm's C of [N] or [1, N] with beta = 1, the form a Linear layer exports to) is
 //   cuBLASLt's bias epilogue instead: Y = alpha * A B + C in the GEMM's own store, no copy of C into
 //   Y before it (Epilogue::bias). FusedGemm (Gemm + Relu, graph/passes/fuse_epilogues.h; float32)
-//   adds the Relu to the epilogue (CUBLASLT_EPILOGUE_RELU_BIAS, or RELU after a broadcast C).
+//   adds the Relu to the epilogue (CUBLASLT_EPILOGUE_RELU_BIAS, or RELU after a broadcast C);
+//   FusedMatMul (MatMul with B [K, N], its rows one GEMM, + bias [N], + Relu) likewise.
 //   Given no cuBLASLt handle, or when cuBLASLt offers no algorithm for the call, the broadcast
 //   copy, beta = 1 and the elementwise Relu kernel on Y compute the same values.
 // - Empty dims: M, N or batch 0 is nothing to do; K = 0 gives Y = beta * C (the broadcast copy
@@ -87,13 +88,13 @@ struct GemmCall {
   bool relu = false;
 };
 
-// The calls for node n (MatMul, Gemm or FusedGemm) on inputs of these dtypes and shapes (c: Gemm's C, nullptr
+// The calls for node n (MatMul, Gemm, FusedGemm or FusedMatMul) on inputs of these dtypes and shapes (c: Gemm's C, nullptr
 // when absent). ok false with `why` for what has no cuBLAS kernel here. Shapes are taken as given
 // (the shape rule has checked K and the broadcasts); inconsistent ones are refused, not trusted.
 GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, const Shape& b, const DType* c_type,
                    const Shape* c);
 
-// Whether node n (MatMul, Gemm or FusedGemm) has a cuBLAS kernel for its input dtypes and shapes in g.
+// Whether node n (MatMul, Gemm, FusedGemm or FusedMatMul) has a cuBLAS kernel for its input dtypes and shapes in g.
 bool gemm_runs(const Graph& g, const Node& n);
 
 // cuBLASLt for the epilogues: a cublasLtHandle_t and a device workspace for it, both the caller's

@@ -1,12 +1,18 @@
-// fuse_epilogues: a Gemm whose output only a Relu reads becomes one FusedGemm (graph/op_table.h)
-// producing the Relu's output: on CUDA one cuBLASLt call with the bias and the Relu as its
-// epilogue (exec/cuda/gemm.h), on the CPU the Gemm kernel and the Relu functor on its output.
-// The values are those of the two nodes.
+// fuse_epilogues: the work after a matrix product goes into the product's node (graph/op_table.h),
+// which produces the last fused node's output:
+//   - Gemm read only by a Relu: FusedGemm;
+//   - MatMul (A of rank >= 2, B [K, N]) read only by an Add of a bias [N] (a Linear layer on N-D
+//     input as exporters write it): FusedMatMul with the bias as input 2;
+//   - MatMul or such a FusedMatMul read only by a Relu: FusedMatMul with activation Relu.
+// On CUDA each is one cuBLASLt call with the bias and the Relu as its epilogue
+// (exec/cuda/gemm.h), on the CPU the product's kernel and the Add / Relu functors on its output:
+// the values are those of the nodes it replaces.
 //
 // Runs on a finished graph (after autodiff: FusedGemm has no gradient rule). Relu's gradient reads
-// Relu's output (graph/gradients_math.cpp), so in a training graph the Gemm's output is read by
-// the Relu alone. Only float32 Gemms are fused (a FusedGemm's CUDA kernel is float32). Returns the
-// number of nodes fused; the Gemm's own output value is left without producer or reader.
+// Relu's output (graph/gradients_math.cpp) and Add's reads neither input, so in a training graph
+// the product's output is read by the Add or Relu alone. Only float32 products are fused (the
+// fused CUDA kernels are float32). Returns the number of nodes fused; the product's own output
+// value is left without producer or reader.
 #pragma once
 #include "graph/graph.h"
 

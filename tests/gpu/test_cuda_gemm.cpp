@@ -135,7 +135,7 @@ bool run_case(const Case& c, std::mt19937& rng) {
 
   int64_t K;
   const Shape& a = c.shapes[0];
-  if (c.op == Op::MatMul) K = a.back();
+  if (c.op == Op::MatMul || c.op == Op::FusedMatMul) K = a.back();
   else K = n.i("transA") ? a[0] : a[1];
   const double fp32_tol = double(2 * K + 8) * std::ldexp(1.0, -24);
   const double tol = fp32_tol + (g_tf32 ? std::ldexp(1.0, -10) : 0.0);
@@ -289,6 +289,24 @@ void fused_all() {
             count += run_case(cs, rng);
           }
   report("FusedGemm (Gemm + Relu epilogue)", count);
+}
+
+// FusedMatMul (MatMul with B [K, N] + bias [N] + Relu: the bias / Relu epilogues over A's rows as
+// one GEMM; the broadcast bias and the elementwise Relu after a K = 0 fill) against the CPU's
+// MatMul + Add + Relu.
+void fused_matmul_all() {
+  std::mt19937 rng(18);
+  int count = 0;
+  for (const auto& [a, b] : std::vector<std::pair<Shape, Shape>>{
+           {{7, 33}, {33, 5}}, {{2, 5, 33}, {33, 7}}, {{2, 3, 7, 9}, {9, 65}}, {{3, 1, 7}, {7, 1}}, {{4, 7, 0}, {0, 5}}})
+    for (bool bias : {true, false})
+      for (const char* act : {"", "Relu"}) {
+        if (!bias && !*act) continue;  // that is a MatMul
+        Case cs{Op::FusedMatMul, {a, b}, {{"activation", Attr(std::string(act))}}};
+        if (bias) cs.shapes.push_back(Shape{b[1]});
+        count += run_case(cs, rng);
+      }
+  report("FusedMatMul (MatMul + bias + Relu epilogues)", count);
 }
 
 // MatMul / Gemm on f16 and bf16 (cublasGemmEx, fp32 sums, one rounding) against the CPU kernel
@@ -455,6 +473,9 @@ TEST_CASE("cuda gemm: gemm_call maps row-major MatMul / Gemm to column-major cuB
   CHECK((c.ok && c.relu && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c && c.beta == 0.5f));
   c = call(Op::Gemm, {{7, 9}, {9, 5}});
   CHECK((c.ok && !c.relu));
+  // FusedMatMul: A's rows one GEMM, the bias [N] as the epilogue.
+  c = call(Op::FusedMatMul, {{2, 5, 9}, {9, 7}, {7}}, {{"activation", Attr(std::string("Relu"))}});
+  CHECK((c.ok && c.relu && c.epilogue == cuda::GemmCall::Epilogue::bias && c.m == 7 && c.n == 10 && c.k == 9));
   c = call(Op::Gemm, {{7, 0}, {0, 5}, {5}});  // K = 0 is a fill, never an epilogue
   CHECK((c.ok && c.kind == K::fill && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c));
   // beta 0, or no C: Y is overwritten.
@@ -564,6 +585,10 @@ TEST_CASE("cuda gemm host emulation: FusedGemm (bias and Relu epilogues) equals 
   g_backend = Backend::emulation;
   fused_all();
 }
+TEST_CASE("cuda gemm host emulation: FusedMatMul (bias and Relu epilogues) equals the CPU's MatMul + Add + Relu") {
+  g_backend = Backend::emulation;
+  fused_matmul_all();
+}
 
 }  // TEST_SUITE("cuda")
 
@@ -594,6 +619,11 @@ TEST_CASE("cuda gemm on GPU: FusedGemm (bias and Relu epilogues) equals the CPU'
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
   fused_all();
+}
+TEST_CASE("cuda gemm on GPU: FusedMatMul (bias and Relu epilogues) equals the CPU's MatMul + Add + Relu") {
+  if (!have_gpu()) return;
+  g_backend = Backend::gpu;
+  fused_matmul_all();
 }
 TEST_CASE("cuda gemm on GPU: Gemm (transA, transB, alpha, beta, C broadcasts) equals the CPU") {
   if (!have_gpu()) return;

@@ -36,9 +36,9 @@ int count(const Graph& g, Op op) {
   return n;
 }
 
-// x [4, 6] -> Gemm(w [5, 6]ᵀ, b [5]) -> Relu -> Gemm(w2 [5, 3]) -> Relu -> y, plus side branches
-// that must stay unfused: a Gemm whose output something else also reads, a Gemm output that is a
-// graph output, a MatMul + Relu, and a float64 Gemm + Relu.
+// x [4, 6] -> Gemm(w [5, 6]ᵀ, b [5]) -> Relu -> Gemm(w2 [5, 3]) -> Relu -> y, a MatMul + Relu
+// (fused too), and side branches that must stay unfused: a Gemm whose output something else also
+// reads, a Gemm output that is a graph output, and a float64 Gemm + Relu.
 Graph sample() {
   Graph g;
   ValueId x = input(g, "x", {4, 6}), w = input(g, "w", {5, 6}), b = input(g, "b", {5}), w2 = input(g, "w2", {5, 3});
@@ -53,7 +53,7 @@ Graph sample() {
   // A graph output.
   ValueId h4 = out(g, g.add_node(Op::Gemm, "fc4", {r, w2}, {"fc4/y"}));
   ValueId r4 = out(g, g.add_node(Op::Relu, "relu4", {h4}, {"relu4/y"}));
-  // MatMul + Relu.
+  // MatMul + Relu: FusedMatMul.
   ValueId m5 = out(g, g.add_node(Op::MatMul, "mm5", {r, w2}, {"mm5/y"}));
   ValueId r5 = out(g, g.add_node(Op::Relu, "relu5", {m5}, {"relu5/y"}));
   // float64.
@@ -85,16 +85,19 @@ std::map<std::string, Tensor> feeds(const Graph& g) {
 TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedGemm; the rest stays") {
   Graph g = sample();
   const size_t nodes = g.nodes.size();
-  CHECK(fuse_epilogues(g) == 2);
+  CHECK(fuse_epilogues(g) == 3);
   verify(g);
-  CHECK(g.nodes.size() == nodes - 2);
+  CHECK(g.nodes.size() == nodes - 3);
   CHECK(count(g, Op::FusedGemm) == 2);
-  CHECK(count(g, Op::Relu) == 4);  // relu3 .. relu6
+  CHECK(count(g, Op::FusedMatMul) == 1);
+  CHECK(count(g, Op::Relu) == 3);  // relu3, relu4, relu6
   std::map<std::string, const Node*> by_name;
   for (const Node& n : g.nodes) by_name[n.name] = &n;
-  for (const char* gone : {"relu1", "relu2"}) CHECK_MESSAGE(!by_name.count(gone), gone);
+  for (const char* gone : {"relu1", "relu2", "relu5"}) CHECK_MESSAGE(!by_name.count(gone), gone);
   for (const char* kept : {"fc3", "fc4", "fc6"}) CHECK_MESSAGE(by_name.at(kept)->op == Op::Gemm, kept);
-  CHECK(by_name.at("mm5")->op == Op::MatMul);
+  CHECK(by_name.at("mm5")->op == Op::FusedMatMul);
+  CHECK(by_name.at("mm5")->s("activation") == "Relu");
+  CHECK(by_name.at("mm5")->inputs.size() == 2);
   // The fused nodes produce the Relus' outputs and keep the Gemms' inputs and attributes.
   const Node& fc1 = *by_name.at("fc1");
   const Node& fc2 = *by_name.at("fc2");
@@ -111,7 +114,7 @@ TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedG
 
 TEST_CASE("fuse_epilogues: the fused graph computes the unfused graph's values on the CPU") {
   Graph plain = sample(), fused = sample();
-  REQUIRE(fuse_epilogues(fused) == 2);
+  REQUIRE(fuse_epilogues(fused) == 3);
   const std::map<std::string, Tensor> in = feeds(plain);
   Plan a(std::move(plain)), b(std::move(fused));
   std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
@@ -129,6 +132,70 @@ TEST_CASE("fuse_epilogues: the fused graph computes the unfused graph's values o
   CHECK(negatives_zeroed > 0);  // the Relu did something
 }
 
+namespace {
+
+// x [2, 4, 6] -> MatMul(w [6, 5]) -> Add(b [5]) -> Relu -> MatMul(w2 [5, 3]) -> Add(b2, .) -> y, and
+// pairs that must stay: a bias [1, 5], a bias computed after the MatMul, a B of 3 dims.
+Graph linear_sample() {
+  Graph g;
+  ValueId x = input(g, "x", {2, 4, 6}), w = input(g, "w", {6, 5}), b = input(g, "b", {5});
+  ValueId w2 = input(g, "w2", {5, 3}), b2 = input(g, "b2", {3}), b15 = input(g, "b15", {1, 5});
+  ValueId w3 = input(g, "w3", {2, 6, 5});
+  ValueId h = out(g, g.add_node(Op::MatMul, "mm1", {x, w}, {"mm1/y"}));
+  ValueId hb = out(g, g.add_node(Op::Add, "add1", {h, b}, {"add1/y"}));
+  ValueId r = out(g, g.add_node(Op::Relu, "relu1", {hb}, {"relu1/y"}));
+  ValueId h2 = out(g, g.add_node(Op::MatMul, "mm2", {r, w2}, {"mm2/y"}));
+  ValueId y = out(g, g.add_node(Op::Add, "add2", {b2, h2}, {"y"}));  // bias first
+  // [1, 5] bias: stays.
+  ValueId h3 = out(g, g.add_node(Op::MatMul, "mm3", {x, w}, {"mm3/y"}));
+  ValueId y3 = out(g, g.add_node(Op::Add, "add3", {h3, b15}, {"y3"}));
+  // The bias computed after the MatMul: stays.
+  ValueId h4 = out(g, g.add_node(Op::MatMul, "mm4", {x, w}, {"mm4/y"}));
+  ValueId b4 = out(g, g.add_node(Op::Neg, "neg4", {b}, {"neg4/y"}));
+  ValueId y4 = out(g, g.add_node(Op::Add, "add4", {h4, b4}, {"y4"}));
+  // B of 3 dims (batched weights): stays.
+  ValueId h5 = out(g, g.add_node(Op::MatMul, "mm5", {x, w3}, {"mm5/y"}));
+  ValueId y5 = out(g, g.add_node(Op::Add, "add5", {h5, b}, {"y5"}));
+  g.outputs = {y, y3, y4, y5};
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("fuse_epilogues: MatMul + bias Add (+ Relu) becomes one FusedMatMul; the rest stays") {
+  Graph g = linear_sample();
+  const size_t nodes = g.nodes.size();
+  CHECK(fuse_epilogues(g) == 3);  // add1, relu1, add2
+  verify(g);
+  CHECK(g.nodes.size() == nodes - 3);
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : g.nodes) by_name[n.name] = &n;
+  const Node& mm1 = *by_name.at("mm1");
+  CHECK(mm1.op == Op::FusedMatMul);
+  CHECK(mm1.s("activation") == "Relu");
+  REQUIRE(mm1.inputs.size() == 3);
+  CHECK(g.value(mm1.inputs[2]).name == "b");
+  CHECK(g.value(mm1.outputs[0]).name == "relu1/y");
+  const Node& mm2 = *by_name.at("mm2");
+  CHECK(mm2.op == Op::FusedMatMul);
+  CHECK(mm2.s("activation").empty());
+  CHECK(g.value(mm2.inputs[2]).name == "b2");
+  CHECK(g.value(mm2.outputs[0]).name == "y");
+  for (const char* kept : {"mm3", "mm4", "mm5"}) CHECK_MESSAGE(by_name.at(kept)->op == Op::MatMul, kept);
+  for (const char* kept : {"add3", "add4", "add5"}) CHECK_MESSAGE(by_name.count(kept), kept);
+  // Same values on the CPU.
+  Graph plain = linear_sample();
+  const std::map<std::string, Tensor> in = feeds(plain);
+  Plan a(std::move(plain)), b(std::move(g));
+  std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
+  for (const auto& [name, t] : ya) {
+    INFO(name);
+    std::vector<double> x = t.to_f64(), z = yb.at(name).to_f64();
+    REQUIRE(x.size() == z.size());
+    for (size_t i = 0; i < x.size(); ++i) CHECK(x[i] == z[i]);
+  }
+}
+
 TEST_CASE("fuse_epilogues: the trainer's graphs of mlp use FusedGemm, Relu's gradient reads Relu's output") {
   TrainOptions o;
   o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/model.onnx";
@@ -141,6 +208,11 @@ TEST_CASE("fuse_epilogues: the trainer's graphs of mlp use FusedGemm, Relu's gra
     CHECK(count(tg.g, Op::Gemm) >= 1);
     verify(tg.g);
   }
+  // tiny_lm's Linear layers (MatMul + Add on [batch, time, features]) become FusedMatMul.
+  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/tiny_lm/model.onnx";
+  TrainingGraph lm = training_graph(o, 1, 0);
+  CHECK(count(lm.g, Op::FusedMatMul) >= 4);
+  verify(lm.g);
 }
 
 TEST_CASE("fuse_epilogues: FusedGemm is onnxdp's own: a model naming it is refused by name") {
