@@ -15,12 +15,14 @@ int64_t numel_of(const TensorRef& t) { return t.present() ? t.numel : 0; }
 // 2 x multiply-adds of the GEMM-shaped ops, from the shapes the kernel ran with.
 double gemm_flops(const Node& n, const KernelCtx& c) {
   switch (n.op) {
-    case Op::MatMul: {  // out [..., M, N], reduction dim K = last dim of a
+    case Op::MatMul:
+    case Op::FusedMatMul: {  // out [..., M, N], reduction dim K = last dim of a
       const TensorRef& a = c.in(0);
       const int64_t k = a.rank() >= 1 ? a.dim(a.rank() - 1) : 1;
       return 2.0 * double(numel_of(c.out(0))) * double(k);
     }
-    case Op::Gemm: {  // out [M, N], K from A (transA swaps it)
+    case Op::Gemm:
+    case Op::FusedGemm: {  // out [M, N], K from A (transA swaps it)
       const TensorRef& a = c.in(0);
       const int64_t k = n.i("transA") ? a.dim(0) : a.dim(1);
       return 2.0 * double(numel_of(c.out(0))) * double(k);
