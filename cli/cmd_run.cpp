@@ -26,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "train/trainer.h"
 #include "exec/plan.h"
+#include "graph/passes/autocast.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
@@ -41,6 +42,7 @@ struct RunOptions {
   int64_t batch_size = 64;
   bool train_mode = false;
   std::string devices = "auto";
+  std::string mixed_precision = "no";  // bf16: MatMul / Gemm on bfloat16 copies (graph/passes/autocast.h)
 };
 
 // A graph input as the model declares it, and the array that feeds it.
@@ -157,6 +159,7 @@ Plan compile_for(const onnx::ModelProto& m, const std::string& model_dir, const 
     inference_mode(g);
     remove_dead_nodes(g);
   }
+  if (opt.mixed_precision == "bf16") autocast(g, DType::bf16);
   if (world > 1) {
     DataParallelOptions dp;
     dp.world_size = world;
@@ -316,6 +319,10 @@ Command add_run_command(CLI::App& parent) {
   sub->add_flag("--train-mode", opt->train_mode,
                 "Run the graph as exported (BatchNormalization batch statistics, live Dropout) instead of "
                 "inference mode");
+  sub->add_option("--mixed-precision", opt->mixed_precision,
+                  "bf16: MatMul and Gemm on bfloat16 copies of their float32 inputs, as train's option")
+      ->check(CLI::IsMember({"no", "bf16"}))
+      ->capture_default_str();
   return Command{sub, [opt] { return run_command(*opt); }};
 }
 

@@ -399,6 +399,32 @@ TEST_CASE("cli: run matches PyTorch's eval-mode outputs on the sample models") {
   }
 }
 
+TEST_CASE("cli: run --mixed-precision bf16 computes the products in bfloat16: close to float32, not equal") {
+  const std::string dir = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp";
+  TempDir tmp;
+  const std::string base = "run " + q(dir + "/model.onnx") + " --data " + q(dir + "/reference.npz") + " --out ";
+  Result a = onnxdp_cli(tmp, base + q(tmp.file("f32.npz")));
+  Result b = onnxdp_cli(tmp, base + q(tmp.file("bf16.npz")) + " --mixed-precision bf16");
+  INFO(a.err << b.err);
+  REQUIRE(a.rc == 0);
+  REQUIRE(b.rc == 0);
+  auto fa = read_npz(tmp.file("f32.npz")), fb = read_npz(tmp.file("bf16.npz"));
+  REQUIRE(fa.size() == fb.size());
+  for (const auto& [name, t] : fa) {
+    CAPTURE(name);
+    std::vector<double> x = t.to_f64(), y = fb.at(name).to_f64();
+    REQUIRE(x.size() == y.size());
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) scale = std::max(scale, std::abs(x[i]));
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+    CAPTURE(worst);
+    CHECK(worst > 0);               // the bfloat16 roundings happened
+    CHECK(worst <= 1e-2 * scale);  // within a few of bfloat16's 2^-8 through three layers
+  }
+  Result bad = onnxdp_cli(tmp, base + q(tmp.file("x.npz")) + " --mixed-precision fp16");
+  CHECK(bad.rc != 0);
+}
+
 TEST_CASE("cli: run --devices cpu:N splits each batch over replicas and gathers outputs in sample order") {
   const std::string models = std::string(ONNXDP_SOURCE_DIR) + "/models";
   struct Case {
