@@ -372,7 +372,10 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   dp.first_bucket_mb = std::min(dp.first_bucket_mb, o.bucket_mb);  // never larger than the others
   data_parallel_forward(g, dp, batch_inputs);
   tg.grads = autodiff(g, loss, wrt);
-  fuse_epilogues(g);  // before the passes that keep node indices
+  std::vector<ValueId> read_after = tg.grads;  // with the loss and statistics: outputs later
+  read_after.push_back(loss);
+  for (const auto& [v, name] : tg.running_stats) read_after.push_back(v);
+  fuse_epilogues(g, read_after);  // before the passes that keep node indices
   if (mb.accumulate) accumulate_gradients(g, tg.grads, tg.trainable, loss);
   tg.order = production_order(g, tg.grads);
   if (mb.sync) tg.buckets = data_parallel_gradients(g, tg.grads, dp);
@@ -908,6 +911,12 @@ namespace {
 // Where a run's files go: --output-dir fills in what --metrics, --checkpoint-dir and --save leave
 // empty, as --report-to asks; an earlier run's checkpoints are never overwritten.
 TrainOptions resolve_outputs(TrainOptions o) {
+  // Options checked before anything is written.
+  if (o.mixed_precision == "fp16")
+    fail("--mixed-precision fp16 needs loss scaling (float16's range loses small gradients), which onnxdp does not "
+         "do: use --mixed-precision bf16");
+  if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
+    fail("--mixed-precision '{}': expected no or bf16", o.mixed_precision);
   bool jsonl = false, tensorboard = false;
   std::string rest = o.report_to;
   while (!rest.empty()) {
@@ -930,11 +939,6 @@ TrainOptions resolve_outputs(TrainOptions o) {
     if (ec) fail("cannot create the output folder '{}': {}", o.output_dir, ec.message());
   }
   if (o.eval_every > 0 && o.eval_data.empty()) fail("--eval-every needs --eval-data FILE.npz");
-  if (o.mixed_precision == "fp16")
-    fail("--mixed-precision fp16 needs loss scaling (float16's range loses small gradients), which onnxdp does not "
-         "do: use --mixed-precision bf16");
-  if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
-    fail("--mixed-precision '{}': expected no or bf16", o.mixed_precision);
   if (!o.checkpoint_dir.empty() && !o.resume) {
     std::string earlier = latest_checkpoint(o.checkpoint_dir);
     if (!earlier.empty())

@@ -11,16 +11,17 @@ namespace {
 struct Fuser {
   Graph& g;
   std::vector<int> readers;  // per value: how many node inputs read it
-  std::set<ValueId> outputs;
+  std::set<ValueId> outputs;  // the graph's outputs and the caller's `keep`
   std::vector<bool> drop;    // per node: taken into its producer
   int fused = 0;
 
-  explicit Fuser(Graph& graph) : g(graph), drop(graph.nodes.size(), false) {
+  Fuser(Graph& graph, const std::vector<ValueId>& keep) : g(graph), drop(graph.nodes.size(), false) {
     readers.assign(g.values.size(), 0);
     for (const Node& n : g.nodes)
       for (ValueId v : n.inputs)
         if (v != kNoValue) ++readers[size_t(v)];
     outputs.insert(g.outputs.begin(), g.outputs.end());
+    outputs.insert(keep.begin(), keep.end());
   }
 
   // The node producing x when x is a float32 activation that node `reader` alone reads (and the
@@ -85,8 +86,8 @@ struct Fuser {
 
 }  // namespace
 
-int fuse_epilogues(Graph& g) {
-  Fuser f(g);
+int fuse_epilogues(Graph& g, const std::vector<ValueId>& keep) {
+  Fuser f(g, keep);
   // In node order: a bias Add comes before the Relu that reads it.
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (g.nodes[ni].op == Op::Add) f.bias(ni);

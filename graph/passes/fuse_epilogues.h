@@ -11,13 +11,16 @@
 // Runs on a finished graph (after autodiff: FusedGemm has no gradient rule). Relu's gradient reads
 // Relu's output (graph/gradients_math.cpp) and Add's reads neither input, so in a training graph
 // the product's output is read by the Add or Relu alone. Only float32 products are fused (the
-// fused CUDA kernels are float32). Returns the number of nodes fused; the product's own output
-// value is left without producer or reader.
+// fused CUDA kernels are float32). A graph output, or a value in `keep` (read after the run, e.g.
+// gradients before they become outputs), is never fused away. Returns the number of nodes fused;
+// the product's own output value is left without producer or reader.
 #pragma once
+#include <vector>
+
 #include "graph/graph.h"
 
 namespace onnxdp {
 
-int fuse_epilogues(Graph& g);
+int fuse_epilogues(Graph& g, const std::vector<ValueId>& keep = {});
 
 }  // namespace onnxdp

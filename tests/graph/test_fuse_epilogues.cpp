@@ -110,6 +110,11 @@ TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedG
   CHECK(g.value(fc2.outputs[0]).name == "y");
   // Nothing left to fuse.
   CHECK(fuse_epilogues(g) == 0);
+  // A value the caller keeps is not fused away: fc1's output kept, fc2's fused.
+  Graph k = sample();
+  CHECK(fuse_epilogues(k, {k.find("fc1/y")}) == 2);
+  for (const Node& n : k.nodes)
+    if (n.name == "fc1") CHECK(n.op == Op::Gemm);
 }
 
 TEST_CASE("fuse_epilogues: the fused graph computes the unfused graph's values on the CPU") {

@@ -137,7 +137,9 @@ TEST_CASE("train: --mixed-precision bf16 on the emulated CUDA device trains as o
   o.steps = 1;
   o.quiet = true;
   o.mixed_precision = "fp16";
+  o.output_dir = (scratch("fp16_refused") / "run").string();
   CHECK_THROWS_WITH(train(o), doctest::Contains("needs loss scaling"));
+  CHECK(!fs::exists(o.output_dir));  // refused before anything is written
 }
 
 TEST_CASE("train: the default model reaches 90 % held-out accuracy") {
