@@ -4,10 +4,11 @@ optimizer (AdamW lr 1e-3, weight decay 0.01) and thread count, on the CPU, one r
 
     nice python3 bench/compare.py [--onnxdp build/onnxdp] [--models mlp gpt_small] [--threads 2]
                                   [--repeats 2] [--steps N] [--batch B] [--no-save]
-                                  [--device cuda] [--mixed-precision bf16]
+                                  [--device cuda] [--mixed-precision bf16|fp16]
 
---mixed-precision bf16: onnxdp --mixed-precision bf16 against the forward and loss under
-torch.autocast(dtype=torch.bfloat16), both with float32 master weights.
+--mixed-precision bf16 / fp16: onnxdp --mixed-precision bf16 / fp16 against the forward and loss
+under torch.autocast(dtype=torch.bfloat16 / torch.float16), both with float32 master weights;
+fp16 with dynamic loss scaling on both sides (torch.amp.GradScaler's defaults, onnxdp's the same).
 
 Every model is rebuilt with make_models.py's torch modules (plus gpt_small), exported to a
 temporary folder the way make_models.py exports, given random data (a whole number of batches),
@@ -155,8 +156,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="threads for both (torch.set_num_threads, OMP_NUM_THREADS)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: both on the first GPU (onnxdp --devices cuda:0, PyTorch eager on cuda:0)")
-    ap.add_argument("--mixed-precision", choices=["no", "bf16"], default="no",
-                    help="bf16: onnxdp --mixed-precision bf16 against torch.autocast(dtype=torch.bfloat16)")
+    ap.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
+                    help="bf16 / fp16: onnxdp --mixed-precision against torch.autocast (fp16 with GradScaler)")
     ap.add_argument("--repeats", type=int, default=2, help="alternating repeats per model (median reported)")
     ap.add_argument("--steps", type=int, help="N for every model (default: per model, bench_models.py)")
     ap.add_argument("--batch", type=int, help="batch for every model (default: per model)")
@@ -200,8 +201,10 @@ def main():
     settings = (f"threads {a.threads}, OMP_WAIT_POLICY {a.omp_wait_policy}, repeats {a.repeats}, AdamW lr {a.lr}, "
                 + ("one GPU (--devices cuda:0; PyTorch eager on cuda:0)" if a.device == "cuda"
                    else "one replica (--devices cpu)")
-                + ("; bfloat16 mixed precision (onnxdp --mixed-precision bf16, torch.autocast bfloat16)"
-                   if a.mixed_precision == "bf16" else ""))
+                + ({"no": "",
+                    "bf16": "; bfloat16 mixed precision (onnxdp --mixed-precision bf16, torch.autocast bfloat16)",
+                    "fp16": "; float16 mixed precision with dynamic loss scaling (onnxdp --mixed-precision fp16, "
+                            "torch.autocast float16 + GradScaler)"}[a.mixed_precision]))
     md = [f"# onnxdp vs PyTorch, {a.device.upper()} — {info['date']}", "",
           f"- machine: {info['cpu']}, {info['logical_cpus']} logical CPUs, host {info['host']}, "
           f"load average at start {info['load_avg_at_start']}",

@@ -29,8 +29,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the first GPU)")
-    ap.add_argument("--mixed-precision", choices=["no", "bf16"], default="no",
-                    help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16)")
+    ap.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
+                    help="bf16 / fp16: forward and loss under torch.autocast(dtype=torch.bfloat16 / float16); "
+                         "fp16 with torch.amp.GradScaler's defaults")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -53,6 +54,8 @@ def main():
     n = x_all.shape[0]
     # AdamW with torch's defaults (weight decay 0.01), as onnxdp's adamw.
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    scaler = torch.amp.GradScaler(a.device, enabled=a.mixed_precision == "fp16")  # init 2**16, growth interval 2000
+    low = torch.float16 if a.mixed_precision == "fp16" else torch.bfloat16
     losses = []
     cursor = 0
     t0 = time.perf_counter()
@@ -62,12 +65,13 @@ def main():
         x = x_all[cursor:cursor + a.batch]
         y = y_all[cursor:cursor + a.batch]
         cursor += a.batch
-        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.mixed_precision == "bf16"):
+        with torch.autocast(device_type=a.device, dtype=low, enabled=a.mixed_precision != "no"):
             logits = model(x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad()
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         losses.append(loss.item())  # a device sync every step, as onnxdp's metrics read the loss
     loop_s = time.perf_counter() - t0
     with open(a.out, "w") as f:

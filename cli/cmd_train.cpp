@@ -71,9 +71,15 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--tf32", o->tf32,
                 "On a GPU, MatMul and Gemm on TF32 tensor cores (10-bit mantissa inputs, fp32 sums: ~1e-3 relative error)");
   cmd->add_option("--mixed-precision", o->mixed_precision,
-                  "bf16: MatMul and Gemm on bfloat16 copies of their float32 inputs (PyTorch's autocast), "
-                  "float32 master weights; fp16 needs loss scaling and is not offered")
+                  "bf16 or fp16: MatMul and Gemm on 16-bit copies of their float32 inputs (PyTorch's autocast), "
+                  "float32 master weights; fp16 with dynamic loss scaling (PyTorch's GradScaler)")
       ->check(CLI::IsMember({"no", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--loss-scale-init", o->loss_scale.init,
+                  "fp16: the first loss scale (GradScaler's init_scale), halved after a step whose gradients overflow")
+      ->capture_default_str();
+  cmd->add_option("--loss-scale-growth-interval", o->loss_scale.growth_interval,
+                  "fp16: the loss scale doubles after this many steps in a row without overflow (GradScaler's growth_interval)")
       ->capture_default_str();
   cmd->add_flag("--profile", o->profile, "Time every kernel and print where a step's time goes (per op, GFLOP/s)");
   auto config = std::make_shared<std::string>();

@@ -51,7 +51,9 @@ void no_gradient(GradCtx&);
 void gradient_missing(GradCtx&);
 
 // Appends to g the nodes computing d loss / d v for each v in wrt. Returns, per v, its gradient
-// value (kNoValue if the loss does not depend on it). loss must be a scalar.
-std::vector<ValueId> autodiff(Graph& g, ValueId loss, const std::vector<ValueId>& wrt);
+// value (kNoValue if the loss does not depend on it). loss must be a scalar. `seed`: the gradient
+// backward starts from, a value of the loss's dtype and shape (--mixed-precision fp16 passes the
+// loss scale, so every gradient is that of scale * loss); kNoValue: 1.
+std::vector<ValueId> autodiff(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed = kNoValue);
 
 }  // namespace onnxdp

@@ -12,6 +12,10 @@ torch.optim.SGD(lr=SGD_LR) and once with torch.optim.AdamW(lr=ADAMW_LR) (default
 The file holds sgd_losses and adamw_losses (loss of each step's batch before that step's update),
 bf16_sgd_losses for mlp and tiny_lm (SGD with the forward and loss under
 torch.autocast("cpu", dtype=torch.bfloat16): onnxdp's --mixed-precision bf16),
+fp16_adamw_losses and fp16_adamw_scales for the same models (AdamW with the forward and loss under
+torch.autocast("cpu", dtype=torch.float16) and torch.amp.GradScaler("cpu", init_scale=FP16_INIT_SCALE,
+growth_interval=FP16_GROWTH_INTERVAL): onnxdp's --mixed-precision fp16 --loss-scale-init 16777216
+--loss-scale-growth-interval 4; the scale after each step's update, so skipped steps and growth show),
 for models with BatchNorm the running statistics after the last step (sgd_final.<buffer name>,
 adamw_final.<buffer name>, e.g. sgd_final.bn1.running_var: PyTorch updates running_var with the
 unbiased batch variance, as onnxdp's trainer does), and the settings used. Python makes reference
@@ -43,7 +47,9 @@ ADAMW_LR = 1e-3
 MODULES = {"mlp": (mm.MLP, "x"), "mlp_dynamo": (mm.MLP, "x"), "tiny_lm": (mm.TinyLM, "tokens"),
            "cnn": (mm.CNN, "x")}
 SEED = 0
-BF16_MODELS = ("mlp", "tiny_lm")
+BF16_MODELS = ("mlp", "tiny_lm")  # and the fp16 references
+FP16_INIT_SCALE = 2.0 ** 24  # large enough that the first steps overflow float16 and are skipped
+FP16_GROWTH_INTERVAL = 4     # small enough that the scale also grows within STEPS
 
 U32 = np.uint64(0xFFFFFFFF)
 
@@ -116,7 +122,7 @@ def load_module(name):
     return model, input_name
 
 
-def losses(name, make_opt, bf16=False):
+def losses(name, make_opt, bf16=False, fp16=False):
     torch.manual_seed(0)
     model, input_name = load_module(name)
     model.train()
@@ -124,22 +130,28 @@ def losses(name, make_opt, bf16=False):
     x_all = torch.from_numpy(data[input_name])
     y_all = torch.from_numpy(data["label"])
     opt = make_opt(model.parameters())
-    out = []
+    scaler = torch.amp.GradScaler("cpu", init_scale=FP16_INIT_SCALE, growth_interval=FP16_GROWTH_INTERVAL,
+                                  enabled=fp16)
+    out, scales = [], []
     for step in range(STEPS):
         x = x_all[step * BATCH:(step + 1) * BATCH]
         y = y_all[step * BATCH:(step + 1) * BATCH]
         for m in model.modules():
             if isinstance(m, OnnxdpDropout):
                 m.step = step + 1
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast("cpu", dtype=torch.float16 if fp16 else torch.bfloat16, enabled=bf16 or fp16):
             logits = model(x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         out.append(loss.item())
         opt.zero_grad()
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale() if fp16 else 1.0)
     buffers = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()
                if k.endswith("running_mean") or k.endswith("running_var")}
+    if fp16:
+        return np.array(out, dtype=np.float64), np.array(scales, dtype=np.float64)
     return np.array(out, dtype=np.float64), buffers
 
 
@@ -151,6 +163,10 @@ def main(names):
         finals = {f"sgd_final.{k}": v for k, v in sgd_buffers.items()}
         if name in BF16_MODELS:
             finals["bf16_sgd_losses"] = losses(name, lambda p: torch.optim.SGD(p, lr=SGD_LR), bf16=True)[0]
+            finals["fp16_adamw_losses"], finals["fp16_adamw_scales"] = losses(
+                name, lambda p: torch.optim.AdamW(p, lr=ADAMW_LR), fp16=True)
+            finals["fp16_init_scale"] = np.float64(FP16_INIT_SCALE)
+            finals["fp16_growth_interval"] = np.int64(FP16_GROWTH_INTERVAL)
         finals.update({f"adamw_final.{k}": v for k, v in adamw_buffers.items()})
         np.savez(path, sgd_losses=sgd, adamw_losses=adamw, steps=np.int64(STEPS), batch_size=np.int64(BATCH),
                  sgd_lr=np.float64(SGD_LR), adamw_lr=np.float64(ADAMW_LR), **finals)

@@ -71,16 +71,26 @@ OptimizerUpdate Optimizer::begin_step(float lr) {
 }
 
 float Optimizer::step(float* p, float* g, float lr) {
+  const OptimizerUpdate u = begin_step(lr);
+  return float(gradient_norm(u, apply(u, p, g)));
+}
+
+double Optimizer::apply(const OptimizerUpdate& u, float* p, float* g) {
   double sq = 0;
 #pragma omp parallel for reduction(+ : sq) schedule(static)
   for (int64_t i = 0; i < n_; ++i) sq += double(g[i]) * double(g[i]);
-  const OptimizerUpdate u = begin_step(lr);
+  if (skips_step(u, sq)) return sq;
   const float clip = clip_factor(u, sq);
   float* m = m_.data();
   float* v = v_.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n_; ++i) optimizer_update(u, clip, p, g, m, v, i);
-  return float(std::sqrt(sq));
+  return sq;
+}
+
+void Optimizer::undo_step() {
+  if (t_ == 0) fail("internal: Optimizer::undo_step before any step");
+  --t_;
 }
 
 }  // namespace onnxdp

@@ -39,6 +39,12 @@ class Optimizer {
   // The scalars of the next update at learning rate lr (it counts the step): step() on the host,
   // or the device's update over its own flat buffers (DeviceBackend::optimizer_step).
   OptimizerUpdate begin_step(float lr);
+  // The host's update with u (from begin_step, its loss-scale fields set); returns the squared
+  // norm of g as it came in. A step that skips_step() changes nothing.
+  double apply(const OptimizerUpdate& u, float* p, float* g);
+  // A skipped step (--mixed-precision fp16, gradients not finite) is not counted: the next
+  // begin_step takes its place, as torch.optim's step count when GradScaler skips optimizer.step().
+  void undo_step();
   int64_t steps_done() const { return t_; }
   // State for checkpoints: m (or momentum buffer), v, and the step count.
   std::vector<float>& m() { return m_; }

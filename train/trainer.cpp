@@ -32,6 +32,7 @@
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "train/checkpoint.h"
+#include "train/loss_scaler.h"
 #include "train/npz.h"
 #include "train/pipeline.h"
 #include "train/progress.h"
@@ -150,7 +151,7 @@ class Evaluator {
       if (!plans_.count(b)) {
         Graph g = load_graph(proto_, model_dir_, shapes_for(data_, b));
         inference_mode(g);
-        if (o_.mixed_precision == "bf16") autocast(g, DType::bf16);  // evaluated as trained
+        autocast(g, o_.mixed_precision);  // evaluated as trained
         ValueId out = g.outputs[0];
         ValueId loss = need_label_ ? add_loss(g, lo_) : out;
         share_parameters(g, parameters);
@@ -335,7 +336,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
         if (k < int(n.outputs.size()) && n.outputs[size_t(k)] != kNoValue)
           tg.running_stats.emplace_back(n.outputs[size_t(k)], g.value(n.inputs[size_t(k + 2)]).name);
     }
-  if (o.mixed_precision == "bf16") autocast(g, DType::bf16);
+  autocast(g, o.mixed_precision);
   if (world > 1 || mb.step_rows != b) {  // this graph's rows are a share of the step's mean
     lo.global_batch = mb.step_rows;
     lo.shard_fraction = double(rows) / double(mb.step_rows);
@@ -371,7 +372,16 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   dp.bucket_mb = o.bucket_mb;
   dp.first_bucket_mb = std::min(dp.first_bucket_mb, o.bucket_mb);  // never larger than the others
   data_parallel_forward(g, dp, batch_inputs);
-  tg.grads = autodiff(g, loss, wrt);
+  ValueId seed = kNoValue;  // --mixed-precision fp16: backward of loss * amp/loss_scale, fed every step
+  if (o.mixed_precision == "fp16") {
+    Value in;
+    in.name = kLossScaleInput;
+    in.shape = g.value(loss).shape;
+    in.kind = ValueKind::input;
+    seed = g.add_value(std::move(in));
+    g.inputs.push_back(seed);
+  }
+  tg.grads = autodiff(g, loss, wrt, seed);
   std::vector<ValueId> read_after = tg.grads;  // with the loss and statistics: outputs later
   read_after.push_back(loss);
   for (const auto& [v, name] : tg.running_stats) read_after.push_back(v);
@@ -598,6 +608,8 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
   Optimizer opt(o.optimizer, flat_params.numel());
   const float base_lr = opt.options().lr;
+  std::optional<LossScaler> scaler;  // --mixed-precision fp16
+  if (o.mixed_precision == "fp16") scaler.emplace(o.loss_scale);
 
   std::ofstream metrics;
   if (lead && !o.metrics.empty()) {
@@ -633,7 +645,10 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
                : host.empty() ? std::string("; every op runs there")
                               : "; ops without a kernel there run on the CPU with copies (slow): " + host,
                device && o.tf32 ? "; MatMul and Gemm in TF32" : "",
-               o.mixed_precision == "bf16" ? "; MatMul and Gemm in bfloat16, float32 master weights" : "");
+               o.mixed_precision == "bf16"   ? "; MatMul and Gemm in bfloat16, float32 master weights"
+               : o.mixed_precision == "fp16" ? fmt::format("; MatMul and Gemm in float16, float32 master weights, "
+                                                           "dynamic loss scale from {}", o.loss_scale.init)
+                                             : "");
   }
 
   std::vector<int64_t> order(static_cast<size_t>(data.samples));
@@ -677,6 +692,8 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
         std::memcpy(state.data() + offset[i], it->second.data(), p.nbytes());
       });
       opt.set_steps_done(c.state.at("optimizer_steps").get<int64_t>());
+      if (scaler && c.state.contains("loss_scale"))  // else a checkpoint of a run without fp16: the scale starts afresh
+        scaler->restore(c.state.at("loss_scale").get<float>(), c.state.at("loss_scale_growth_tracker").get<int64_t>());
       first_step = c.state.at("step").get<int64_t>() + 1;
       epoch = c.state.at("epoch").get<int64_t>();
       cursor = c.state.at("cursor").get<int64_t>();
@@ -715,6 +732,10 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     c.state = {{"step", step}, {"epoch", epoch}, {"cursor", cursor}, {"seed", o.seed}, {"shuffle", o.shuffle},
                {"batch_size", batch}, {"grad_accum", K}, {"total_steps", total_steps}, {"optimizer_steps", opt.steps_done()},
                {"base_lr", base_lr}, {"model", o.model}};
+    if (scaler) {
+      c.state["loss_scale"] = scaler->scale();
+      c.state["loss_scale_growth_tracker"] = scaler->growth_tracker();
+    }
     last_checkpoint = save_checkpoint(o.checkpoint_dir, step, c);
   };
   auto t_start = std::chrono::steady_clock::now();
@@ -735,10 +756,15 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     auto t0 = std::chrono::steady_clock::now();
     if (comm) comm->reset_comm_wait_ms();
     const float lr = scheduled_lr(o.schedule, base_lr, step, o.warmup_steps, total_steps);
-    if (device) {  // the step's scalars, read on the device by the optimizer at the end of the last micro-batch
-      const OptimizerUpdate u = opt.begin_step(lr);
-      device->to_device(dev_step.get(), &u, sizeof u);
+    // The step's update; on a device its scalars are read there by the optimizer at the end of the
+    // last micro-batch. With fp16 the gradients come scaled by the step's loss scale.
+    OptimizerUpdate u = opt.begin_step(lr);
+    const float loss_scale = scaler ? scaler->scale() : 1.0f;
+    if (scaler) {
+      u.inv_scale = scaler->inv_scale();
+      u.skip_nonfinite = true;
     }
+    if (device) device->to_device(dev_step.get(), &u, sizeof u);
     float loss = 0;
     for (int64_t start = 0; start < b; start += batch) {  // the micro-batches (one without --grad-accum)
       const int64_t mrows = std::min(batch, b - start);
@@ -752,6 +778,11 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
         Tensor l(DType::f32, {});
         l.as<float>()[0] = start == 0 ? 0.f : loss;
         inputs["grad_accum/loss"] = std::move(l);
+      }
+      if (scaler) {
+        Tensor s(DType::f32, {});
+        s.as<float>()[0] = loss_scale;
+        inputs[kLossScaleInput] = std::move(s);
       }
       RunState rs;
       rs.seed = o.seed;
@@ -773,17 +804,30 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     }
     cursor += b;
     if (!std::isfinite(loss))
-      fail("the loss is {} at step {} (epoch {}); training stopped. {}", loss, step, epoch + 1,
+      fail("the loss is {} at step {} (epoch {}); training stopped.{} {}", loss, step, epoch + 1,
+           scaler ? " With --mixed-precision fp16 a forward value beyond float16's range (65504) gives this; bf16 has "
+                    "float32's range."
+                  : "",
            last_checkpoint.empty() ? std::string("No checkpoint was written.")
                                    : "The last good checkpoint is " + last_checkpoint + " (--resume continues from it).");
     auto t_opt = std::chrono::steady_clock::now();
-    float gnorm = 0;
-    if (device) {  // the last micro-batch's run updated the parameters on the device
-      double squared = 0;
-      device->to_host(&squared, dev_norm.get(), sizeof squared);
-      gnorm = float(std::sqrt(squared));
-    } else {
-      gnorm = opt.step(flat_params.as<float>(), flat_grads.as<float>(), lr);
+    double squared = 0;  // of the (scaled) gradients
+    if (device) device->to_host(&squared, dev_norm.get(), sizeof squared);  // the last run updated the parameters there
+    else squared = opt.apply(u, flat_params.as<float>(), flat_grads.as<float>());
+    const float gnorm = float(gradient_norm(u, squared));
+    const bool skipped = skips_step(u, squared);
+    if (scaler) {  // GradScaler.update(); a skipped step is not one of the optimizer's
+      if (skipped) {
+        opt.undo_step();
+        ++result.skipped_steps;
+      }
+      scaler->update(!skipped);
+      result.loss_scales.push_back(scaler->scale());
+      if (scaler->exhausted())
+        fail("--mixed-precision fp16: the gradients were not finite at step {} even with the loss scale down to {}: "
+             "they overflow without scaling (or hold a NaN); training stopped. {}", step, loss_scale,
+             last_checkpoint.empty() ? std::string("No checkpoint was written.")
+                                     : "The last good checkpoint is " + last_checkpoint + ".");
     }
     const auto t_end = std::chrono::steady_clock::now();
     double dt = std::chrono::duration<double>(t_end - t0).count();
@@ -811,6 +855,10 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       nlohmann::json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
                           {"samples_per_s", samples_per_s}, {"epoch", epoch + 1}, {"comm_wait_ms", comm_wait},
                           {"memory_mib", std::round(mib(plans_bytes() + state_bytes) * 100) / 100}};
+      if (scaler) {
+        j["loss_scale"] = loss_scale;
+        j["skipped"] = skipped;
+      }
       if (ev) {
         j["eval_loss"] = ev->loss;
         if (ev->accuracy >= 0) j["eval_accuracy"] = ev->accuracy;
@@ -822,6 +870,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
       tensorboard->scalar("train/loss", step, loss);
       tensorboard->scalar("train/learning_rate", step, lr);
       tensorboard->scalar("train/grad_norm", step, gnorm);
+      if (scaler) tensorboard->scalar("train/loss_scale", step, loss_scale);
       tensorboard->scalar("perf/samples_per_s", step, float(samples_per_s));
       tensorboard->scalar("perf/comm_wait_ms", step, float(comm_wait));
       tensorboard->scalar("perf/memory_mib", step, float(mib(plans_bytes() + state_bytes)));
@@ -888,6 +937,9 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
              device ? " and constants" : "", plans.size(), plans.size() == 1 ? "" : "s", mb(double(activations)),
              mb(double(state_bytes)), mb(double(ru.ru_maxrss) * 1024));
   if (device) fmt::print("{} of {} plans replay a recorded CUDA graph\n", result.replayed_plans, plans.size());
+  if (scaler)
+    fmt::print("float16 loss scaling: {} of {} steps skipped (gradients not finite), loss scale now {}\n",
+               result.skipped_steps, steps_run, scaler->scale());
   if (world > 1)
     fmt::print("waiting on communication: {:.2f} ms per step on average ({:.1f} % of the run)\n",
                steps_run ? result.comm_wait_ms / double(steps_run) : 0.0,
@@ -912,11 +964,9 @@ namespace {
 // empty, as --report-to asks; an earlier run's checkpoints are never overwritten.
 TrainOptions resolve_outputs(TrainOptions o) {
   // Options checked before anything is written.
-  if (o.mixed_precision == "fp16")
-    fail("--mixed-precision fp16 needs loss scaling (float16's range loses small gradients), which onnxdp does not "
-         "do: use --mixed-precision bf16");
-  if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
-    fail("--mixed-precision '{}': expected no or bf16", o.mixed_precision);
+  if (o.mixed_precision != "no" && o.mixed_precision != "bf16" && o.mixed_precision != "fp16")
+    fail("--mixed-precision '{}': expected no, bf16 or fp16", o.mixed_precision);
+  if (o.mixed_precision == "fp16") (void)LossScaler(o.loss_scale);  // fails on a bad --loss-scale-* value
   bool jsonl = false, tensorboard = false;
   std::string rest = o.report_to;
   while (!rest.empty()) {

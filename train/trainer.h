@@ -9,6 +9,7 @@
 #include "graph/passes/loss.h"
 #include "parallel/data_parallel.h"
 #include "graph/tensor.h"
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
 
 namespace onnxdp {
@@ -53,7 +54,8 @@ struct TrainOptions {
   bool progress_bar = true;    // a redrawn status line when stdout is a terminal
   bool profile = false;        // time every kernel of replica 0 and print where the step's time goes
   bool tf32 = false;            // on a GPU: MatMul / Gemm on TF32 tensor cores (as torch.backends.cuda.matmul.allow_tf32)
-  std::string mixed_precision = "no";  // "bf16": MatMul / Gemm on bfloat16 copies, float32 master weights (graph/passes/autocast.h)
+  std::string mixed_precision = "no";  // "bf16" / "fp16": MatMul / Gemm on 16-bit copies, float32 master weights (graph/passes/autocast.h)
+  LossScalerOptions loss_scale;  // fp16's dynamic loss scaling (train/loss_scaler.h)
   bool cuda_graph = true;      // on a GPU: replay each plan's run as one recorded CUDA graph where it can
 };
 
@@ -74,9 +76,16 @@ struct TrainResult {
   int world_size = 1;
   std::vector<size_t> bucket_bytes;  // the gradient buckets of the full-batch plan
   std::map<std::string, Tensor> parameters;  // final trained values (replica 0), by initializer name
+  // --mixed-precision fp16: the loss scale after each step run by this call (as GradScaler's
+  // get_scale() after update()), and how many steps were skipped for non-finite gradients.
+  std::vector<float> loss_scales;
+  int64_t skipped_steps = 0;
 };
 
 TrainResult train(const TrainOptions& options);
+
+// --mixed-precision fp16: the training graph's scalar input that seeds backward (the loss scale).
+inline constexpr const char* kLossScaleInput = "amp/loss_scale";
 
 // The training graph replica `replica` of a world of `world` runs (model, loss, --freeze,
 // --batch-size, --local-bn, --bucket-mb from options; input shapes from the model, symbolic

@@ -32,6 +32,7 @@ __global__ void squared_norm_total(const double* partial, int blocks, double* ou
 __global__ void update_kernel(const OptimizerUpdate* step, const double* squared_norm, float* p, float* g, float* m,
                               float* v, int64_t n) {
   const OptimizerUpdate u = *step;
+  if (skips_step(u, *squared_norm)) return;
   const float clip = clip_factor(u, *squared_norm);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     optimizer_update(u, clip, p, g, m, v, i);
@@ -62,6 +63,7 @@ void optimizer_launch(const OptimizerUpdate* u, const double* squared_norm, floa
 
 void optimizer_emulate(const OptimizerUpdate* u, const double* squared_norm, float* p, float* g, float* m, float* v,
                        int64_t n) {
+  if (skips_step(*u, *squared_norm)) return;
   const float clip = clip_factor(*u, *squared_norm);
   for (int64_t i = 0; i < n; ++i) optimizer_update(*u, clip, p, g, m, v, i);
 }

@@ -60,4 +60,11 @@ int autocast(Graph& g, DType low) {
   return cast;
 }
 
+int autocast(Graph& g, const std::string& mixed_precision) {
+  if (mixed_precision == "no") return 0;
+  if (mixed_precision == "bf16") return autocast(g, DType::bf16);
+  if (mixed_precision == "fp16") return autocast(g, DType::f16);
+  fail("--mixed-precision '{}': expected no, bf16 or fp16", mixed_precision);
+}
+
 }  // namespace onnxdp

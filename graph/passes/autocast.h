@@ -1,6 +1,6 @@
 // autocast: mixed-precision training as PyTorch's autocast does it for matrix products
 // (`--mixed-precision bf16`): every MatMul and Gemm on float32 inputs runs on bfloat16 copies of
-// them (a Cast before each float input) and its result is cast back to float32 for its readers.
+// them (or float16 ones; a Cast before each float input) and its result is cast back to float32 for its readers.
 // The parameters stay float32 (the master weights the optimizer updates, and the trained model);
 // their gradients come back float32 through Cast's gradient. Everything else (losses, softmax,
 // normalisations, elementwise ops, convolutions) stays float32.
@@ -17,5 +17,9 @@
 namespace onnxdp {
 
 int autocast(Graph& g, DType low);
+// The option's pass: "no" leaves g as it is (returns 0), "bf16" and "fp16" cast to bfloat16 and
+// float16; anything else fails naming --mixed-precision. float16 training also needs loss
+// scaling (train/loss_scaler.h), which the trainer adds.
+int autocast(Graph& g, const std::string& mixed_precision);
 
 }  // namespace onnxdp

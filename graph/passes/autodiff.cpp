@@ -79,7 +79,7 @@ void GradCtx::add(int k, ValueId g) {
   else it->second = emit(Op::Add, {it->second, g});
 }
 
-std::vector<ValueId> autodiff(Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
+std::vector<ValueId> autodiff(Graph& g, ValueId loss, const std::vector<ValueId>& wrt, ValueId seed) {
   const Value& lv = g.value(loss);
   if (!dtype_is_float(lv.dtype) || shape_numel(lv.shape) != 1)
     fail("the loss '{}' must be a floating scalar, it is {} {}", lv.name, dtype_name(lv.dtype), shape_str(lv.shape));
@@ -109,7 +109,13 @@ std::vector<ValueId> autodiff(Graph& g, ValueId loss, const std::vector<ValueId>
 
   std::map<ValueId, ValueId> grads;
   int counter = 0;
-  {
+  if (seed != kNoValue) {
+    const Value& sv = g.value(seed);
+    if (sv.dtype != lv.dtype || sv.shape != lv.shape)
+      fail("autodiff: the seed '{}' ({} {}) must have the loss '{}''s type and shape ({} {})", sv.name,
+           dtype_name(sv.dtype), shape_str(sv.shape), lv.name, dtype_name(lv.dtype), shape_str(lv.shape));
+    grads[loss] = seed;
+  } else {
     Tensor one(lv.dtype, lv.shape);
     if (lv.dtype == DType::f32) one.as<float>()[0] = 1.0f;
     else if (lv.dtype == DType::f64) one.as<double>()[0] = 1.0;

@@ -163,3 +163,47 @@ TEST_CASE("cli: train option errors name the option") {
   CHECK(r.rc == 1);
   CHECK(contains(r.err, "unknown key 'learning_rat'"));
 }
+
+// --mixed-precision fp16 as a user sees it: both --loss-scale-* options reach the scaler, every
+// metrics line holds the step's loss scale and whether the step was skipped, TensorBoard has
+// train/loss_scale, and the summary counts the skipped steps.
+TEST_CASE("cli: train --mixed-precision fp16 reports the loss scale and skipped steps") {
+  TempDir tmp;
+  const std::string base = "train " + q(kModels + "/mlp/model.onnx") + " --mixed-precision fp16 --no-shuffle --steps 4 ";
+  // 2^24 overflows float16 on mlp's first steps: each is skipped and halves the scale.
+  CliResult r = onnxdp_cli(tmp, base + "--loss-scale-init 16777216 --output-dir " + q(tmp.file("big")));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto lines = read_jsonl(tmp.file("big") + "/metrics.jsonl");
+  REQUIRE(lines.size() == 4);
+  for (size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(lines[i].at("loss_scale").get<double>() == std::ldexp(1.0, 24 - int(i)));
+    CHECK(lines[i].at("skipped").get<bool>());
+    CHECK(lines[i].at("grad_norm").is_null());  // not finite
+  }
+  CHECK(contains(r.out, "dynamic loss scale from 16777216"));
+  CHECK(contains(r.out, "float16 loss scaling: 4 of 4 steps skipped"));
+  // From 1 with a growth interval of 1: no overflow, the scale doubles after every step.
+  r = onnxdp_cli(tmp, base + "--loss-scale-init 1 --loss-scale-growth-interval 1 --output-dir " + q(tmp.file("grow")));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  lines = read_jsonl(tmp.file("grow") + "/metrics.jsonl");
+  REQUIRE(lines.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(lines[i].at("loss_scale").get<double>() == std::ldexp(1.0, int(i)));
+    CHECK(!lines[i].at("skipped").get<bool>());
+    CHECK(lines[i].at("grad_norm").get<double>() > 0);
+  }
+  CHECK(contains(r.out, "float16 loss scaling: 0 of 4 steps skipped (gradients not finite), loss scale now 16"));
+  const std::string tb = "python3 " + q(std::string(ONNXDP_SOURCE_DIR) + "/tests/scripts/tensorboard_readback.py") +
+                         " " + q(tmp.file("grow") + "/tensorboard") + " > " + q(tmp.file("tb.txt")) + " 2>&1";
+  REQUIRE(std::system(tb.c_str()) == 0);
+  CHECK(contains(read_text(tmp.file("tb.txt")), "scalar train/loss_scale 4 "));
+  // Without fp16 the metrics have no scaler fields.
+  r = onnxdp_cli(tmp, "train " + q(kModels + "/mlp/model.onnx") + " --steps 1 --output-dir " + q(tmp.file("f32")));
+  REQUIRE(r.rc == 0);
+  CHECK(!read_jsonl(tmp.file("f32") + "/metrics.jsonl").at(0).contains("loss_scale"));
+  CHECK(!contains(r.out, "loss scaling"));
+}

@@ -126,6 +126,15 @@ if ((bench && build_ok && ran_on_gpu)); then
     else
       row "bench bf16 vs PyTorch autocast" FAILED "$(tail -3 "$log_dir/bench-bf16.log" | tr '\n' ' ')"
     fi
+    # float16 with dynamic loss scaling on gpt_small: onnxdp --mixed-precision fp16 vs autocast + GradScaler.
+    if timeout 150 python3 bench/compare.py --onnxdp "$build/onnxdp" --device cuda --repeats 1 \
+         --mixed-precision fp16 --models gpt_small >"$log_dir/bench-fp16.log" 2>&1; then
+      geo=$(grep -o 'geometric mean of ratios.*' "$log_dir/bench-fp16.log" || echo "no summary")
+      md=$(grep -o 'wrote [^ ]*\.md' "$log_dir/bench-fp16.log" | sed 's/^wrote //' || true)
+      row "bench fp16 vs PyTorch autocast+GradScaler" ok "$geo${md:+ ($md)}"
+    else
+      row "bench fp16 vs PyTorch autocast+GradScaler" FAILED "$(tail -3 "$log_dir/bench-fp16.log" | tr '\n' ' ')"
+    fi
   else
     row "bench vs PyTorch on the GPU" "not run" "python3 has no CUDA-enabled torch"
   fi

@@ -88,6 +88,30 @@ TEST_SUITE("gpu") {
     }
   }
 
+  // float16 with dynamic loss scaling from 2^24: the first steps overflow on both; the GPU's float
+  // sums in another order can round a float16 product differently, so 1e-2 on the losses, and the
+  // skipped steps may differ by one at a borderline overflow.
+  TEST_CASE("cuda models: --mixed-precision fp16 trains on cuda:0 as on the CPU, skipping overflowed steps") {
+    if (!have_gpu()) return;
+    for (const char* model : {"mlp", "tiny_lm"}) {
+      CAPTURE(model);
+      TrainOptions o = run_of(model, 32, 20);
+      o.mixed_precision = "fp16";
+      o.loss_scale.init = 16777216.0f;
+      o.loss_scale.growth_interval = 4;
+      TrainResult cpu = train(o);
+      o.devices = "cuda:0";
+      TrainResult gpu = train(o);
+      REQUIRE(cpu.losses.size() == gpu.losses.size());
+      CHECK(gpu.skipped_steps >= 4);
+      CHECK(std::abs(gpu.skipped_steps - cpu.skipped_steps) <= 1);
+      for (size_t s = 0; s < cpu.losses.size(); ++s)
+        CHECK(gpu.losses[s] == doctest::Approx(cpu.losses[s]).epsilon(1e-2));
+      MESSAGE("cuda model on GPU: " << model << " fp16: " << gpu.skipped_steps << " skipped steps (CPU "
+                                    << cpu.skipped_steps << "), losses match the CPU");
+    }
+  }
+
   TEST_CASE("cuda models: a replayed CUDA graph step equals the step launched kernel by kernel") {
     if (!have_gpu()) return;
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {

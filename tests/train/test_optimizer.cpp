@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
 
 using namespace onnxdp;
@@ -68,6 +69,91 @@ TEST_CASE("optimizer: max grad norm clips like clip_grad_norm_") {
   float norm = opt.step(p.data(), g.data(), 0.1f);
   CHECK(norm == doctest::Approx(5.0));
   check(p, {0.439999998, -1.08000004, 2});
+}
+
+// --mixed-precision fp16's update: gradients that arrive times the loss scale give torch.optim's
+// parameters (the adamw row above), and a step with an inf gradient, undone, changes nothing:
+// neither the parameters, nor the moments, nor Adam's step count (its bias correction).
+TEST_CASE("optimizer: scaled gradients unscale to torch's update; a non-finite step is skipped and not counted") {
+  const OptimizerOptions o = make(OptimizerKind::adamw, 0.01f, 0.01f);
+  Optimizer opt(o, 3);
+  std::vector<float> p = {0.5f, -1.0f, 2.0f};
+  const float grads[3][3] = {{0.1f, -0.2f, 0.3f}, {0.4f, 0.5f, -0.6f}, {-0.7f, 0.8f, 0.9f}};
+  const float scale = 1024.0f;
+  for (int k = 0; k < 3; ++k) {
+    if (k == 1) {  // an overflowed step between the first and second
+      OptimizerUpdate u = opt.begin_step(0.01f);
+      u.inv_scale = 1.0f / scale;
+      u.skip_nonfinite = true;
+      std::vector<float> g = {1.0f, INFINITY, 2.0f}, before = p;
+      const double sq = opt.apply(u, p.data(), g.data());
+      CHECK(skips_step(u, sq));
+      CHECK(p == before);
+      opt.undo_step();
+    }
+    OptimizerUpdate u = opt.begin_step(0.01f);
+    u.inv_scale = 1.0f / scale;
+    u.skip_nonfinite = true;
+    std::vector<float> g(grads[k], grads[k] + 3);
+    for (float& x : g) x *= scale;
+    const double sq = opt.apply(u, p.data(), g.data());
+    CHECK(!skips_step(u, sq));
+    CHECK(gradient_norm(u, sq) == doctest::Approx(std::sqrt(double(grads[k][0]) * grads[k][0] +
+                                                            double(grads[k][1]) * grads[k][1] +
+                                                            double(grads[k][2]) * grads[k][2])));
+  }
+  CHECK(opt.steps_done() == 3);
+  check(p, {0.483046025, -1.00133204, 1.98963034});
+  // Clipping sees the unscaled norm (GradScaler.unscale_ before clip_grad_norm_): the clip row above.
+  OptimizerOptions c = make(OptimizerKind::sgd, 0.1f);
+  c.max_grad_norm = 1.0f;
+  Optimizer clipped(c, 3);
+  OptimizerUpdate u = clipped.begin_step(0.1f);
+  u.inv_scale = 0.125f;
+  std::vector<float> q = {0.5f, -1.0f, 2.0f}, g = {24.0f, 32.0f, 0.0f};
+  CHECK(gradient_norm(u, clipped.apply(u, q.data(), g.data())) == doctest::Approx(5.0));
+  check(q, {0.439999998, -1.08000004, 2});
+  // Without loss scaling a non-finite gradient is not skipped (the loss check stops training).
+  OptimizerUpdate plain = clipped.begin_step(0.1f);
+  std::vector<float> inf = {INFINITY, 0.0f, 0.0f};
+  clipped.apply(plain, q.data(), inf.data());
+  CHECK(!std::isfinite(q[0]));
+}
+
+// GradScaler.update(): halve and restart the count on overflow, double after growth_interval good
+// steps in a row, never grow past float32's range.
+TEST_CASE("loss scaler: GradScaler's backoff, growth interval and limits") {
+  LossScaler s({.init = 1024.0f, .growth_interval = 3});
+  CHECK(s.scale() == 1024.0f);
+  CHECK(s.inv_scale() == 1.0f / 1024.0f);
+  s.update(true);
+  s.update(true);
+  CHECK(s.scale() == 1024.0f);
+  CHECK(s.growth_tracker() == 2);
+  s.update(false);  // an overflow restarts the count
+  CHECK(s.scale() == 512.0f);
+  CHECK(s.growth_tracker() == 0);
+  for (int k = 0; k < 2; ++k) s.update(true);
+  CHECK(s.scale() == 512.0f);
+  s.update(true);
+  CHECK(s.scale() == 1024.0f);
+  CHECK(s.growth_tracker() == 0);
+  LossScaler top({.init = 3e38f, .growth_interval = 1});
+  top.update(true);
+  CHECK(top.scale() == 3e38f);  // 6e38 is not a float
+  LossScaler low({.init = 4.0f});
+  low.update(false);
+  low.update(false);
+  CHECK(!low.exhausted());
+  low.update(false);
+  CHECK(low.exhausted());
+  low.restore(8.0f, 5);
+  CHECK(low.scale() == 8.0f);
+  CHECK(low.growth_tracker() == 5);
+  CHECK_THROWS_WITH(LossScaler({.init = 0.5f}), doctest::Contains("--loss-scale-init"));
+  CHECK_THROWS_WITH(LossScaler({.init = INFINITY}), doctest::Contains("--loss-scale-init"));
+  CHECK_THROWS_WITH(LossScaler({.growth_interval = 0}), doctest::Contains("--loss-scale-growth-interval"));
+  CHECK_THROWS_WITH(low.restore(0.0f, 0), doctest::Contains("loss_scale"));
 }
 
 TEST_CASE("schedules: warmup, linear and cosine decay") {

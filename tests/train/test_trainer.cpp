@@ -128,17 +128,181 @@ TEST_CASE("train: --mixed-precision bf16 trains as PyTorch's autocast (mlp to 1e
   }
 }
 
-TEST_CASE("train: --mixed-precision bf16 on the emulated CUDA device trains as on the CPU; fp16 is refused") {
+TEST_CASE("train: --mixed-precision bf16 on the emulated CUDA device trains as on the CPU") {
   const std::vector<float> cpu = bf16_losses("mlp"), dev = bf16_losses("mlp", "cuda-emulated");
   REQUIRE(cpu.size() == dev.size());
   for (size_t i = 0; i < cpu.size(); ++i) CHECK(dev[i] == doctest::Approx(cpu[i]).epsilon(1e-5));
+}
+
+// --mixed-precision fp16 against PyTorch's autocast with GradScaler (fp16_adamw_losses and
+// fp16_adamw_scales: AdamW, forward and loss under torch.autocast("cpu", torch.float16),
+// GradScaler("cpu", init_scale=2**24, growth_interval=4)). The first four steps overflow float16
+// (skipped: no update, Adam's step count unchanged), the scale grows and backs off again later.
+TrainOptions fp16_options(const std::string& name) {
+  auto ref = read_npz(std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/train_reference.npz");
   TrainOptions o;
-  o.model = model_path("mlp");
-  o.steps = 1;
+  o.model = model_path(name);
+  o.shuffle = false;
+  o.quiet = true;
+  o.batch_size = ref.at("batch_size").to_i64()[0];
+  o.steps = ref.at("steps").to_i64()[0];
+  o.optimizer.kind = optimizer_kind_from_name("adamw");
+  o.optimizer.lr = float(ref.at("adamw_lr").to_f64()[0]);
+  o.mixed_precision = "fp16";
+  o.loss_scale.init = float(ref.at("fp16_init_scale").to_f64()[0]);
+  o.loss_scale.growth_interval = ref.at("fp16_growth_interval").to_i64()[0];
+  return o;
+}
+
+TEST_CASE("train: --mixed-precision fp16 trains as PyTorch's autocast + GradScaler: losses, skipped steps, scales") {
+  for (const std::string name : {"mlp", "tiny_lm"}) {
+    CAPTURE(name);
+    auto ref = read_npz(std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/train_reference.npz");
+    const std::vector<double> want = ref.at("fp16_adamw_losses").to_f64(), scales = ref.at("fp16_adamw_scales").to_f64(),
+                              fp32 = ref.at("adamw_losses").to_f64();
+    const TrainResult r = train(fp16_options(name));
+    REQUIRE(r.losses.size() == want.size());
+    REQUIRE(r.loss_scales.size() == scales.size());
+    int64_t backoffs = 0;
+    for (size_t i = 0; i < scales.size(); ++i) {
+      CAPTURE(i);
+      CHECK(double(r.loss_scales[i]) == scales[i]);  // the same steps overflow, the same steps grow
+      backoffs += scales[i] < (i == 0 ? double(r.loss_scales[0]) * 2 : scales[i - 1]) ? 1 : 0;
+    }
+    CHECK(r.skipped_steps == backoffs);
+    CHECK(r.skipped_steps >= 4);
+    const double tol = name == "mlp" ? 3e-6 : 3e-5;  // measured 1.3e-6 and 7.2e-6
+    double worst = 0, fp32_gap = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(r.losses[i] - want[i]) / want[i]);
+      fp32_gap = std::max(fp32_gap, std::abs(fp32[i] - want[i]) / want[i]);
+    }
+    INFO("largest relative difference to autocast + GradScaler " << worst << ", float32 AdamW's " << fp32_gap);
+    CHECK(worst <= tol);
+    CHECK(fp32_gap > 20 * tol);  // skipped steps and float16 products: far from float32 training
+  }
+}
+
+// On the emulated CUDA device the optimizer kernel takes the skip decision: the same steps as the
+// CPU's. Over two replicas each replica's backward computes its share of the step's mean (half the
+// values of one device's), so float16 overflows at twice the scale and the skipped steps may differ
+// from one device's; the replicas still decide alike (the all-reduced gradients are the same on
+// each), which the emulated pair and the CPU pair agreeing shows.
+TEST_CASE("train: --mixed-precision fp16 on the emulated CUDA device and over two replicas") {
+  TrainOptions o = fp16_options("mlp");
+  const TrainResult cpu = train(o);
+  o.devices = "cpu:2";
+  const TrainResult cpu2 = train(o);
+  REQUIRE(cpu2.losses.size() == cpu.losses.size());
+  CHECK(cpu2.skipped_steps >= 4);
+  for (size_t i = 0; i < cpu.losses.size(); ++i) CHECK(cpu2.losses[i] == doctest::Approx(cpu.losses[i]).epsilon(1e-2));
+#if defined(ONNXDP_HAVE_CUDA)
+  for (const auto& [devices, want] : {std::pair<std::string, const TrainResult*>{"cuda-emulated", &cpu},
+                                      std::pair<std::string, const TrainResult*>{"cuda-emulated:2", &cpu2}}) {
+    CAPTURE(devices);
+    o.devices = devices;
+    const TrainResult r = train(o);
+    CHECK(r.loss_scales == want->loss_scales);
+    CHECK(r.skipped_steps == want->skipped_steps);
+    REQUIRE(r.losses.size() == want->losses.size());
+    for (size_t i = 0; i < r.losses.size(); ++i) CHECK(r.losses[i] == doctest::Approx(want->losses[i]).epsilon(1e-5));
+  }
+#endif
+}
+
+TEST_CASE("train: --mixed-precision fp16 resumes with its loss scale and growth count") {
+  fs::path d = scratch("fp16_resume");
+  TrainOptions straight = fp16_options("mlp");
+  const TrainResult a = train(straight);
+  TrainOptions first = fp16_options("mlp");
+  first.checkpoint_dir = (d / "b").string();
+  first.steps = 11;  // the scale grew at step 9 and has had two good steps since
+  const TrainResult b1 = train(first);
+  TrainOptions second = fp16_options("mlp");
+  second.checkpoint_dir = first.checkpoint_dir;
+  second.resume = true;
+  const TrainResult b2 = train(second);
+  REQUIRE(b2.first_step == 12);
+  std::vector<float> losses = b1.losses, scales = b1.loss_scales;
+  losses.insert(losses.end(), b2.losses.begin(), b2.losses.end());
+  scales.insert(scales.end(), b2.loss_scales.begin(), b2.loss_scales.end());
+  CHECK(losses == a.losses);
+  CHECK(scales == a.loss_scales);
+  CHECK(b1.skipped_steps + b2.skipped_steps == a.skipped_steps);
+}
+
+namespace {
+// y = Sqrt(x W) with W [2, 2]: rows of x that are 0 give y = 0 and a NaN gradient for W (x's 0
+// times Sqrt's infinite slope at 0) whatever the loss scale, with a finite loss.
+void write_sqrt_model(const std::string& path) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* os = m.add_opset_import();
+  os->set_domain("");
+  os->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("sqrt");
+  auto io = [&](onnx::ValueInfoProto* vi, const char* name) {
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(2);
+  };
+  io(g->add_input(), "x");
+  io(g->add_output(), "y");
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("W");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->add_dims(2);
+  for (float v : {0.5f, -0.25f, 0.75f, 1.0f}) w->add_float_data(v);
+  auto node = [&](const char* op, std::vector<const char*> in, const char* out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (const char* i : in) n->add_input(i);
+    n->add_output(out);
+  };
+  node("MatMul", {"x", "W"}, "xw");
+  node("Sqrt", {"xw"}, "y");
+  std::ofstream f(path, std::ios::binary);
+  REQUIRE(m.SerializeToOstream(&f));
+}
+}  // namespace
+
+TEST_CASE("train: --mixed-precision fp16 stops with a clear error when gradients stay non-finite; bad scaler options") {
+  fs::path d = scratch("fp16_nan");
+  TrainOptions o;
+  o.model = (d / "m.onnx").string();
+  write_sqrt_model(o.model);
+  Tensor x(DType::f32, {4, 2}), label(DType::f32, {4, 2});
+  for (int64_t i = 0; i < 8; ++i) label.as<float>()[i] = 1.0f;  // x: all rows 0
+  o.data = (d / "m.npz").string();
+  write_npz(o.data, {{"x", x}, {"label", label}});
+  o.loss = LossKind::mse;
+  o.batch_size = 4;
+  o.steps = 50;
   o.quiet = true;
   o.mixed_precision = "fp16";
-  o.output_dir = (scratch("fp16_refused") / "run").string();
-  CHECK_THROWS_WITH(train(o), doctest::Contains("needs loss scaling"));
+  o.loss_scale.init = 8;  // 8, 4, 2, 1: four skipped steps, then the scale would fall below 1
+  o.output_dir = (d / "run").string();
+  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("gradients were not finite at step 4 even with the loss scale down to 1"),
+                       Error);
+  CHECK(fs::exists(o.output_dir));
+  o.mixed_precision = "no";  // float32: the NaN gradient reaches the parameters, the next loss stops the run
+  o.output_dir = (d / "run32").string();
+  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("nan at step 2"), Error);
+  o.mixed_precision = "fp16";
+  o.output_dir = (d / "bad").string();
+  o.loss_scale.init = 0;
+  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("--loss-scale-init must be"), Error);
+  o.loss_scale.init = 65536;
+  o.loss_scale.growth_interval = 0;
+  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("--loss-scale-growth-interval must be"), Error);
+  o.loss_scale.growth_interval = 2000;
+  o.mixed_precision = "fp8";
+  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("expected no, bf16 or fp16"), Error);
   CHECK(!fs::exists(o.output_dir));  // refused before anything is written
 }
 
