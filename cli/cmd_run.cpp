@@ -42,7 +42,7 @@ struct RunOptions {
   int64_t batch_size = 64;
   bool train_mode = false;
   std::string devices = "auto";
-  std::string mixed_precision = "no";  // bf16 / fp16: MatMul / Gemm on 16-bit copies (graph/passes/autocast.h)
+  std::string mixed_precision = "no";  // bf16 / fp16: MatMul / Gemm / Conv on 16-bit copies (graph/passes/autocast.h)
 };
 
 // A graph input as the model declares it, and the array that feeds it.
@@ -320,7 +320,7 @@ Command add_run_command(CLI::App& parent) {
                 "Run the graph as exported (BatchNormalization batch statistics, live Dropout) instead of "
                 "inference mode");
   sub->add_option("--mixed-precision", opt->mixed_precision,
-                  "bf16 or fp16: MatMul and Gemm on 16-bit copies of their float32 inputs, as train's option")
+                  "bf16 or fp16: MatMul, Gemm and convolutions on 16-bit copies of their float32 inputs, as train's option")
       ->check(CLI::IsMember({"no", "bf16", "fp16"}))
       ->capture_default_str();
   return Command{sub, [opt] { return run_command(*opt); }};

@@ -71,7 +71,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--tf32", o->tf32,
                 "On a GPU, MatMul and Gemm on TF32 tensor cores (10-bit mantissa inputs, fp32 sums: ~1e-3 relative error)");
   cmd->add_option("--mixed-precision", o->mixed_precision,
-                  "bf16 or fp16: MatMul and Gemm on 16-bit copies of their float32 inputs (PyTorch's autocast), "
+                  "bf16 or fp16: MatMul, Gemm and convolutions on 16-bit copies of their float32 inputs (PyTorch's autocast), "
                   "float32 master weights; fp16 with dynamic loss scaling (PyTorch's GradScaler)")
       ->check(CLI::IsMember({"no", "bf16", "fp16"}))
       ->capture_default_str();

@@ -107,7 +107,8 @@ void check_loss(const ShapeCtx& c, const Shape& scores, int dy_k, int labels_k, 
 // x [N, C, D..], dy [N, M, O..] -> dW [M, C/group, k..]; pads explicit (n begins, n ends), and
 // O = (D + pad_begin + pad_end - span) / stride + 1 as Conv gives.
 void shape_ConvGradFilter(ShapeCtx& c) {
-  DType t = require_float(c, 0, "x");
+  DType t = c.dtype(0);  // float32 / float64, or 16-bit under --mixed-precision
+  if (t != DType::f16 && t != DType::bf16) require_float(c, 0, "x");
   if (c.dtype(1) != t) c.fail("input 1 (dy) is {}, input 0 is {}", dtype_name(c.dtype(1)), dtype_name(t));
   const Shape &x = c.shape(0), &dy = c.shape(1);
   if (x.size() < 3 || dy.size() != x.size() || dy[0] != x[0])

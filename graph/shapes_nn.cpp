@@ -12,6 +12,8 @@ namespace onnxdp {
 namespace {
 
 const std::initializer_list<DType> kFloat = {DType::f32, DType::f64};
+// The convolutions also run on 16-bit floats (--mixed-precision; ONNX allows them).
+const std::initializer_list<DType> kConvTypes = {DType::f16, DType::bf16, DType::f32, DType::f64};
 // MaxPool's type constraint: floats, int8, uint8.
 const std::initializer_list<DType> kMaxPoolTypes = {DType::f32, DType::f64, DType::i8, DType::u8};
 
@@ -152,7 +154,7 @@ void loss(ShapeCtx& c) {
 // x [N, C, D1..Dn], W [M, C/group, k1..kn], B [M] -> y [N, M, O1..On].
 void shape_Conv(ShapeCtx& c) {
   check_spatial_input(c);
-  DType t = check_dtype(c, 0, kFloat);
+  DType t = check_dtype(c, 0, kConvTypes);
   check_same_dtype(c, 0, 1);
   check_same_dtype(c, 0, 2);
   const Shape &x = c.shape(0), &wt = c.shape(1);
@@ -179,7 +181,7 @@ void shape_Conv(ShapeCtx& c) {
 //   O = stride*(D-1) + output_padding + (k-1)*dilation + 1 - pad_begin - pad_end.
 void shape_ConvTranspose(ShapeCtx& c) {
   check_spatial_input(c);
-  DType t = check_dtype(c, 0, kFloat);
+  DType t = check_dtype(c, 0, kConvTypes);
   check_same_dtype(c, 0, 1);
   check_same_dtype(c, 0, 2);
   const Shape &x = c.shape(0), &wt = c.shape(1);

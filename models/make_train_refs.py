@@ -10,7 +10,7 @@ samples of model.npz in file order (onnxdp: --no-shuffle --batch-size BATCH), in
 F.cross_entropy over every position (logits [..., C] reshaped to [-1, C]), once with
 torch.optim.SGD(lr=SGD_LR) and once with torch.optim.AdamW(lr=ADAMW_LR) (default weight decay 0.01).
 The file holds sgd_losses and adamw_losses (loss of each step's batch before that step's update),
-bf16_sgd_losses for mlp and tiny_lm (SGD with the forward and loss under
+bf16_sgd_losses for mlp, tiny_lm and cnn (SGD with the forward and loss under
 torch.autocast("cpu", dtype=torch.bfloat16): onnxdp's --mixed-precision bf16),
 fp16_adamw_losses and fp16_adamw_scales for the same models (AdamW with the forward and loss under
 torch.autocast("cpu", dtype=torch.float16) and torch.amp.GradScaler("cpu", init_scale=FP16_INIT_SCALE,
@@ -47,7 +47,7 @@ ADAMW_LR = 1e-3
 MODULES = {"mlp": (mm.MLP, "x"), "mlp_dynamo": (mm.MLP, "x"), "tiny_lm": (mm.TinyLM, "tokens"),
            "cnn": (mm.CNN, "x")}
 SEED = 0
-BF16_MODELS = ("mlp", "tiny_lm")  # and the fp16 references
+BF16_MODELS = ("mlp", "tiny_lm", "cnn")  # and the fp16 references
 FP16_INIT_SCALE = 2.0 ** 24  # large enough that the first steps overflow float16 and are skipped
 FP16_GROWTH_INTERVAL = 4     # small enough that the scale also grows within STEPS
 

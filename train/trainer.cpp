@@ -645,8 +645,8 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
                : host.empty() ? std::string("; every op runs there")
                               : "; ops without a kernel there run on the CPU with copies (slow): " + host,
                device && o.tf32 ? "; MatMul and Gemm in TF32" : "",
-               o.mixed_precision == "bf16"   ? "; MatMul and Gemm in bfloat16, float32 master weights"
-               : o.mixed_precision == "fp16" ? fmt::format("; MatMul and Gemm in float16, float32 master weights, "
+               o.mixed_precision == "bf16"   ? "; MatMul, Gemm and convolutions in bfloat16, float32 master weights"
+               : o.mixed_precision == "fp16" ? fmt::format("; MatMul, Gemm and convolutions in float16, float32 master weights, "
                                                            "dynamic loss scale from {}", o.loss_scale.init)
                                              : "");
   }

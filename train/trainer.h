@@ -54,7 +54,7 @@ struct TrainOptions {
   bool progress_bar = true;    // a redrawn status line when stdout is a terminal
   bool profile = false;        // time every kernel of replica 0 and print where the step's time goes
   bool tf32 = false;            // on a GPU: MatMul / Gemm on TF32 tensor cores (as torch.backends.cuda.matmul.allow_tf32)
-  std::string mixed_precision = "no";  // "bf16" / "fp16": MatMul / Gemm on 16-bit copies, float32 master weights (graph/passes/autocast.h)
+  std::string mixed_precision = "no";  // "bf16" / "fp16": MatMul / Gemm / Conv on 16-bit copies, float32 master weights (graph/passes/autocast.h)
   LossScalerOptions loss_scale;  // fp16's dynamic loss scaling (train/loss_scaler.h)
   bool cuda_graph = true;      // on a GPU: replay each plan's run as one recorded CUDA graph where it can
 };

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/cpu/in_float.h"
 #include "exec/kernel.h"
 
 namespace onnxdp {
@@ -231,7 +232,9 @@ void Conv_forward(KernelCtx& c) {
   switch (c.in(0).dtype) {
     case DType::f32: return conv<float>(c);
     case DType::f64: return conv<double>(c);
-    default: c.fail("input 0 is {}; Conv runs on float32 and float64", dtype_name(c.in(0).dtype));
+    case DType::f16:
+    case DType::bf16: return in_float(c, conv<float>);  // --mixed-precision
+    default: c.fail("input 0 is {}; Conv runs on float16, bfloat16, float32 and float64", dtype_name(c.in(0).dtype));
   }
 }
 
@@ -239,7 +242,10 @@ void ConvTranspose_forward(KernelCtx& c) {
   switch (c.in(0).dtype) {
     case DType::f32: return conv_transpose<float>(c);
     case DType::f64: return conv_transpose<double>(c);
-    default: c.fail("input 0 is {}; ConvTranspose runs on float32 and float64", dtype_name(c.in(0).dtype));
+    case DType::f16:
+    case DType::bf16: return in_float(c, conv_transpose<float>);  // --mixed-precision, and Conv's input gradient
+    default:
+      c.fail("input 0 is {}; ConvTranspose runs on float16, bfloat16, float32 and float64", dtype_name(c.in(0).dtype));
   }
 }
 

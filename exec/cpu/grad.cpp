@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/cpu/in_float.h"
 #include "exec/kernel.h"
 
 namespace onnxdp {
@@ -575,6 +576,7 @@ void nll_grad(KernelCtx& c) {
 }  // namespace
 
 void ConvGradFilter_forward(KernelCtx& c) {
+  if (is_16bit_float(c.in(0).dtype)) return in_float(c, conv_grad_filter<float>);  // --mixed-precision
   dispatch_float(c, c.in(0).dtype, [&]<class T>() { conv_grad_filter<T>(c); });
 }
 void MaxPoolGrad_forward(KernelCtx& c) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "exec/cpu/broadcast.h"
+#include "exec/cpu/in_float.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
 
@@ -309,39 +310,8 @@ void Clip_forward(KernelCtx& c) {
 void Softmax_forward(KernelCtx& c) { softmax_forward<false>(c); }
 void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
 
-namespace {
-// A product of f16 / bf16 tensors as PyTorch and ONNX Runtime compute it: inputs widened to float,
-// float sums, the result rounded once to the output's type.
-template <class Product>
-void in_float(KernelCtx& c, const Product& product) {
-  const DType t = c.in(0).dtype;
-  auto widen = [&](const TensorRef& r) {
-    std::vector<float> f(size_t(r.numel));
-    for (int64_t i = 0; i < r.numel; ++i)
-      f[size_t(i)] = t == DType::f16 ? f16_to_f32(r.as<uint16_t>()[i]) : bf16_to_f32(r.as<uint16_t>()[i]);
-    return f;
-  };
-  std::vector<std::vector<float>> ins;
-  KernelCtx fc{c.node, {}, {}, c.run, c.index};
-  for (const TensorRef& r : c.inputs) {
-    if (!r.present()) {
-      fc.inputs.push_back(r);
-      continue;
-    }
-    ins.push_back(widen(r));
-    fc.inputs.push_back(TensorRef{ins.back().data(), DType::f32, r.shape, r.numel});
-  }
-  const TensorRef& y = c.out(0);
-  std::vector<float> out(size_t(y.numel));
-  fc.outputs.push_back(TensorRef{out.data(), DType::f32, y.shape, y.numel});
-  product(fc);
-  for (int64_t i = 0; i < y.numel; ++i)
-    y.as<uint16_t>()[i] = t == DType::f16 ? f32_to_f16(out[size_t(i)]) : f32_to_bf16(out[size_t(i)]);
-}
-}  // namespace
-
 void MatMul_forward(KernelCtx& c) {
-  if (c.in(0).dtype == DType::f16 || c.in(0).dtype == DType::bf16) return in_float(c, matmul<float>);
+  if (is_16bit_float(c.in(0).dtype)) return in_float(c, matmul<float>);
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
     if constexpr (kIsNumber<T>) matmul<T>(c);
     else unsupported(c, c.in(0).dtype);
@@ -349,7 +319,7 @@ void MatMul_forward(KernelCtx& c) {
 }
 
 void Gemm_forward(KernelCtx& c) {
-  if (c.in(0).dtype == DType::f16 || c.in(0).dtype == DType::bf16) return in_float(c, gemm_op<float>);
+  if (is_16bit_float(c.in(0).dtype)) return in_float(c, gemm_op<float>);
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
     if constexpr (kIsNumber<T>) gemm_op<T>(c);
     else unsupported(c, c.in(0).dtype);

@@ -49,9 +49,12 @@ ConvCall conv_call(const Node& n, const std::vector<DType>& in_types, const std:
   const size_t nin = bias ? 3 : 2;
   if (in_types.size() < nin || in_shapes.size() < nin) return conv_refused("missing inputs");
   if (bias && n.op == Op::ConvGradFilter) return conv_refused("ConvGradFilter has no bias");
-  for (size_t k = 0; k < nin; ++k)
-    if (in_types[k] != DType::f32)
-      return conv_refused(fmt::format("input {} is {}; the cuDNN kernels take float32", k, dtype_name(in_types[k])));
+  const DType type = in_types[0];
+  if (type != DType::f32 && type != DType::f16 && type != DType::bf16)
+    return conv_refused(fmt::format("input 0 is {}; the cuDNN kernels take float32, float16 and bfloat16", dtype_name(type)));
+  for (size_t k = 1; k < nin; ++k)
+    if (in_types[k] != type)
+      return conv_refused(fmt::format("input {} is {}, input 0 {}", k, dtype_name(in_types[k]), dtype_name(type)));
   const Shape &a = in_shapes[0], &b = in_shapes[1];
   const size_t r = a.size();
   if (r < 3 || r > 5 || b.size() != r || out.size() != r)
@@ -101,6 +104,7 @@ ConvCall conv_call(const Node& n, const std::vector<DType>& in_types, const std:
   }
 
   ConvCall c;
+  c.type = type;
   c.out_numel = shape_numel(out);
   c.bias = bias && n.op != Op::ConvGradFilter;
   c.bias_channels = 0;
@@ -248,6 +252,38 @@ const int* out_dims(const ConvCall& c) { return c.x_is < 0 ? c.x_dims : c.w_is <
 void conv_emulate(const ConvCall& c, const std::vector<TensorRef>& in, const TensorRef& out) {
   if (!c.ok) fail("conv_emulate: {}", c.why);
   if (c.kind == ConvCall::Kind::nothing) return;
+  if (c.type != DType::f32) {  // 16-bit operands: the same on their float values, each result rounded
+    auto wide = [&](const TensorRef& r) {
+      std::vector<float> f(size_t(r.numel));
+      for (int64_t i = 0; i < r.numel; ++i)
+        f[size_t(i)] = c.type == DType::f16 ? f16_to_f32(r.as<uint16_t>()[i]) : bf16_to_f32(r.as<uint16_t>()[i]);
+      return f;
+    };
+    std::vector<std::vector<float>> held;
+    held.reserve(in.size() + 1);
+    std::vector<TensorRef> fin;
+    for (const TensorRef& r : in) {
+      held.push_back(wide(r));
+      fin.push_back(TensorRef{held.back().data(), DType::f32, r.shape, r.numel});
+    }
+    held.push_back(wide(out));  // read when beta != 0
+    ConvCall f = c;
+    f.type = DType::f32;
+    f.bias = false;
+    const TensorRef fout{held.back().data(), DType::f32, out.shape, out.numel};
+    conv_emulate(f, fin, fout);
+    auto round = [&](float v) { return c.type == DType::f16 ? f32_to_f16(v) : f32_to_bf16(v); };
+    auto widen1 = [&](uint16_t v) { return c.type == DType::f16 ? f16_to_f32(v) : bf16_to_f32(v); };
+    uint16_t* o = out.as<uint16_t>();
+    for (int64_t i = 0; i < out.numel; ++i) o[i] = round(held.back()[size_t(i)]);
+    if (c.bias) {  // cudnnAddTensor on the rounded result
+      std::vector<float> sum(size_t(out.numel));
+      for (int64_t i = 0; i < out.numel; ++i) sum[size_t(i)] = widen1(o[i]);
+      add_bias(out_dims(c), c.nb_dims, held[2].data(), sum.data());
+      for (int64_t i = 0; i < out.numel; ++i) o[i] = round(sum[size_t(i)]);
+    }
+    return;
+  }
   auto operand = [&](int which) -> float* { return static_cast<float*>(which < 0 ? out.data : in.at(size_t(which)).data); };
   float* o = static_cast<float*>(out.data);
   const int64_t n_out = numel_of(out_dims(c), c.nb_dims);
@@ -283,14 +319,18 @@ void conv_emulate(const ConvCall& c, const std::vector<TensorRef>& in, const Ten
 
 namespace {
 
+cudnnDataType_t cudnn_type(DType t) {
+  return t == DType::f16 ? CUDNN_DATA_HALF : t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const int* dims, int nb) {
+  TensorDesc(const int* dims, int nb, DType t) {
     ONNXDP_CUDA_CHECK(cudnnCreateTensorDescriptor(&d));
     int strides[kConvMaxDims];
     strides[nb - 1] = 1;
     for (int i = nb - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
-    ONNXDP_CUDA_CHECK(cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, nb, dims, strides));
+    ONNXDP_CUDA_CHECK(cudnnSetTensorNdDescriptor(d, cudnn_type(t), nb, dims, strides));
   }
   ~TensorDesc() {
     if (d) cudnnDestroyTensorDescriptor(d);
@@ -301,9 +341,9 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(const int* dims, int nb) {
+  FilterDesc(const int* dims, int nb, DType t) {
     ONNXDP_CUDA_CHECK(cudnnCreateFilterDescriptor(&d));
-    ONNXDP_CUDA_CHECK(cudnnSetFilterNdDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb, dims));
+    ONNXDP_CUDA_CHECK(cudnnSetFilterNdDescriptor(d, cudnn_type(t), CUDNN_TENSOR_NCHW, nb, dims));
   }
   ~FilterDesc() {
     if (d) cudnnDestroyFilterDescriptor(d);
@@ -318,9 +358,10 @@ struct ConvDesc {
     ONNXDP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
     ONNXDP_CUDA_CHECK(cudnnSetConvolutionNdDescriptor(d, c.nb_dims - 2, c.pads, c.strides, c.dilations,
                                                       c.cross_correlation ? CUDNN_CROSS_CORRELATION : CUDNN_CONVOLUTION,
-                                                      CUDNN_DATA_FLOAT));
+                                                      CUDNN_DATA_FLOAT));  // fp32 sums for every data type
     ONNXDP_CUDA_CHECK(cudnnSetConvolutionGroupCount(d, c.groups));
-    ONNXDP_CUDA_CHECK(cudnnSetConvolutionMathType(d, CUDNN_FMA_MATH));  // fp32 FMA, no TF32
+    // fp32 data: FMA, no TF32. 16-bit data: Tensor Cores (16-bit products, fp32 sums).
+    ONNXDP_CUDA_CHECK(cudnnSetConvolutionMathType(d, c.type == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   }
   ~ConvDesc() {
     if (d) cudnnDestroyConvolutionDescriptor(d);
@@ -358,14 +399,15 @@ bool plain_sum(cudnnConvolutionBwdFilterAlgo_t a) {
          a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
 }
 
-// The heuristics' choice: the first result with status SUCCESS and no Tensor Core math type
-// (TF32), preferring a plain-sum algorithm that is deterministic, then any plain-sum one, then any
-// (FFT / Winograd in fp32, should cuDNN offer nothing else for a geometry); -1 when none.
+// The heuristics' choice: the first result with status SUCCESS and, on fp32 data, no Tensor Core
+// math type (TF32; 16-bit data take Tensor Cores), preferring a plain-sum algorithm that is
+// deterministic, then any plain-sum one, then any (FFT / Winograd, should cuDNN offer nothing else
+// for a geometry); -1 when none.
 template <class Perf>
-int pick(const std::vector<Perf>& perf, int got) {
-  auto fp32 = [](const Perf& p) {
-    return p.status == CUDNN_STATUS_SUCCESS && p.mathType != CUDNN_TENSOR_OP_MATH &&
-           p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+int pick(const std::vector<Perf>& perf, int got, bool tensor_cores) {
+  auto fp32 = [&](const Perf& p) {
+    return p.status == CUDNN_STATUS_SUCCESS &&
+           (tensor_cores || (p.mathType != CUDNN_TENSOR_OP_MATH && p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
   };
   for (int i = 0; i < got; ++i)
     if (fp32(perf[size_t(i)]) && plain_sum(perf[size_t(i)].algo) && perf[size_t(i)].determinism == CUDNN_DETERMINISTIC)
@@ -382,7 +424,7 @@ int algorithm(const ConvCall& c, cudnnHandle_t h, const TensorDesc& x, const Fil
               const TensorDesc& y) {
   int device = 0;
   ONNXDP_CUDA_CHECK(cudaGetDevice(&device));
-  std::vector<int> key = {device, int(c.kind), c.nb_dims, c.groups};
+  std::vector<int> key = {device, int(c.kind), int(c.type), c.nb_dims, c.groups};
   for (int i = 0; i < c.nb_dims; ++i) key.insert(key.end(), {c.x_dims[i], c.w_dims[i], c.y_dims[i]});
   for (int i = 0; i < c.nb_dims - 2; ++i) key.insert(key.end(), {c.pads[i], c.strides[i], c.dilations[i]});
   static std::mutex mu;
@@ -398,7 +440,7 @@ int algorithm(const ConvCall& c, cudnnHandle_t h, const TensorDesc& x, const Fil
       ONNXDP_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(size_t(std::max(max, 1)));
       ONNXDP_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x.d, w.d, conv.d, y.d, max, &got, perf.data()));
-      const int i = pick(perf, got);
+      const int i = pick(perf, got, c.type != DType::f32);
       algo = i >= 0 ? int(perf[size_t(i)].algo) : int(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
       break;
     }
@@ -406,7 +448,7 @@ int algorithm(const ConvCall& c, cudnnHandle_t h, const TensorDesc& x, const Fil
       ONNXDP_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(size_t(std::max(max, 1)));
       ONNXDP_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w.d, y.d, conv.d, x.d, max, &got, perf.data()));
-      const int i = pick(perf, got);
+      const int i = pick(perf, got, c.type != DType::f32);
       algo = i >= 0 ? int(perf[size_t(i)].algo) : int(CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
       break;
     }
@@ -415,7 +457,7 @@ int algorithm(const ConvCall& c, cudnnHandle_t h, const TensorDesc& x, const Fil
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(size_t(std::max(max, 1)));
       ONNXDP_CUDA_CHECK(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x.d, y.d, conv.d, w.d, max, &got, perf.data()));
-      const int i = pick(perf, got);
+      const int i = pick(perf, got, c.type != DType::f32);
       algo = i >= 0 ? int(perf[size_t(i)].algo) : int(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
       break;
     }
@@ -434,10 +476,10 @@ void conv_device(const ConvCall& c, const std::vector<TensorRef>& in, const Tens
   auto operand = [&](int which) -> void* { return which < 0 ? out.data : in.at(size_t(which)).data; };
   const int* od = out_dims(c);
   if (c.kind == ConvCall::Kind::fill) {
-    ONNXDP_CUDA_CHECK(cudaMemsetAsync(out.data, 0, size_t(c.out_numel) * sizeof(float), s));
+    ONNXDP_CUDA_CHECK(cudaMemsetAsync(out.data, 0, size_t(c.out_numel) * dtype_size(c.type), s));
   } else {
-    const TensorDesc x(c.x_dims, c.nb_dims), y(c.y_dims, c.nb_dims);
-    const FilterDesc w(c.w_dims, c.nb_dims);
+    const TensorDesc x(c.x_dims, c.nb_dims, c.type), y(c.y_dims, c.nb_dims, c.type);
+    const FilterDesc w(c.w_dims, c.nb_dims, c.type);
     const ConvDesc conv(c);
     const int algo = algorithm(c, h, x, w, conv, y);
     size_t bytes = 0;
@@ -473,8 +515,8 @@ void conv_device(const ConvCall& c, const std::vector<TensorRef>& in, const Tens
     int bdims[kConvMaxDims];
     for (int i = 0; i < c.nb_dims; ++i) bdims[i] = 1;
     bdims[1] = c.bias_channels;
-    const TensorDesc b(bdims, c.nb_dims), o(od, c.nb_dims);
-    const float one = 1.0f;
+    const TensorDesc b(bdims, c.nb_dims, c.type), o(od, c.nb_dims, c.type);
+    const float one = 1.0f;  // float scaling factors for every data type but double
     ONNXDP_CUDA_CHECK(cudnnAddTensor(h, &one, b.d, in.at(2).data, &one, o.d, out.data));
   }
 }
@@ -578,7 +620,7 @@ ConvCall conv_call_of(const Graph& g, const Node& n) {
     shapes.push_back(g.value(n.inputs[size_t(k)]).shape);
   }
   const Value& out = g.value(n.outputs[0]);
-  if (out.dtype != DType::f32) return conv_refused("the output is not float32");
+  if (out.dtype != types[0]) return conv_refused("the output's type is not the inputs'");
   return conv_call(n, types, shapes, bias, out.shape);
 }
 

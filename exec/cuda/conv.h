@@ -2,7 +2,9 @@
 // (exec/cuda/conv_launch.h says why not cuDNN's pooling), seen from the graph.
 //
 // All three convolutions are one cuDNN convolution (mode CUDNN_CROSS_CORRELATION, fp32 data and
-// compute, CUDNN_FMA_MATH so no TF32) between a "conv input" grid X [N, C, I..], a filter
+// compute, CUDNN_FMA_MATH so no TF32; under --mixed-precision float16 / bfloat16 data with fp32
+// compute and CUDNN_TENSOR_OP_MATH, cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations, as
+// PyTorch sets them) between a "conv input" grid X [N, C, I..], a filter
 // W [K, C/groups, k..] and a "conv output" grid Y [N, K, O..], with Y[o] reading X[o*s - p + t*d]:
 //   Conv            y = conv(x, W)            cudnnConvolutionForward        X = x, W = W, Y = y
 //   ConvTranspose   y = conv^T(x, W)          cudnnConvolutionBackwardData   X = y, W = W, Y = x
@@ -55,6 +57,7 @@ struct ConvCall {
     backward_filter,  // cudnnConvolutionBackwardFilter
   };
   Kind kind = Kind::nothing;
+  DType type = DType::f32;  // every operand's: f32, or f16 / bf16 (float sums, one rounding)
 
   // Descriptors (packed NCHW / NCDHW): X, W (a filter descriptor, CUDNN_TENSOR_NCHW) and Y, each
   // `nb_dims` long; the convolution's pads / strides / dilations `nb_dims - 2` long.
@@ -84,7 +87,8 @@ ConvCall conv_call(const Node& n, const std::vector<DType>& in_types, const std:
                    bool bias, const Shape& out);
 
 // Exactly what the device path does with `call`, on host memory: cuDNN's convolution definitions
-// (fp32 accumulation, beta 0 overwrites) and cudnnAddTensor, after the argument checks cuDNN makes
+// (fp32 accumulation, beta 0 overwrites; 16-bit operands widened, the result rounded once) and
+// cudnnAddTensor (16-bit: the bias added in float to the rounded result, rounded again), after the argument checks cuDNN makes
 // (the output dims must be its forward formula's). Evidence for the mapping, not for cuDNN.
 void conv_emulate(const ConvCall& call, const std::vector<TensorRef>& in, const TensorRef& out);
 

@@ -34,7 +34,7 @@ int autocast(Graph& g, DType low) {
   out.reserve(g.nodes.size());
   int cast = 0;
   for (Node& n : g.nodes) {
-    const bool product = n.op == Op::MatMul || n.op == Op::Gemm;
+    const bool product = n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::Conv || n.op == Op::ConvTranspose;
     if (!product || g.value(n.outputs.at(0)).dtype != DType::f32) {
       out.push_back(std::move(n));
       continue;

@@ -1,14 +1,17 @@
-// autocast: mixed-precision training as PyTorch's autocast does it for matrix products
-// (`--mixed-precision bf16`): every MatMul and Gemm on float32 inputs runs on bfloat16 copies of
-// them (or float16 ones; a Cast before each float input) and its result is cast back to float32 for its readers.
-// The parameters stay float32 (the master weights the optimizer updates, and the trained model);
-// their gradients come back float32 through Cast's gradient. Everything else (losses, softmax,
-// normalisations, elementwise ops, convolutions) stays float32.
+// autocast: mixed-precision training as PyTorch's autocast does it for matrix products and
+// convolutions (`--mixed-precision bf16` or `fp16`): every MatMul, Gemm, Conv and ConvTranspose
+// on float32 inputs runs on 16-bit copies of them (a Cast before each float input: data, weight,
+// bias) and its result is cast back to float32 for its readers. The parameters stay float32 (the
+// master weights the optimizer updates, and the trained model); their gradients come back float32
+// through Cast's gradient, and the products' own gradients (the backward GEMMs, ConvTranspose for
+// a Conv's input, ConvGradFilter for its weight) run on the 16-bit values. Everything else
+// (losses, softmax, normalisations, pooling, elementwise ops) stays float32.
 //
-// The product itself is the 16-bit GEMM of the kernels: float sums rounded once to bfloat16, as
+// The product itself is the 16-bit kernel: float sums rounded once to the 16-bit type, as
 // PyTorch's CPU and CUDA autocast compute it, so the values a Linear layer produces equal
-// PyTorch's; PyTorch then keeps some elementwise results in bfloat16 where onnxdp keeps float32
-// (e.g. a scaled attention score), which only adds roundings PyTorch makes and onnxdp does not.
+// PyTorch's; PyTorch then keeps some results in 16 bits where onnxdp keeps float32 (a scaled
+// attention score, GELU, a BatchNorm after a Conv), which only adds roundings PyTorch makes and
+// onnxdp does not.
 //
 // Runs on the forward graph, before the loss and autodiff. Returns the number of products cast.
 #pragma once

@@ -25,6 +25,11 @@
 // bound of tests/gpu/test_cuda_gemm.cpp); a wrong index moves a result by at least 1/64.
 // Pooling runs the CPU's arithmetic in the CPU's order (exec/cuda/conv_launch.h): bit-identical
 // in both suites (NaN equal to NaN), Indices exact.
+// float16 / bfloat16 convolutions (--mixed-precision) on the same cases: the exact float sum
+// rounds once to the 16-bit type on both sides, so they are equal, except that with a bias the
+// device rounds the convolution and then the sum with the bias (cudnnAddTensor) where the CPU
+// rounds once: one unit in the 16-bit type's last place apart at most (and the fp32 bound on the
+// GPU). The emulation without a bias must be exact.
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
@@ -127,6 +132,8 @@ void store(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
     case DType::f32: t.as<float>()[i] = float(v); break;
     case DType::f64: t.as<double>()[i] = v; break;
+    case DType::f16: t.as<uint16_t>()[i] = f32_to_f16(float(v)); break;
+    case DType::bf16: t.as<uint16_t>()[i] = f32_to_bf16(float(v)); break;
     case DType::i8: t.as<int8_t>()[i] = int8_t(v); break;
     case DType::u8: t.as<uint8_t>()[i] = uint8_t(v); break;
     default: FAIL("unexpected dtype");
@@ -137,6 +144,8 @@ double load(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
     case DType::f32: return t.as<float>()[i];
     case DType::f64: return t.as<double>()[i];
+    case DType::f16: return f16_to_f32(t.as<uint16_t>()[i]);
+    case DType::bf16: return bf16_to_f32(t.as<uint16_t>()[i]);
     case DType::i8: return t.as<int8_t>()[i];
     case DType::u8: return t.as<uint8_t>()[i];
     case DType::i64: return double(t.as<int64_t>()[i]);
@@ -198,12 +207,17 @@ void run_case(const Case& c, const std::shared_ptr<DeviceBackend>& dev, Where wh
     REQUIRE(x.shape() == y.shape());
     REQUIRE(x.dtype() == y.dtype());
     const double tol = tolerant ? double(2 * terms(c) + 8) * std::ldexp(1.0, -24) : 0.0;
+    // 16-bit with a bias: the device's two roundings against the CPU's one (see the top).
+    const bool low = c.t == DType::f16 || c.t == DType::bf16;
+    const double ulp = !low || c.ins.size() < 3 || c.op == Op::ConvGradFilter ? 0.0
+                       : std::ldexp(1.0, c.t == DType::f16 ? -10 : -7);
     int bad = 0;
     int64_t first_bad = -1;
     for (int64_t i = 0; i < x.numel(); ++i) {
       const double u = load(x, i), v = load(y, i);
       bool ok = std::isnan(u) || std::isnan(v) ? std::isnan(u) && std::isnan(v) : u == v;
-      if (!ok && tolerant) ok = std::abs(u - v) <= tol * load(mag.at(name), i);
+      if (!ok && (tolerant || ulp > 0))
+        ok = std::abs(u - v) <= (tolerant ? tol * load(mag.at(name), i) : 0.0) + ulp * std::max(std::abs(u), std::abs(v));
       if (!ok && first_bad < 0) first_bad = i;
       bad += !ok;
     }
@@ -352,11 +366,22 @@ std::vector<Case> pool_cases() {
   return cs;
 }
 
+// The convolution cases again on float16 and bfloat16 operands (--mixed-precision).
+std::vector<Case> conv_cases_16bit() {
+  std::vector<Case> cs;
+  for (DType t : {DType::f16, DType::bf16})
+    for (Case c : conv_cases()) {
+      c.t = t;
+      cs.push_back(c);
+    }
+  return cs;
+}
+
 int check_all(DeviceKind kind, Where where) {
   auto dev = make_device_backend(kind, 0);
   std::mt19937 rng(7);
   int ran = 0;
-  for (const std::vector<Case>& cs : {conv_cases(), pool_cases()})
+  for (const std::vector<Case>& cs : {conv_cases(), conv_cases_16bit(), pool_cases()})
     for (const Case& c : cs) {
       run_case(c, dev, where, rng);
       ++ran;
@@ -416,6 +441,16 @@ TEST_SUITE("cuda") {
     CHECK((c.ok && c.kind == cuda::ConvCall::Kind::nothing));
     c = call_of({Op::Conv, {{2, 2, 0, 4}, {3, 2, 3, 3}, {3}}, A({{"pads", V({2, 1, 2, 1})}})});
     CHECK((c.ok && c.kind == cuda::ConvCall::Kind::fill && c.bias));
+    // 16-bit operands keep their type (cuDNN's HALF / BFLOAT16 data with fp32 compute).
+    for (DType t : {DType::f16, DType::bf16}) {
+      c = call_of({Op::Conv, {{2, 3, 7, 6}, {4, 3, 3, 3}, {4}}, A({{"pads", V({1, 1, 1, 1})}}), t});
+      CHECK((c.ok && c.type == t && c.kind == cuda::ConvCall::Kind::forward));
+    }
+    // Operands of different types are refused, naming them.
+    Graph g = graph_of({Op::Conv, {{1, 2, 5, 5}, {2, 2, 3, 3}}, A({})});
+    c = cuda::conv_call(g.nodes[0], {DType::f16, DType::f32}, {{1, 2, 5, 5}, {2, 2, 3, 3}}, false, {1, 2, 3, 3});
+    CHECK(!c.ok);
+    CHECK(c.why.find("input 1 is f32") != std::string::npos);
   }
 
   TEST_CASE("cuda conv emulated: convolutions and pooling match the CPU kernels") {

@@ -74,7 +74,7 @@ TEST_SUITE("gpu") {
   // round a product differently now and then, so 1e-2 on the losses and every op on the device.
   TEST_CASE("cuda models: --mixed-precision bf16 trains on cuda:0 as on the CPU") {
     if (!have_gpu()) return;
-    for (const char* model : {"mlp", "tiny_lm"}) {
+    for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
       CAPTURE(model);
       TrainOptions o = run_of(model, 32, 20);
       o.mixed_precision = "bf16";
@@ -93,7 +93,7 @@ TEST_SUITE("gpu") {
   // skipped steps may differ by one at a borderline overflow.
   TEST_CASE("cuda models: --mixed-precision fp16 trains on cuda:0 as on the CPU, skipping overflowed steps") {
     if (!have_gpu()) return;
-    for (const char* model : {"mlp", "tiny_lm"}) {
+    for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
       CAPTURE(model);
       TrainOptions o = run_of(model, 32, 20);
       o.mixed_precision = "fp16";

@@ -230,6 +230,42 @@ TEST_CASE("nn: Conv float64 matches float32") {
   check_close(y[0], kConv2d, 1e-6);
 }
 
+// --mixed-precision's convolutions: 16-bit operands, float sums, one rounding (as PyTorch's CPU
+// kernels). [1, e, e] against ones with e half a unit in the last place of 1: rounding after each
+// term would give 1 (ties to even) twice, one rounding of the float sum gives 1 + 2e exactly.
+// Conv's input gradient (ConvTranspose) and weight gradient (ConvGradFilter) likewise; and the
+// grouped, strided, dilated, padded 2-D case within the 16-bit format of PyTorch's float32 values.
+TEST_CASE("nn: Conv, ConvTranspose and ConvGradFilter on f16 and bf16 sum in float and round once") {
+  for (DType t : {DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    const float e = t == DType::f16 ? std::ldexp(1.0f, -11) : std::ldexp(1.0f, -8);
+    auto low = [&](Shape sh, std::vector<float> v) {
+      Tensor r(t, std::move(sh));
+      for (size_t i = 0; i < v.size(); ++i) r.as<uint16_t>()[i] = t == DType::f16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+      return r;
+    };
+    auto to_low = [&](const Tensor& f) {
+      return low(f.shape(), std::vector<float>(f.as<float>(), f.as<float>() + f.numel()));
+    };
+    auto first = [&](const Tensor& r) {
+      REQUIRE(r.dtype() == t);
+      return t == DType::f16 ? f16_to_f32(r.as<uint16_t>()[0]) : bf16_to_f32(r.as<uint16_t>()[0]);
+    };
+    // Conv: x [1, 1, 3] (*) W [1, 1, 3] -> one output.
+    CHECK(first(run_op(Op::Conv, {low({1, 1, 3}, {1, e, e}), low({1, 1, 3}, {1, 1, 1})}, 1)[0]) == 1 + 2 * e);
+    // ConvTranspose: x [1, 3, 1] with W [3, 1, 1]: the output sums over the three input channels.
+    CHECK(first(run_op(Op::ConvTranspose, {low({1, 3, 1}, {1, e, e}), low({3, 1, 1}, {1, 1, 1})}, 1)[0]) == 1 + 2 * e);
+    // ConvGradFilter: dW [1, 1, 1] sums x * dy over the three positions.
+    CHECK(first(run_op(Op::ConvGradFilter, {low({1, 1, 3}, {1, e, e}), low({1, 1, 3}, {1, 1, 1})}, 1,
+                       {{"kernel_shape", Ints{1}}, {"pads", Ints{0, 0}}})[0]) == 1 + 2 * e);
+    auto y = run_op(Op::Conv, {to_low(pattern({2, 4, 5, 5}, 0)), to_low(pattern({4, 2, 3, 3}, 1, .5)), to_low(pattern({4}, 2))},
+                    1, {{"group", int64_t(2)}, {"strides", Ints{2, 1}}, {"dilations", Ints{1, 2}}, {"pads", Ints{1, 0, 2, 1}}});
+    REQUIRE(y[0].dtype() == t);
+    CHECK(y[0].shape() == Shape{2, 4, 3, 2});
+    check_close(y[0], kConv2d, t == DType::f16 ? 5e-3 : 4e-2, t == DType::f16 ? 5e-3 : 4e-2);
+  }
+}
+
 TEST_CASE("nn: Conv shape rule errors name the node") {
   Graph g;
   ValueId x = g.add_value(Value{"x", DType::f32, {1, 3, 5, 5}, ValueKind::input, {}, -1});

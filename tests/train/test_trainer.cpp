@@ -93,7 +93,8 @@ TEST_CASE("train: mlp_dynamo (opset 20) per-step losses equal PyTorch's") { chec
 // torch.autocast("cpu", torch.bfloat16)). mlp (Linear, ReLU): the Linear outputs are the same
 // bfloat16 values, so the losses agree to ~1e-7, while float32 training is ~1e-4 away from them;
 // tiny_lm: PyTorch keeps some elementwise results (the scaled attention scores, GELU) in bfloat16
-// where onnxdp keeps float32, so only the general 1e-3.
+// where onnxdp keeps float32, so only the general 1e-3; cnn (bfloat16 Conv and Gemm): PyTorch
+// also keeps the BatchNorm, Relu and pooling after a Conv in bfloat16, so 1e-3 (measured 1.6e-4).
 std::vector<float> bf16_losses(const std::string& name, const std::string& devices = "cpu") {
   auto ref = read_npz(std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/train_reference.npz");
   TrainOptions o;
@@ -109,8 +110,8 @@ std::vector<float> bf16_losses(const std::string& name, const std::string& devic
   return train(o).losses;
 }
 
-TEST_CASE("train: --mixed-precision bf16 trains as PyTorch's autocast (mlp to 1e-6, tiny_lm to 1e-3)") {
-  for (const std::string name : {"mlp", "tiny_lm"}) {
+TEST_CASE("train: --mixed-precision bf16 trains as PyTorch's autocast (mlp to 1e-6, tiny_lm and cnn to 1e-3)") {
+  for (const std::string name : {"mlp", "tiny_lm", "cnn"}) {
     CAPTURE(name);
     auto ref = read_npz(std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/train_reference.npz");
     const std::vector<double> want = ref.at("bf16_sgd_losses").to_f64(), fp32 = ref.at("sgd_losses").to_f64();
@@ -128,10 +129,15 @@ TEST_CASE("train: --mixed-precision bf16 trains as PyTorch's autocast (mlp to 1e
   }
 }
 
+// cnn: the device adds a Conv's bias to the rounded bfloat16 convolution and rounds again
+// (cudnnAddTensor), the CPU rounds the sum once, so bfloat16 roundings apart.
 TEST_CASE("train: --mixed-precision bf16 on the emulated CUDA device trains as on the CPU") {
-  const std::vector<float> cpu = bf16_losses("mlp"), dev = bf16_losses("mlp", "cuda-emulated");
-  REQUIRE(cpu.size() == dev.size());
-  for (size_t i = 0; i < cpu.size(); ++i) CHECK(dev[i] == doctest::Approx(cpu[i]).epsilon(1e-5));
+  for (const auto& [name, eps] : {std::pair<std::string, double>{"mlp", 1e-5}, {"cnn", 1e-3}}) {
+    CAPTURE(name);
+    const std::vector<float> cpu = bf16_losses(name), dev = bf16_losses(name, "cuda-emulated");
+    REQUIRE(cpu.size() == dev.size());
+    for (size_t i = 0; i < cpu.size(); ++i) CHECK(dev[i] == doctest::Approx(cpu[i]).epsilon(eps));
+  }
 }
 
 // --mixed-precision fp16 against PyTorch's autocast with GradScaler (fp16_adamw_losses and
@@ -155,7 +161,7 @@ TrainOptions fp16_options(const std::string& name) {
 }
 
 TEST_CASE("train: --mixed-precision fp16 trains as PyTorch's autocast + GradScaler: losses, skipped steps, scales") {
-  for (const std::string name : {"mlp", "tiny_lm"}) {
+  for (const std::string name : {"mlp", "tiny_lm", "cnn"}) {
     CAPTURE(name);
     auto ref = read_npz(std::string(ONNXDP_SOURCE_DIR) + "/models/" + name + "/train_reference.npz");
     const std::vector<double> want = ref.at("fp16_adamw_losses").to_f64(), scales = ref.at("fp16_adamw_scales").to_f64(),
@@ -171,7 +177,9 @@ TEST_CASE("train: --mixed-precision fp16 trains as PyTorch's autocast + GradScal
     }
     CHECK(r.skipped_steps == backoffs);
     CHECK(r.skipped_steps >= 4);
-    const double tol = name == "mlp" ? 3e-6 : 3e-5;  // measured 1.3e-6 and 7.2e-6
+    // Measured 1.3e-6, 7.2e-6 and 3.0e-5: PyTorch keeps cnn's BatchNorm and pooling after a
+    // float16 Conv in float16, onnxdp in float32.
+    const double tol = name == "mlp" ? 3e-6 : name == "tiny_lm" ? 3e-5 : 1e-4;
     double worst = 0, fp32_gap = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       worst = std::max(worst, std::abs(r.losses[i] - want[i]) / want[i]);
