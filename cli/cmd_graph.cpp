@@ -1,10 +1,12 @@
-// `onnxdp graph MODEL [--train] [--devices cpu:N] --out FILE.onnx`: writes the graph onnxdp runs
-// as an ONNX file (open it in Netron): the imported forward graph, or with --train the SPMD
-// training graph of one replica, with loss, backward and the collectives (domain onnxdp) where
-// the data-parallel pass put them.
+// `onnxdp graph MODEL [--train] [--devices cpu:N] [--mixed-precision bf16|fp16] --out FILE.onnx`:
+// writes the graph onnxdp runs as an ONNX file (open it in Netron): the imported forward graph,
+// or with --train the SPMD training graph of one replica, with loss, backward and the collectives
+// (domain onnxdp) where the data-parallel pass put them; --mixed-precision adds autocast's Casts
+// (and with fp16 and --train the loss-scale input amp/loss_scale that seeds backward).
 #include <fstream>
 
 #include "cli/commands.h"
+#include "graph/passes/autocast.h"
 #include "importer/graph_export.h"
 #include "train/pipeline.h"
 #include "train/trainer.h"
@@ -30,6 +32,9 @@ Command add_graph_command(CLI::App& parent) {
   sub->add_option("--freeze", o->freeze, "Initializers not to train (regex, repeatable)");
   sub->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics");
   sub->add_option("--bucket-mb", o->bucket_mb, "Gradient bucket size in MB")->capture_default_str();
+  sub->add_option("--mixed-precision", o->mixed_precision, "bf16 or fp16: the graph as train / run compute it")
+      ->check(CLI::IsMember({"no", "bf16", "fp16"}))
+      ->capture_default_str();
   return Command{sub, [=] {
                    Graph g;
                    if (*training) {
@@ -41,6 +46,7 @@ Command add_graph_command(CLI::App& parent) {
                      ImportOptions io;
                      io.batch_size = o->batch_size;
                      g = load_graph(o->model, io);
+                     autocast(g, o->mixed_precision);
                    }
                    onnx::ModelProto m = graph_to_onnx(g);
                    std::ofstream f(*out, std::ios::binary | std::ios::trunc);

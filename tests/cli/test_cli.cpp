@@ -10,7 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "graph/passes/inference_mode.h"
 #include "onnx/onnx_pb.h"
@@ -433,6 +435,48 @@ TEST_CASE("cli: run --mixed-precision bf16 / fp16 computes the products in 16 bi
   Result bad = onnxdp_cli(tmp, base + q(tmp.file("x.npz")) + " --mixed-precision fp8");
   CHECK(bad.rc != 0);
   CHECK(contains(bad.err, "fp8"));
+}
+
+// `onnxdp graph` writes what onnxdp runs as ONNX: the forward graph, the training graph with its
+// backward and collectives, and with --mixed-precision the Casts around the products (fp16
+// training: the loss-scale input that seeds backward).
+TEST_CASE("cli: graph writes the forward and training graphs, with --mixed-precision's casts") {
+  const std::string model = std::string(ONNXDP_SOURCE_DIR) + "/models/cnn/model.onnx";
+  TempDir tmp;
+  auto read = [&](const std::string& file) {
+    onnx::ModelProto m;
+    std::ifstream f(tmp.file(file), std::ios::binary);
+    REQUIRE(m.ParseFromIstream(&f));
+    std::map<std::string, int> ops;
+    for (const auto& n : m.graph().node()) ++ops[n.op_type()];
+    std::set<std::string> inputs;
+    for (const auto& i : m.graph().input()) inputs.insert(i.name());
+    return std::pair(ops, inputs);
+  };
+  Result r = onnxdp_cli(tmp, "graph " + q(model) + " --out " + q(tmp.file("fwd.onnx")));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "wrote "));
+  auto [fwd, fwd_in] = read("fwd.onnx");
+  CHECK(fwd["Conv"] == 2);
+  CHECK(fwd["Cast"] == 0);
+  r = onnxdp_cli(tmp, "graph " + q(model) + " --mixed-precision bf16 --out " + q(tmp.file("bf16.onnx")));
+  REQUIRE(r.rc == 0);
+  auto [bf16, bf16_in] = read("bf16.onnx");
+  CHECK(bf16["Conv"] == 2);
+  CHECK(bf16["Cast"] >= 2 * 3 + 2);  // x, W, B in and one out per Conv at least
+  r = onnxdp_cli(tmp, "graph " + q(model) + " --train --devices cpu:2 --mixed-precision fp16 --out " +
+                          q(tmp.file("train.onnx")));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto [train, train_in] = read("train.onnx");
+  CHECK(train["ConvTranspose"] == 1);  // conv2's input gradient (conv1's input is the data)
+  CHECK(train["ConvGradFilter"] == 2);
+  CHECK(train["AllReduce"] >= 1);
+  CHECK(train_in.count("amp/loss_scale") == 1);
+  r = onnxdp_cli(tmp, "graph " + q(model) + " --train --out " + q(tmp.file("f32.onnx")));
+  REQUIRE(r.rc == 0);
+  CHECK(read("f32.onnx").second.count("amp/loss_scale") == 0);
 }
 
 TEST_CASE("cli: run --devices cpu:N splits each batch over replicas and gathers outputs in sample order") {
