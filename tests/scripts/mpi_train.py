@@ -2,7 +2,8 @@
 """onnxdp train under mpirun: per-step losses and final parameters of `mpirun -np 2` and
 `mpirun -np 2 ... --devices cpu:2` (a world of 4) equal one device's on the same global batch
 (rtol 1e-5), also with --grad-accum and on the emulated CUDA device (its NCCL set-up across
-processes); `onnxdp run` under mpirun writes one device's outputs; ranks that disagree on the model stop with a clear error; a killed rank ends the job
+processes); --mixed-precision fp16 over 2 ranks of 2 equals a world of 4 in one process (losses,
+parameters, loss scales, skipped steps); `onnxdp run` under mpirun writes one device's outputs; ranks that disagree on the model stop with a clear error; a killed rank ends the job
 within bounded time, never a hang.
 
     mpi_train.py ONNXDP_BINARY MPIEXEC
@@ -64,6 +65,24 @@ def main():
         acc = train([mpiexec, *FLAGS, "-np", "2", onnxdp], "mlp", tmp, "accum_np2x2", ["--devices", "cpu:2",
                     "--grad-accum", "2"], batch="48")
         ok = same(one, acc, "mlp: mpirun -np 2 --devices cpu:2 --grad-accum 2 (48 rows) vs one device (96 rows)")
+        passed, failed = passed + ok, failed + (not ok)
+
+        # --mixed-precision fp16 across ranks: a world of 4 over 2 ranks trains as a world of 4 in
+        # one process, with the same steps skipped and the same loss scales (the all-reduce carries
+        # an overflow to every rank, so every rank's scaler decides alike).
+        fp16 = ["--mixed-precision", "fp16", "--loss-scale-init", "16777216", "--loss-scale-growth-interval", "4"]
+        inproc = train([onnxdp], "mlp", tmp, "fp16_cpu4", ["--devices", "cpu:4", *fp16])
+        ranks = train([mpiexec, *FLAGS, "-np", "2", onnxdp], "mlp", tmp, "fp16_np2x2", ["--devices", "cpu:2", *fp16])
+
+        def scales(tag):
+            return [(json.loads(line)["loss_scale"], json.loads(line)["skipped"])
+                    for line in open(os.path.join(tmp, tag + ".jsonl"))]
+
+        a, b = scales("fp16_cpu4"), scales("fp16_np2x2")
+        ok = same(inproc, ranks, "mlp: mpirun -np 2 --devices cpu:2 --mixed-precision fp16 vs --devices cpu:4")
+        skipped = sum(s for _, s in a)
+        ok = ok and a == b and skipped >= 4
+        print(f"mlp fp16: loss scales and skipped steps {'equal' if a == b else 'DIFFERENT'}, {skipped} skipped")
         passed, failed = passed + ok, failed + (not ok)
 
         # The CUDA backend's NCCL set-up across processes, on the emulated device: the first replica
