@@ -45,30 +45,42 @@ ONNXDP_HD inline float clip_factor(const OptimizerUpdate& u, double squared_norm
 }
 
 // p, g: parameters and gradients; m: momentum buffer or Adam's first moment; v: second moment;
-// clip: clip_factor() of the step's gradient. Not called for a step that skips_step().
+// clip: clip_factor() of the step's gradient. Not called for a step that skips_step(). One
+// element of the update of kind K (u.kind): a loop over the elements with K fixed has no branch
+// on the kind, so the host's loop vectorizes.
+template <OptimizerUpdate::Kind K>
+ONNXDP_HD inline void optimizer_update_of(const OptimizerUpdate& u, float clip, float* p, float* g, float* m, float* v,
+                                          int64_t i) {
+  // Selects on the step's flags and unconditional stores (multiplying by 1 changes nothing), so
+  // the loop has no branches to vectorize around.
+  float gi = g[i] * u.inv_scale;  // GradScaler.unscale_ (1 without fp16), before clipping
+  gi = gi * clip;                 // 1 without clipping
+  g[i] = gi;
+  if constexpr (K == OptimizerUpdate::Kind::sgd) {
+    p[i] -= u.lr * (gi + u.wd * p[i]);
+  } else if constexpr (K == OptimizerUpdate::Kind::momentum) {
+    const float d = gi + u.wd * p[i];
+    const float mi = u.first ? d : u.mom * m[i] + d;  // torch: the buffer starts as the first gradient
+    m[i] = mi;
+    p[i] -= u.lr * (u.nesterov ? d + u.mom * mi : mi);
+  } else {
+    const float pi = u.decoupled ? p[i] * (1.0f - u.lr * u.wd) : p[i];
+    const float d = u.decoupled ? gi : gi + u.wd * pi;
+    const float mi = u.b1 * m[i] + (1.0f - u.b1) * d;
+    const float vi = u.b2 * v[i] + (1.0f - u.b2) * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - u.step_size * mi / (sqrtf(vi) / u.sqrt_bc2 + u.eps);
+  }
+}
+
 ONNXDP_HD inline void optimizer_update(const OptimizerUpdate& u, float clip, float* p, float* g, float* m, float* v,
                                        int64_t i) {
-  if (u.inv_scale != 1.0f) g[i] *= u.inv_scale;  // GradScaler.unscale_, before clipping
-  if (clip < 1.0f) g[i] *= clip;
   switch (u.kind) {
-    case OptimizerUpdate::Kind::sgd:
-      p[i] -= u.lr * (g[i] + u.wd * p[i]);
-      return;
-    case OptimizerUpdate::Kind::momentum: {
-      const float d = g[i] + u.wd * p[i];
-      m[i] = u.first ? d : u.mom * m[i] + d;  // torch: the buffer starts as the first gradient
-      p[i] -= u.lr * (u.nesterov ? d + u.mom * m[i] : m[i]);
-      return;
-    }
-    case OptimizerUpdate::Kind::adam: {
-      float d = g[i];
-      if (u.decoupled) p[i] *= 1.0f - u.lr * u.wd;
-      else d += u.wd * p[i];
-      m[i] = u.b1 * m[i] + (1.0f - u.b1) * d;
-      v[i] = u.b2 * v[i] + (1.0f - u.b2) * d * d;
-      p[i] -= u.step_size * m[i] / (sqrtf(v[i]) / u.sqrt_bc2 + u.eps);
-      return;
-    }
+    case OptimizerUpdate::Kind::sgd: return optimizer_update_of<OptimizerUpdate::Kind::sgd>(u, clip, p, g, m, v, i);
+    case OptimizerUpdate::Kind::momentum:
+      return optimizer_update_of<OptimizerUpdate::Kind::momentum>(u, clip, p, g, m, v, i);
+    case OptimizerUpdate::Kind::adam: return optimizer_update_of<OptimizerUpdate::Kind::adam>(u, clip, p, g, m, v, i);
   }
 }
 

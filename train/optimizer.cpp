@@ -83,8 +83,18 @@ double Optimizer::apply(const OptimizerUpdate& u, float* p, float* g) {
   const float clip = clip_factor(u, sq);
   float* m = m_.data();
   float* v = v_.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n_; ++i) optimizer_update(u, clip, p, g, m, v, i);
+  // One loop per kind, each thread with its own copy of the scalars (no aliasing with the buffers):
+  // the compiler vectorizes the element update.
+  auto loop = [&]<OptimizerUpdate::Kind K>() {
+    const OptimizerUpdate local = u;
+#pragma omp parallel for schedule(static) firstprivate(local)
+    for (int64_t i = 0; i < n_; ++i) optimizer_update_of<K>(local, clip, p, g, m, v, i);
+  };
+  switch (u.kind) {
+    case OptimizerUpdate::Kind::sgd: loop.template operator()<OptimizerUpdate::Kind::sgd>(); break;
+    case OptimizerUpdate::Kind::momentum: loop.template operator()<OptimizerUpdate::Kind::momentum>(); break;
+    case OptimizerUpdate::Kind::adam: loop.template operator()<OptimizerUpdate::Kind::adam>(); break;
+  }
   return sq;
 }
 
