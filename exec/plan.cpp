@@ -16,6 +16,9 @@ namespace onnxdp {
 
 namespace {
 size_t align_up(size_t n) { return (n + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
+bool is_view(Op op) {
+  return op == Op::Reshape || op == Op::Flatten || op == Op::Squeeze || op == Op::Unsqueeze || op == Op::Identity;
+}
 }  // namespace
 
 Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
@@ -49,11 +52,32 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   for (ValueId o : graph_.outputs)
     if (born[size_t(o)] != -2) dies[size_t(o)] = nn;
 
+  // Views: the output of a Reshape, Flatten, Squeeze, Unsqueeze or Identity takes its input's
+  // bytes when both live in the arena (the same bytes in the same order); the node then does
+  // nothing. The shared bytes live from the first value's birth to the last one's death, so
+  // nothing overwrites the input while the view is read (only a value's producer writes it).
+  std::vector<ValueId> root(nv);
+  for (size_t v = 0; v < nv; ++v) root[v] = ValueId(v);
+  view_.assign(size_t(nn), 0);
+  for (int ni = 0; ni < nn; ++ni) {
+    const Node& n = graph_.nodes[size_t(ni)];
+    if (!is_view(n.op) || n.inputs.empty() || n.outputs.size() != 1) continue;
+    const ValueId x = n.inputs[0], o = n.outputs[0];
+    if (x == kNoValue || o == kNoValue || !in_arena(size_t(x)) || !in_arena(size_t(o))) continue;
+    const Value &xv = graph_.value(x), &ov = graph_.value(o);
+    if (xv.dtype != ov.dtype || shape_numel(xv.shape) != shape_numel(ov.shape)) continue;
+    const ValueId r = root[size_t(x)];
+    root[size_t(o)] = r;
+    born[size_t(r)] = std::min(born[size_t(r)], born[size_t(o)]);
+    dies[size_t(r)] = std::max(dies[size_t(r)], dies[size_t(o)]);
+    view_[size_t(ni)] = 1;
+  }
+
   // Greedy placement in order of birth, largest first among equals: each value takes the lowest
   // offset that does not overlap a value whose lifetime intersects its own.
   std::vector<ValueId> order;
   for (size_t v = 0; v < nv; ++v)
-    if (in_arena(v)) order.push_back(ValueId(v));
+    if (in_arena(v) && root[v] == ValueId(v)) order.push_back(ValueId(v));
   auto bytes = [&](ValueId v) { return align_up(size_t(shape_numel(graph_.value(v).shape)) * dtype_size(graph_.value(v).dtype)); };
   std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {
     return born[size_t(a)] != born[size_t(b)] ? born[size_t(a)] < born[size_t(b)] : bytes(a) > bytes(b);
@@ -76,6 +100,8 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
     placed.push_back({born[size_t(v)], dies[size_t(v)], off, size});
     arena_bytes_ = std::max(arena_bytes_, off + size);
   }
+  for (size_t v = 0; v < nv; ++v)
+    if (root[v] != ValueId(v)) offset_[v] = offset_[size_t(root[v])];
   arena_ = Tensor(DType::u8, {int64_t(std::max<size_t>(arena_bytes_, 1))});
   if (!opts_.device) return;
 
@@ -183,7 +209,9 @@ void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& 
     const Tensor& t = fed(inputs, graph_.value(i));
     if (t.nbytes()) std::memcpy(ref(i).data, t.data(), t.nbytes());
   }
-  for (const Node& n : graph_.nodes) {
+  for (size_t ni = 0; ni < graph_.nodes.size(); ++ni) {
+    if (view_[ni]) continue;  // its output is its input's bytes
+    const Node& n = graph_.nodes[ni];
     KernelCtx ctx{n, {}, {}, state};
     ctx.inputs.reserve(n.inputs.size());
     for (ValueId in : n.inputs) ctx.inputs.push_back(ref(in));
@@ -283,6 +311,7 @@ void Plan::run_nodes_on_device(const RunState& state) {
     return TensorRef{device_ptr(id), v.dtype, &v.shape, shape_numel(v.shape)};
   };
   for (size_t ni = 0; ni < graph_.nodes.size(); ++ni) {
+    if (view_[ni]) continue;  // its output is its input's bytes
     const Node& n = graph_.nodes[ni];
     auto t0 = std::chrono::steady_clock::now();
     KernelCtx ctx{n, {}, {}, state, int(ni)};

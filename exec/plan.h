@@ -1,5 +1,6 @@
 // Plan: a graph compiled for a device: execution order, kernels, and a static memory plan that
-// places every activation at an offset in one arena, reusing bytes of values no longer live.
+// places every activation at an offset in one arena, reusing bytes of values no longer live; a
+// reshape's output (Reshape, Flatten, Squeeze, Unsqueeze, Identity) is its input's bytes.
 #pragma once
 #include <functional>
 #include <map>
@@ -94,6 +95,7 @@ class Plan {
   std::vector<int64_t> data_offset_;  // per value with data: byte offset in device_data_, else -1
   std::vector<void*> bound_;          // per value: its place in PlanOptions::bound, or null
   std::map<ValueId, Tensor> shadow_;  // on a device: host copies of bound values that are not parameters
+  std::vector<char> view_;            // per node: a view whose output shares its input's bytes (runs nothing)
   std::vector<char> on_device_;       // per node: has a device kernel
   std::vector<char> on_host_;         // per value, during a run: the host arena holds its bytes
   size_t device_bytes_ = 0;

@@ -188,17 +188,25 @@ void shape_FusedGemm(ShapeCtx& c) {
   shape_Gemm(c);
 }
 
-// MatMul's rule for A of rank >= 2 and B [K, N]; the bias is [N] of A's dtype.
+// MatMul's rule for A of rank >= 2 and B [K, N] (transB: B [N, K]); the bias is [N] of A's dtype.
 void shape_FusedMatMul(ShapeCtx& c) {
   const std::string& act = c.node.s("activation");
   if (!act.empty() && act != "Relu") c.fail("activation '{}' is not one FusedMatMul has (none, Relu)", act);
-  if (c.shape(0).size() < 2 || c.shape(1).size() != 2)
-    c.fail("A must have 2 or more dims and B 2, they are {} and {}", shape_str(c.shape(0)), shape_str(c.shape(1)));
-  shape_MatMul(c);
+  const Shape &a = c.shape(0), &b = c.shape(1);
+  if (a.size() < 2 || b.size() != 2)
+    c.fail("A must have 2 or more dims and B 2, they are {} and {}", shape_str(a), shape_str(b));
+  const bool tb = c.node.i("transB") != 0;
+  const int64_t K = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+  if (a.back() != K)
+    c.fail("A {} and B {}{} do not multiply: {} != {}", shape_str(a), shape_str(b), tb ? " (transposed)" : "", a.back(), K);
+  const DType t = check_dtype(c, 0, kProducts);
+  same_dtype(c, 0, 1);
+  Shape y = a;
+  y.back() = N;
+  c.set(0, t, y);
   if (c.has(2)) {
     same_dtype(c, 0, 2);
-    if (c.shape(2) != Shape{c.shape(1)[1]})
-      c.fail("the bias has shape {}, expected [{}]", shape_str(c.shape(2)), c.shape(1)[1]);
+    if (c.shape(2) != Shape{N}) c.fail("the bias has shape {}, expected [{}]", shape_str(c.shape(2)), N);
   }
 }
 

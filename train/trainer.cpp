@@ -26,6 +26,7 @@
 #include "exec/profile.h"
 #include "graph/autodiff.h"
 #include "graph/passes/autocast.h"
+#include "graph/passes/fold_transposes.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
@@ -157,6 +158,7 @@ class Evaluator {
         share_parameters(g, parameters);
         g.outputs = {out, loss};
         fuse_epilogues(g);
+        fold_transposes(g);
         verify(g);
         plans_[b] = std::make_unique<Plan>(std::move(g), PlanOptions{.device = device_, .device_graph = o_.cuda_graph});
         outs_[b] = {out, loss};
@@ -386,6 +388,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   read_after.push_back(loss);
   for (const auto& [v, name] : tg.running_stats) read_after.push_back(v);
   fuse_epilogues(g, read_after);  // before the passes that keep node indices
+  fold_transposes(g, read_after);
   if (mb.accumulate) accumulate_gradients(g, tg.grads, tg.trainable, loss);
   tg.order = production_order(g, tg.grads);
   if (mb.sync) tg.buckets = data_parallel_gradients(g, tg.grads, dp);

@@ -344,10 +344,34 @@ void FusedGemm_forward(KernelCtx& c) {
   relu_in_place(c);
 }
 
-// MatMul, then Add's functor with the bias broadcast along Y's rows, then Relu: the values of the
-// nodes it replaced.
+namespace {
+// Y [rows, N] = A [rows, K] x B [N, K]ᵀ: A's leading dims flattened into rows, B read as stored.
+template <class T>
+void matmul_trans_b(KernelCtx& c) {
+  const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
+  const int64_t K = rb.dim(1), N = rb.dim(0);
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < ra.shape->size(); ++d) rows *= (*ra.shape)[d];
+  for (int64_t v : {rows, N, K})
+    if (!blas_int_ok(v)) c.fail("matrix dim {} is too large for BLAS", v);
+  if (ry.numel == 0) return;
+  gemm<T>(false, true, rows, N, K, 1, ra.as<const T>(), K, rb.as<const T>(), K, 0, ry.as<T>());
+}
+}  // namespace
+
+// MatMul (B [K, N], or [N, K] read transposed with transB), then Add's functor with the bias
+// broadcast along Y's rows, then Relu: the values of the nodes it replaced.
 void FusedMatMul_forward(KernelCtx& c) {
-  MatMul_forward(c);
+  if (c.node.i("transB") == 0) {
+    MatMul_forward(c);
+  } else if (is_16bit_float(c.in(0).dtype)) {
+    in_float(c, matmul_trans_b<float>);
+  } else {
+    dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+      if constexpr (kIsNumber<T>) matmul_trans_b<T>(c);
+      else unsupported(c, c.in(0).dtype);
+    });
+  }
   const TensorRef& y = c.out(0);
   if (c.has_in(2)) {
     const TensorRef& bias = c.in(2);

@@ -171,13 +171,22 @@ GemmCall fused_matmul_call(const Node& node, DType a_type, const Shape& a, DType
   if (a.size() < 2 || b.size() != 2)
     return refused(fmt::format("FusedMatMul takes A of 2 or more dims and B of 2, not {} and {}", shape_str(a),
                                shape_str(b)));
-  GemmCall c = matmul_call(a_type, a, b_type, b);
+  // transB: B stored [N, K] is the [K, N] operand transposed; the column-major A' (= B) is then
+  // B as stored with op T and its row length K as leading dimension, as Gemm's transB.
+  const bool tb = node.i("transB") != 0;
+  const Shape logical_b = tb ? Shape{b[1], b[0]} : b;
+  GemmCall c = matmul_call(a_type, a, b_type, logical_b);
   if (!c.ok) return c;
+  if (tb) {
+    c.trans_a = true;
+    c.lda = int(std::max<int64_t>(1, b[1]));
+  }
+  const int64_t N = logical_b[1];
   c.relu = node.s("activation") == "Relu";
   if (c_shape) {
-    if (*c_type != a_type || *c_shape != Shape{b[1]})
+    if (*c_type != a_type || *c_shape != Shape{N})
       return refused(fmt::format("the bias is {} {}, expected {} [{}]", dtype_name(*c_type), shape_str(*c_shape),
-                                 dtype_name(a_type), b[1]));
+                                 dtype_name(a_type), N));
     c.c_row_stride = 0, c.c_col_stride = 1;
     if (c.kind == GemmCall::Kind::gemm) c.epilogue = GemmCall::Epilogue::bias;
     else c.broadcast_c = true, c.beta = 1;  // K = 0: Y = the bias broadcast

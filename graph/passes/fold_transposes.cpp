@@ -1,0 +1,146 @@
+// See fold_transposes.h.
+#include "graph/passes/fold_transposes.h"
+
+#include <set>
+#include <vector>
+
+namespace onnxdp {
+
+namespace {
+
+struct Folder {
+  Graph& g;
+  std::vector<int> readers;   // per value: how many node inputs read it
+  std::set<ValueId> outputs;  // the graph's outputs and the caller's `keep`
+  std::vector<bool> drop;     // per node: gone
+
+  Folder(Graph& graph, const std::vector<ValueId>& keep) : g(graph), drop(graph.nodes.size(), false) {
+    readers.assign(g.values.size(), 0);
+    for (const Node& n : g.nodes)
+      for (ValueId v : n.inputs)
+        if (v != kNoValue) ++readers[size_t(v)];
+    outputs.insert(g.outputs.begin(), g.outputs.end());
+    outputs.insert(keep.begin(), keep.end());
+  }
+
+  static std::vector<int64_t> perm_of(const Node& t, size_t rank) {
+    if (t.has("perm")) return t.ints("perm");
+    std::vector<int64_t> p(rank);
+    for (size_t i = 0; i < rank; ++i) p[i] = int64_t(rank - 1 - i);
+    return p;
+  }
+
+  // The Transpose node producing x when it swaps the two dims of a 2-D value, else nullptr.
+  Node* matrix_transpose(ValueId x) {
+    if (x == kNoValue) return nullptr;
+    const Value& v = g.value(x);
+    if (v.producer < 0 || drop[size_t(v.producer)]) return nullptr;
+    Node& t = g.nodes[size_t(v.producer)];
+    if (t.op != Op::Transpose || v.shape.size() != 2) return nullptr;
+    return perm_of(t, 2) == std::vector<int64_t>{1, 0} ? &t : nullptr;
+  }
+
+  // Node n reads input k through the Transpose t instead: t's input.
+  void bypass(Node& n, size_t k, const Node& t) {
+    --readers[size_t(n.inputs[k])];
+    n.inputs[k] = t.inputs[0];
+    ++readers[size_t(t.inputs[0])];
+  }
+
+  int flip(Node& n, const char* attr) {
+    n.attrs[attr] = Attr(int64_t(n.i(attr) == 0));
+    return 1;
+  }
+
+  // MatMul / FusedMatMul reading B through a matrix transpose: FusedMatMul with transB.
+  void product_b(Node& n) {
+    if (n.op == Op::FusedMatMul && n.i("transB") != 0) return;
+    const Shape& a = g.value(n.inputs[0]).shape;
+    Node* t = matrix_transpose(n.inputs[1]);
+    if (!t || a.size() < 2 || g.value(n.inputs[1]).dtype != DType::f32) return;
+    bypass(n, 1, *t);
+    n.op = Op::FusedMatMul;
+    n.attrs["transB"] = Attr(int64_t(1));
+  }
+
+  // Gemm reading A or B through a matrix transpose: the flag instead.
+  void gemm_inputs(Node& n) {
+    for (size_t k = 0; k < 2; ++k)
+      if (Node* t = matrix_transpose(n.inputs[k])) {
+        bypass(n, k, *t);
+        flip(n, k == 0 ? "transA" : "transB");
+      }
+  }
+
+  // Transpose node ni of a Gemm's output (no C, read by the Transpose alone): the Gemm of the
+  // swapped operands writes the Transpose's output.
+  bool transposed_gemm(size_t ni) {
+    Node& t = g.nodes[ni];
+    const ValueId y = t.inputs[0];
+    const Value& v = g.value(y);
+    if (v.shape.size() != 2 || perm_of(t, 2) != std::vector<int64_t>{1, 0}) return false;
+    if (v.producer < 0 || drop[size_t(v.producer)] || readers[size_t(y)] != 1 || outputs.count(y)) return false;
+    Node& gm = g.nodes[size_t(v.producer)];
+    if (gm.op != Op::Gemm || gm.has_input(2)) return false;
+    const int64_t ta = gm.i("transA"), tb = gm.i("transB");
+    std::swap(gm.inputs[0], gm.inputs[1]);
+    gm.attrs["transA"] = Attr(int64_t(tb == 0));
+    gm.attrs["transB"] = Attr(int64_t(ta == 0));
+    const ValueId out = t.outputs[0];
+    g.value(out).producer = v.producer;
+    g.value(y).producer = -1;
+    gm.outputs[0] = out;
+    --readers[size_t(y)];
+    drop[ni] = true;
+    return true;
+  }
+
+  // Transpose(Transpose(X, p), q), the inner read by this one alone: Transpose(X, p∘q).
+  bool compose(size_t ni) {
+    Node& outer = g.nodes[ni];
+    const ValueId mid = outer.inputs[0];
+    const Value& v = g.value(mid);
+    if (v.producer < 0 || drop[size_t(v.producer)] || readers[size_t(mid)] != 1 || outputs.count(mid)) return false;
+    Node& inner = g.nodes[size_t(v.producer)];
+    if (inner.op != Op::Transpose) return false;
+    const size_t rank = v.shape.size();
+    const std::vector<int64_t> p = perm_of(inner, rank), q = perm_of(outer, rank);
+    std::vector<int64_t> r(rank);
+    for (size_t i = 0; i < rank; ++i) r[i] = p[size_t(q[i])];  // out[i] = mid[q[i]] = x[p[q[i]]]
+    outer.attrs["perm"] = Attr(r);
+    bypass(outer, 0, inner);
+    drop[size_t(v.producer)] = true;
+    return true;
+  }
+};
+
+}  // namespace
+
+int fold_transposes(Graph& g, const std::vector<ValueId>& keep) {
+  Folder f(g, keep);
+  int removed = 0;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    Node& n = g.nodes[ni];
+    if (n.op == Op::Transpose) removed += f.compose(ni) || f.transposed_gemm(ni);
+    else if (n.op == Op::MatMul || n.op == Op::FusedMatMul) f.product_b(n);
+    else if (n.op == Op::Gemm || n.op == Op::FusedGemm) f.gemm_inputs(n);
+  }
+  // Transposes nothing reads any more.
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (n.op == Op::Transpose && !f.drop[ni] && f.readers[size_t(n.outputs[0])] == 0 && !f.outputs.count(n.outputs[0])) {
+      f.drop[ni] = true;
+      --f.readers[size_t(n.inputs[0])];
+      ++removed;
+    }
+  }
+  if (!removed) return 0;
+  std::vector<Node> kept;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    if (!f.drop[ni]) kept.push_back(std::move(g.nodes[ni]));
+  g.nodes = std::move(kept);
+  index_producers(g);
+  return removed;
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,107 @@
+// Views in the memory plan (exec/plan.h): a Reshape / Flatten / Squeeze / Unsqueeze / Identity
+// output is its input's bytes, the node runs nothing, and the shared bytes stay untouched while
+// either value is read, on the CPU and on the emulated CUDA device; a bound output (the trainer's
+// gradient buffer) still gets its copy.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "exec/device_backend.h"
+#include "exec/plan.h"
+
+using namespace onnxdp;
+
+namespace {
+
+ValueId input(Graph& g, const char* name, Shape s) {
+  Value v;
+  v.name = name;
+  v.shape = std::move(s);
+  v.kind = ValueKind::input;
+  ValueId id = g.add_value(std::move(v));
+  g.inputs.push_back(id);
+  return id;
+}
+
+ValueId ints(Graph& g, const char* name, std::vector<int64_t> vals) {
+  Value v;
+  v.name = name;
+  v.dtype = DType::i64;
+  v.shape = {int64_t(vals.size())};
+  v.kind = ValueKind::constant;
+  v.data = Tensor(DType::i64, v.shape);
+  for (size_t i = 0; i < vals.size(); ++i) v.data.as<int64_t>()[i] = vals[i];
+  return g.add_value(std::move(v));
+}
+
+ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
+
+// x [4, 2, 3] -> r = Relu(x) -> f = Flatten(r) [4, 6] -> s = Reshape(f, [24]) -> u = Unsqueeze(s, 0)
+// [1, 24] -> i = Identity(u); then e = Exp(x) and k = Neg(e), born while r's bytes are shared
+// and must not land on them; y = Add(i, Reshape(k, [1, 24])) reads the view after k exists.
+Graph views() {
+  Graph g;
+  ValueId x = input(g, "x", {4, 2, 3});
+  ValueId r = out(g, g.add_node(Op::Relu, "relu", {x}, {"r"}));
+  ValueId f = out(g, g.add_node(Op::Flatten, "flatten", {r}, {"f"}));
+  ValueId s = out(g, g.add_node(Op::Reshape, "reshape", {f, ints(g, "shape24", {24})}, {"s"}));
+  ValueId u = out(g, g.add_node(Op::Unsqueeze, "unsqueeze", {s, ints(g, "axes0", {0})}, {"u"}));
+  ValueId i = out(g, g.add_node(Op::Identity, "identity", {u}, {"i"}));
+  ValueId e = out(g, g.add_node(Op::Exp, "exp", {x}, {"e"}));
+  ValueId k = out(g, g.add_node(Op::Neg, "neg", {e}, {"k"}));
+  ValueId kr = out(g, g.add_node(Op::Reshape, "reshape_k", {k, ints(g, "shape1x24", {1, 24})}, {"kr"}));
+  ValueId y = out(g, g.add_node(Op::Add, "add", {i, kr}, {"y"}));
+  g.outputs = {y, s};
+  verify(g);
+  return g;
+}
+
+std::vector<float> expected(const Tensor& x) {
+  std::vector<float> y(24);
+  for (int64_t j = 0; j < 24; ++j) {
+    const float v = x.as<float>()[j];
+    y[size_t(j)] = std::max(v, 0.0f) + -std::exp(v);
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("plan: reshapes are views of their input's bytes, run nothing, and keep the values") {
+  Tensor x(DType::f32, {4, 2, 3});
+  for (int64_t j = 0; j < 24; ++j) x.as<float>()[j] = float(std::sin(0.7 * double(j)) * 2);
+  const std::vector<float> want = expected(x);
+  std::vector<std::shared_ptr<DeviceBackend>> devices = {nullptr};
+#if defined(ONNXDP_HAVE_CUDA)
+  devices.push_back(make_device_backend(DeviceKind::cuda_emulated, 0));
+#endif
+  for (const auto& dev : devices) {
+    CAPTURE(dev ? dev->name() : std::string("cpu"));
+    Plan p(views(), PlanOptions{.device = dev});
+    const Graph& g = p.graph();
+    auto y = p.run({{"x", x}});
+    REQUIRE(y.at("y").numel() == 24);
+    for (int64_t j = 0; j < 24; ++j) CHECK(y.at("y").as<float>()[j] == want[size_t(j)]);
+    for (int64_t j = 0; j < 24; ++j) CHECK(y.at("s").as<float>()[j] == std::max(x.as<float>()[j], 0.0f));
+    // r, f, s, u and i are one buffer; e and k are not on it.
+    auto where = [&](const char* name) -> const void* {
+      return dev ? p.device_data(g.find(name)) : static_cast<const void*>(p.ref(g.find(name)).data);
+    };
+    for (const char* v : {"f", "s", "u", "i"}) CHECK_MESSAGE(where(v) == where("r"), v);
+    CHECK(where("kr") == where("k"));
+    CHECK(where("e") != where("r"));
+    CHECK(where("k") != where("r"));
+  }
+}
+
+TEST_CASE("plan: a reshape whose output lives in the caller's memory copies into it") {
+  Tensor x(DType::f32, {4, 2, 3});
+  for (int64_t j = 0; j < 24; ++j) x.as<float>()[j] = float(j) - 10;
+  std::vector<float> s_buf(24, -1.0f);
+  Plan p(views(), PlanOptions{.bound = {{"s", s_buf.data()}}});
+  auto y = p.run({{"x", x}});
+  for (int64_t j = 0; j < 24; ++j) CHECK(s_buf[size_t(j)] == std::max(x.as<float>()[j], 0.0f));
+  const std::vector<float> want = expected(x);
+  for (int64_t j = 0; j < 24; ++j) CHECK(y.at("y").as<float>()[j] == want[size_t(j)]);
+}

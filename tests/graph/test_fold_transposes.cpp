@@ -1,0 +1,167 @@
+// The fold_transposes pass (graph/passes/fold_transposes.h): which Transposes a product takes as
+// an operand flag, that the graph stays valid and computes the same values on the CPU (and on
+// the emulated CUDA device, whose FusedMatMul with transB is a cuBLASLt call with op T), and that
+// the trainer's graph of tiny_lm no longer copies its Linear weights or their gradients.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "exec/device_backend.h"
+#include "exec/plan.h"
+#include "graph/passes/fold_transposes.h"
+#include "train/trainer.h"
+
+using namespace onnxdp;
+
+namespace {
+
+ValueId input(Graph& g, const std::string& name, Shape s) {
+  Value v;
+  v.name = name;
+  v.shape = std::move(s);
+  v.kind = ValueKind::input;
+  ValueId id = g.add_value(std::move(v));
+  g.inputs.push_back(id);
+  return id;
+}
+
+ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
+
+ValueId transpose(Graph& g, const std::string& name, ValueId x, std::vector<int64_t> perm = {}) {
+  std::map<std::string, Attr> a;
+  if (!perm.empty()) a["perm"] = Attr(perm);
+  return out(g, g.add_node(Op::Transpose, name, {x}, {name + "/y"}, a));
+}
+
+// A Transpose of a 2-D value (a weight or a weight gradient in these graphs).
+bool g_rank2(const Graph& g, const Node& n) { return g.value(n.inputs[0]).shape.size() == 2; }
+
+int count(const Graph& g, Op op) {
+  int n = 0;
+  for (const Node& x : g.nodes) n += x.op == op;
+  return n;
+}
+
+// A Linear layer as exported, its backward as autodiff writes it, and the cases that must stay:
+//   h = MatMul(x [2, 3, 4], Transpose(W [5, 4]))             -> FusedMatMul(x, W, transB)
+//   dx = Gemm(dy [6, 5], Transpose(W))                        -> Gemm(dy, W, transB 1)
+//   dW = Transpose(Gemm(x2 [6, 4], dy, transA 1))             -> Gemm(dy, x2, transA 1, transB 0)
+//   z = Transpose(Transpose(u [2, 3, 4], [0, 2, 1]), [2, 1, 0])  -> one Transpose(u, [1, 2, 0])
+//   kept: a Gemm with C under a Transpose, a Transpose read by a Neg too, a Transpose of a graph
+//   output.
+Graph sample() {
+  Graph g;
+  ValueId x = input(g, "x", {2, 3, 4}), w = input(g, "W", {5, 4}), dy = input(g, "dy", {6, 5});
+  ValueId x2 = input(g, "x2", {6, 4}), u = input(g, "u", {2, 3, 4}), c = input(g, "c", {4, 5});
+  ValueId wt = transpose(g, "wt", w);
+  ValueId h = out(g, g.add_node(Op::MatMul, "mm", {x, wt}, {"h"}));
+  ValueId dx = out(g, g.add_node(Op::Gemm, "dx", {dy, wt}, {"dx"}, {{"transB", Attr(int64_t(1))}}));
+  ValueId dwt = out(g, g.add_node(Op::Gemm, "dwt", {x2, dy}, {"dwt"}, {{"transA", Attr(int64_t(1))}}));
+  ValueId dw = transpose(g, "dw", dwt);
+  ValueId t1 = transpose(g, "t1", u, {0, 2, 1});
+  ValueId z = transpose(g, "t2", t1, {2, 1, 0});
+  // Stays: Gemm with C, its output transposed.
+  ValueId gc = out(g, g.add_node(Op::Gemm, "gc", {x2, dy, c}, {"gc"}, {{"transA", Attr(int64_t(1))}}));
+  ValueId gct = transpose(g, "gct", gc);
+  // Stays: a Transpose something else reads too.
+  ValueId w2t = transpose(g, "w2t", dy);
+  ValueId neg = out(g, g.add_node(Op::Neg, "neg", {w2t}, {"neg"}));
+  ValueId m2 = out(g, g.add_node(Op::MatMul, "mm2", {x2, transpose(g, "x2t", x2)}, {"m2"}));
+  g.outputs = {h, dx, dw, z, gct, neg, w2t, m2};
+  return g;
+}
+
+std::map<std::string, Tensor> feeds(const Graph& g) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> nd;
+  std::map<std::string, Tensor> f;
+  for (ValueId i : g.inputs) {
+    const Value& v = g.value(i);
+    Tensor t(v.dtype, v.shape);
+    for (int64_t k = 0; k < t.numel(); ++k) t.as<float>()[k] = float(nd(rng));
+    f[v.name] = std::move(t);
+  }
+  return f;
+}
+
+void check_same(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    REQUIRE(t.shape() == b.at(name).shape());
+    std::vector<double> x = t.to_f64(), z = b.at(name).to_f64();
+    for (size_t i = 0; i < x.size(); ++i) CHECK(z[i] == doctest::Approx(x[i]).epsilon(1e-6));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fold_transposes: products take transposes as flags; the rest stays; same values") {
+  Graph g = sample();
+  const size_t nodes = g.nodes.size();
+  // wt (both readers folded), dw (into its Gemm), t1 (composed), x2t (into mm2).
+  CHECK(fold_transposes(g) == 4);
+  verify(g);
+  CHECK(g.nodes.size() == nodes - 4);
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : g.nodes) by_name[n.name] = &n;
+  const Node& mm = *by_name.at("mm");
+  CHECK(mm.op == Op::FusedMatMul);
+  CHECK(mm.i("transB") == 1);
+  CHECK(g.value(mm.inputs[1]).name == "W");
+  const Node& dx = *by_name.at("dx");
+  CHECK((dx.i("transA") == 0 && dx.i("transB") == 0));
+  CHECK(g.value(dx.inputs[1]).name == "W");
+  const Node& dwt = *by_name.at("dwt");  // Gemm(dy, x2) with transA 1, transB 0 writes dw
+  CHECK((g.value(dwt.inputs[0]).name == "dy" && g.value(dwt.inputs[1]).name == "x2"));
+  CHECK((dwt.i("transA") == 1 && dwt.i("transB") == 0));
+  CHECK(g.value(dwt.outputs[0]).name == "dw/y");
+  const Node& t2 = *by_name.at("t2");
+  CHECK(t2.ints("perm") == std::vector<int64_t>{1, 2, 0});
+  CHECK(g.value(t2.inputs[0]).name == "u");
+  CHECK(by_name.at("mm2")->op == Op::FusedMatMul);
+  for (const char* kept : {"gct", "w2t"}) CHECK_MESSAGE(by_name.count(kept), kept);
+  CHECK(by_name.at("gc")->op == Op::Gemm);
+  // The same values, on the CPU and on the emulated CUDA device (cuBLAS(Lt) with op T).
+  Graph plain = sample();
+  const std::map<std::string, Tensor> in = feeds(plain);
+  Plan a(std::move(plain));
+  const std::map<std::string, Tensor> want = a.run(in);
+  Graph cpu_graph = g;
+  check_same(want, Plan(std::move(cpu_graph)).run(in));
+#if defined(ONNXDP_HAVE_CUDA)
+  auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
+  Plan d(std::move(g), PlanOptions{.device = dev});
+  CHECK(d.host_ops().empty());
+  check_same(want, d.run(in));
+#endif
+}
+
+TEST_CASE("fold_transposes: a kept value is not folded away") {
+  Graph g = sample();
+  const ValueId wt = g.find("wt/y"), dwt = g.find("dwt");
+  CHECK(fold_transposes(g, {wt, dwt}) == 2);  // t1 and x2t only
+  verify(g);
+  CHECK(count(g, Op::Transpose) == 5);  // of 7: wt still computed (its readers take W), dw still reads dwt
+  std::map<std::string, const Node*> by_name;
+  for (const Node& n : g.nodes) by_name[n.name] = &n;
+  CHECK(by_name.count("wt"));
+  CHECK(by_name.at("dwt")->outputs[0] == dwt);
+}
+
+TEST_CASE("fold_transposes: tiny_lm's training graph reads its Linear weights as stored") {
+  TrainOptions o;
+  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/tiny_lm/model.onnx";
+  o.batch_size = 8;
+  TrainingGraph tg = training_graph(o, 1, 0);
+  int weight_transposes = 0, trans_b = 0;
+  for (const Node& n : tg.g.nodes) {
+    if (n.op == Op::Transpose && g_rank2(tg.g, n)) ++weight_transposes;
+    if (n.op == Op::FusedMatMul && n.i("transB")) ++trans_b;
+  }
+  CHECK(weight_transposes == 0);  // neither the weights nor their gradients are copied transposed
+  CHECK(trans_b >= 4);
+  verify(tg.g);
+}
