@@ -110,6 +110,14 @@ void index_producers(Graph& g) {
       if (o != kNoValue) g.value(o).producer = int(ni);
 }
 
+std::vector<int> count_readers(const Graph& g) {
+  std::vector<int> readers(g.values.size(), 0);
+  for (const Node& n : g.nodes)
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) ++readers[size_t(v)];
+  return readers;
+}
+
 ValueId Graph::add_value(Value v) {
   values.push_back(std::move(v));
   return ValueId(values.size() - 1);

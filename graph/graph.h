@@ -143,6 +143,8 @@ void infer_node(Graph& g, int node_index);
 // Sets each node output's producer to its node's index: after a pass inserted, moved or removed
 // nodes.
 void index_producers(Graph& g);
+// Per value: how many node inputs read it (a node reading it twice counts twice).
+std::vector<int> count_readers(const Graph& g);
 
 // Helpers shape rules share.
 Shape broadcast_shapes(const Shape& a, const Shape& b);  // numpy rules; throws Error if incompatible

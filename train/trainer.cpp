@@ -229,10 +229,7 @@ struct GradientPlaces {
   std::vector<char> in_flat;
 };
 GradientPlaces gradient_places(const Graph& g, const std::vector<ValueId>& grads, const std::vector<std::string>& names) {
-  std::vector<int> uses(g.values.size(), 0);
-  for (const Node& n : g.nodes)
-    for (ValueId in : n.inputs)
-      if (in != kNoValue) ++uses[size_t(in)];
+  std::vector<int> uses = count_readers(g);
   for (ValueId o : g.outputs) ++uses[size_t(o)];
   GradientPlaces p;
   p.in_flat.assign(grads.size(), 0);

@@ -1,27 +1,16 @@
 // See fold_transposes.h.
 #include "graph/passes/fold_transposes.h"
 
-#include <set>
 #include <vector>
+
+#include "graph/passes/rewrite.h"
 
 namespace onnxdp {
 
 namespace {
 
-struct Folder {
-  Graph& g;
-  std::vector<int> readers;   // per value: how many node inputs read it
-  std::set<ValueId> outputs;  // the graph's outputs and the caller's `keep`
-  std::vector<bool> drop;     // per node: gone
-
-  Folder(Graph& graph, const std::vector<ValueId>& keep) : g(graph), drop(graph.nodes.size(), false) {
-    readers.assign(g.values.size(), 0);
-    for (const Node& n : g.nodes)
-      for (ValueId v : n.inputs)
-        if (v != kNoValue) ++readers[size_t(v)];
-    outputs.insert(g.outputs.begin(), g.outputs.end());
-    outputs.insert(keep.begin(), keep.end());
-  }
+struct Folder : NodeRewrite {
+  using NodeRewrite::NodeRewrite;
 
   static std::vector<int64_t> perm_of(const Node& t, size_t rank) {
     if (t.has("perm")) return t.ints("perm");
@@ -79,7 +68,7 @@ struct Folder {
     const ValueId y = t.inputs[0];
     const Value& v = g.value(y);
     if (v.shape.size() != 2 || perm_of(t, 2) != std::vector<int64_t>{1, 0}) return false;
-    if (v.producer < 0 || drop[size_t(v.producer)] || readers[size_t(y)] != 1 || outputs.count(y)) return false;
+    if (v.producer < 0 || drop[size_t(v.producer)] || readers[size_t(y)] != 1 || kept.count(y)) return false;
     Node& gm = g.nodes[size_t(v.producer)];
     if (gm.op != Op::Gemm || gm.has_input(2)) return false;
     const int64_t ta = gm.i("transA"), tb = gm.i("transB");
@@ -100,7 +89,7 @@ struct Folder {
     Node& outer = g.nodes[ni];
     const ValueId mid = outer.inputs[0];
     const Value& v = g.value(mid);
-    if (v.producer < 0 || drop[size_t(v.producer)] || readers[size_t(mid)] != 1 || outputs.count(mid)) return false;
+    if (v.producer < 0 || drop[size_t(v.producer)] || readers[size_t(mid)] != 1 || kept.count(mid)) return false;
     Node& inner = g.nodes[size_t(v.producer)];
     if (inner.op != Op::Transpose) return false;
     const size_t rank = v.shape.size();
@@ -128,18 +117,13 @@ int fold_transposes(Graph& g, const std::vector<ValueId>& keep) {
   // Transposes nothing reads any more.
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
-    if (n.op == Op::Transpose && !f.drop[ni] && f.readers[size_t(n.outputs[0])] == 0 && !f.outputs.count(n.outputs[0])) {
+    if (n.op == Op::Transpose && !f.drop[ni] && f.readers[size_t(n.outputs[0])] == 0 && !f.kept.count(n.outputs[0])) {
       f.drop[ni] = true;
       --f.readers[size_t(n.inputs[0])];
       ++removed;
     }
   }
-  if (!removed) return 0;
-  std::vector<Node> kept;
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    if (!f.drop[ni]) kept.push_back(std::move(g.nodes[ni]));
-  g.nodes = std::move(kept);
-  index_producers(g);
+  f.finish();
   return removed;
 }
 

@@ -1,35 +1,22 @@
 // See fuse_epilogues.h.
 #include "graph/passes/fuse_epilogues.h"
 
-#include <set>
-#include <vector>
+#include "graph/passes/rewrite.h"
 
 namespace onnxdp {
 
 namespace {
 
-struct Fuser {
-  Graph& g;
-  std::vector<int> readers;  // per value: how many node inputs read it
-  std::set<ValueId> outputs;  // the graph's outputs and the caller's `keep`
-  std::vector<bool> drop;    // per node: taken into its producer
+struct Fuser : NodeRewrite {
   int fused = 0;
-
-  Fuser(Graph& graph, const std::vector<ValueId>& keep) : g(graph), drop(graph.nodes.size(), false) {
-    readers.assign(g.values.size(), 0);
-    for (const Node& n : g.nodes)
-      for (ValueId v : n.inputs)
-        if (v != kNoValue) ++readers[size_t(v)];
-    outputs.insert(g.outputs.begin(), g.outputs.end());
-    outputs.insert(keep.begin(), keep.end());
-  }
+  using NodeRewrite::NodeRewrite;
 
   // The node producing x when x is a float32 activation that node `reader` alone reads (and the
   // caller does not return), else nullptr.
   Node* sole_producer(ValueId x) {
     const Value& v = g.value(x);
     if (v.kind != ValueKind::activation || v.producer < 0 || v.dtype != DType::f32) return nullptr;
-    if (readers[size_t(x)] != 1 || outputs.count(x) || drop[size_t(v.producer)]) return nullptr;
+    if (readers[size_t(x)] != 1 || kept.count(x) || drop[size_t(v.producer)]) return nullptr;
     return &g.nodes[size_t(v.producer)];
   }
 
@@ -93,13 +80,7 @@ int fuse_epilogues(Graph& g, const std::vector<ValueId>& keep) {
     if (g.nodes[ni].op == Op::Add) f.bias(ni);
     else if (g.nodes[ni].op == Op::Relu) f.relu(ni);
   }
-  if (!f.fused) return 0;
-  std::vector<Node> kept;
-  kept.reserve(g.nodes.size() - size_t(f.fused));
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    if (!f.drop[ni]) kept.push_back(std::move(g.nodes[ni]));
-  g.nodes = std::move(kept);
-  index_producers(g);
+  f.finish();
   return f.fused;
 }
 

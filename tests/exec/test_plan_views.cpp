@@ -9,20 +9,13 @@
 
 #include "exec/device_backend.h"
 #include "exec/plan.h"
+#include "tests/graph/graph_test_util.h"
 
 using namespace onnxdp;
+using onnxdp::test::add_input;
+using onnxdp::test::out;
 
 namespace {
-
-ValueId input(Graph& g, const char* name, Shape s) {
-  Value v;
-  v.name = name;
-  v.shape = std::move(s);
-  v.kind = ValueKind::input;
-  ValueId id = g.add_value(std::move(v));
-  g.inputs.push_back(id);
-  return id;
-}
 
 ValueId ints(Graph& g, const char* name, std::vector<int64_t> vals) {
   Value v;
@@ -35,14 +28,12 @@ ValueId ints(Graph& g, const char* name, std::vector<int64_t> vals) {
   return g.add_value(std::move(v));
 }
 
-ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
-
 // x [4, 2, 3] -> r = Relu(x) -> f = Flatten(r) [4, 6] -> s = Reshape(f, [24]) -> u = Unsqueeze(s, 0)
 // [1, 24] -> i = Identity(u); then e = Exp(x) and k = Neg(e), born while r's bytes are shared
 // and must not land on them; y = Add(i, Reshape(k, [1, 24])) reads the view after k exists.
 Graph views() {
   Graph g;
-  ValueId x = input(g, "x", {4, 2, 3});
+  ValueId x = add_input(g, "x", {4, 2, 3});
   ValueId r = out(g, g.add_node(Op::Relu, "relu", {x}, {"r"}));
   ValueId f = out(g, g.add_node(Op::Flatten, "flatten", {r}, {"f"}));
   ValueId s = out(g, g.add_node(Op::Reshape, "reshape", {f, ints(g, "shape24", {24})}, {"s"}));

@@ -11,23 +11,15 @@
 #include "exec/device_backend.h"
 #include "exec/plan.h"
 #include "graph/passes/fold_transposes.h"
+#include "tests/graph/graph_test_util.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
+using onnxdp::test::add_input;
+using onnxdp::test::count_ops;
+using onnxdp::test::out;
 
 namespace {
-
-ValueId input(Graph& g, const std::string& name, Shape s) {
-  Value v;
-  v.name = name;
-  v.shape = std::move(s);
-  v.kind = ValueKind::input;
-  ValueId id = g.add_value(std::move(v));
-  g.inputs.push_back(id);
-  return id;
-}
-
-ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
 
 ValueId transpose(Graph& g, const std::string& name, ValueId x, std::vector<int64_t> perm = {}) {
   std::map<std::string, Attr> a;
@@ -38,12 +30,6 @@ ValueId transpose(Graph& g, const std::string& name, ValueId x, std::vector<int6
 // A Transpose of a 2-D value (a weight or a weight gradient in these graphs).
 bool g_rank2(const Graph& g, const Node& n) { return g.value(n.inputs[0]).shape.size() == 2; }
 
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node& x : g.nodes) n += x.op == op;
-  return n;
-}
-
 // A Linear layer as exported, its backward as autodiff writes it, and the cases that must stay:
 //   h = MatMul(x [2, 3, 4], Transpose(W [5, 4]))             -> FusedMatMul(x, W, transB)
 //   dx = Gemm(dy [6, 5], Transpose(W))                        -> Gemm(dy, W, transB 1)
@@ -53,8 +39,8 @@ int count(const Graph& g, Op op) {
 //   output.
 Graph sample() {
   Graph g;
-  ValueId x = input(g, "x", {2, 3, 4}), w = input(g, "W", {5, 4}), dy = input(g, "dy", {6, 5});
-  ValueId x2 = input(g, "x2", {6, 4}), u = input(g, "u", {2, 3, 4}), c = input(g, "c", {4, 5});
+  ValueId x = add_input(g, "x", {2, 3, 4}), w = add_input(g, "W", {5, 4}), dy = add_input(g, "dy", {6, 5});
+  ValueId x2 = add_input(g, "x2", {6, 4}), u = add_input(g, "u", {2, 3, 4}), c = add_input(g, "c", {4, 5});
   ValueId wt = transpose(g, "wt", w);
   ValueId h = out(g, g.add_node(Op::MatMul, "mm", {x, wt}, {"h"}));
   ValueId dx = out(g, g.add_node(Op::Gemm, "dx", {dy, wt}, {"dx"}, {{"transB", Attr(int64_t(1))}}));
@@ -144,7 +130,7 @@ TEST_CASE("fold_transposes: a kept value is not folded away") {
   const ValueId wt = g.find("wt/y"), dwt = g.find("dwt");
   CHECK(fold_transposes(g, {wt, dwt}) == 2);  // t1 and x2t only
   verify(g);
-  CHECK(count(g, Op::Transpose) == 5);  // of 7: wt still computed (its readers take W), dw still reads dwt
+  CHECK(count_ops(g, Op::Transpose) == 5);  // of 7: wt still computed (its readers take W), dw still reads dwt
   std::map<std::string, const Node*> by_name;
   for (const Node& n : g.nodes) by_name[n.name] = &n;
   CHECK(by_name.count("wt"));

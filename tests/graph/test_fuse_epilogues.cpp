@@ -8,40 +8,25 @@
 #include <string>
 
 #include "exec/plan.h"
+#include "tests/graph/graph_test_util.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "importer/onnx_io.h"
 #include "train/pipeline.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
+using onnxdp::test::add_input;
+using onnxdp::test::count_ops;
+using onnxdp::test::out;
 
 namespace {
-
-ValueId input(Graph& g, const std::string& name, Shape s, DType t = DType::f32) {
-  Value v;
-  v.name = name;
-  v.dtype = t;
-  v.shape = std::move(s);
-  v.kind = ValueKind::input;
-  ValueId id = g.add_value(std::move(v));
-  g.inputs.push_back(id);
-  return id;
-}
-
-ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
-
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node& x : g.nodes) n += x.op == op;
-  return n;
-}
 
 // x [4, 6] -> Gemm(w [5, 6]ᵀ, b [5]) -> Relu -> Gemm(w2 [5, 3]) -> Relu -> y, a MatMul + Relu
 // (fused too), and side branches that must stay unfused: a Gemm whose output something else also
 // reads, a Gemm output that is a graph output, and a float64 Gemm + Relu.
 Graph sample() {
   Graph g;
-  ValueId x = input(g, "x", {4, 6}), w = input(g, "w", {5, 6}), b = input(g, "b", {5}), w2 = input(g, "w2", {5, 3});
+  ValueId x = add_input(g, "x", {4, 6}), w = add_input(g, "w", {5, 6}), b = add_input(g, "b", {5}), w2 = add_input(g, "w2", {5, 3});
   ValueId h = out(g, g.add_node(Op::Gemm, "fc1", {x, w, b}, {"fc1/y"}, {{"transB", Attr(int64_t(1))}}));
   ValueId r = out(g, g.add_node(Op::Relu, "relu1", {h}, {"relu1/y"}));
   ValueId h2 = out(g, g.add_node(Op::Gemm, "fc2", {r, w2}, {"fc2/y"}, {{"alpha", Attr(0.5f)}}));
@@ -57,7 +42,7 @@ Graph sample() {
   ValueId m5 = out(g, g.add_node(Op::MatMul, "mm5", {r, w2}, {"mm5/y"}));
   ValueId r5 = out(g, g.add_node(Op::Relu, "relu5", {m5}, {"relu5/y"}));
   // float64.
-  ValueId xd = input(g, "xd", {2, 3}, DType::f64), wd = input(g, "wd", {3, 2}, DType::f64);
+  ValueId xd = add_input(g, "xd", {2, 3}, DType::f64), wd = add_input(g, "wd", {3, 2}, DType::f64);
   ValueId h6 = out(g, g.add_node(Op::Gemm, "fc6", {xd, wd}, {"fc6/y"}));
   ValueId r6 = out(g, g.add_node(Op::Relu, "relu6", {h6}, {"relu6/y"}));
   g.outputs = {y, r3, n3, h4, r4, r5, r6};
@@ -88,9 +73,9 @@ TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedG
   CHECK(fuse_epilogues(g) == 3);
   verify(g);
   CHECK(g.nodes.size() == nodes - 3);
-  CHECK(count(g, Op::FusedGemm) == 2);
-  CHECK(count(g, Op::FusedMatMul) == 1);
-  CHECK(count(g, Op::Relu) == 3);  // relu3, relu4, relu6
+  CHECK(count_ops(g, Op::FusedGemm) == 2);
+  CHECK(count_ops(g, Op::FusedMatMul) == 1);
+  CHECK(count_ops(g, Op::Relu) == 3);  // relu3, relu4, relu6
   std::map<std::string, const Node*> by_name;
   for (const Node& n : g.nodes) by_name[n.name] = &n;
   for (const char* gone : {"relu1", "relu2", "relu5"}) CHECK_MESSAGE(!by_name.count(gone), gone);
@@ -143,9 +128,9 @@ namespace {
 // pairs that must stay: a bias [1, 5], a bias computed after the MatMul, a B of 3 dims.
 Graph linear_sample() {
   Graph g;
-  ValueId x = input(g, "x", {2, 4, 6}), w = input(g, "w", {6, 5}), b = input(g, "b", {5});
-  ValueId w2 = input(g, "w2", {5, 3}), b2 = input(g, "b2", {3}), b15 = input(g, "b15", {1, 5});
-  ValueId w3 = input(g, "w3", {2, 6, 5});
+  ValueId x = add_input(g, "x", {2, 4, 6}), w = add_input(g, "w", {6, 5}), b = add_input(g, "b", {5});
+  ValueId w2 = add_input(g, "w2", {5, 3}), b2 = add_input(g, "b2", {3}), b15 = add_input(g, "b15", {1, 5});
+  ValueId w3 = add_input(g, "w3", {2, 6, 5});
   ValueId h = out(g, g.add_node(Op::MatMul, "mm1", {x, w}, {"mm1/y"}));
   ValueId hb = out(g, g.add_node(Op::Add, "add1", {h, b}, {"add1/y"}));
   ValueId r = out(g, g.add_node(Op::Relu, "relu1", {hb}, {"relu1/y"}));
@@ -208,15 +193,15 @@ TEST_CASE("fuse_epilogues: the trainer's graphs of mlp use FusedGemm, Relu's gra
   for (int world : {1, 2}) {
     CAPTURE(world);
     TrainingGraph tg = training_graph(o, world, 0);
-    CHECK(count(tg.g, Op::FusedGemm) == 2);  // fc1 + relu, fc2 + relu (fc3 feeds the loss)
-    CHECK(count(tg.g, Op::Relu) == 0);
-    CHECK(count(tg.g, Op::Gemm) >= 1);
+    CHECK(count_ops(tg.g, Op::FusedGemm) == 2);  // fc1 + relu, fc2 + relu (fc3 feeds the loss)
+    CHECK(count_ops(tg.g, Op::Relu) == 0);
+    CHECK(count_ops(tg.g, Op::Gemm) >= 1);
     verify(tg.g);
   }
   // tiny_lm's Linear layers (MatMul + Add on [batch, time, features]) become FusedMatMul.
   o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/tiny_lm/model.onnx";
   TrainingGraph lm = training_graph(o, 1, 0);
-  CHECK(count(lm.g, Op::FusedMatMul) >= 4);
+  CHECK(count_ops(lm.g, Op::FusedMatMul) >= 4);
   verify(lm.g);
 }
 

@@ -1,0 +1,39 @@
+// What the passes that rewrite nodes in place (fuse_epilogues, fold_transposes) share: how many
+// node inputs read each value, the values that must survive (the graph's outputs and the caller's
+// `keep`), and which nodes go; finish() removes those and renumbers the producers.
+#pragma once
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace onnxdp {
+
+struct NodeRewrite {
+  Graph& g;
+  std::vector<int> readers;  // per value: how many node inputs read it
+  std::set<ValueId> kept;    // the graph's outputs and the caller's `keep`
+  std::vector<bool> drop;    // per node: goes at finish()
+
+  NodeRewrite(Graph& graph, const std::vector<ValueId>& keep)
+      : g(graph), readers(count_readers(graph)), kept(keep.begin(), keep.end()), drop(graph.nodes.size(), false) {
+    kept.insert(g.outputs.begin(), g.outputs.end());
+  }
+
+  // Removes the dropped nodes; returns how many went.
+  int finish() {
+    int gone = 0;
+    for (bool d : drop) gone += d;
+    if (gone == 0) return 0;
+    std::vector<Node> left;
+    left.reserve(g.nodes.size() - size_t(gone));
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+      if (!drop[ni]) left.push_back(std::move(g.nodes[ni]));
+    g.nodes = std::move(left);
+    index_producers(g);
+    return gone;
+  }
+};
+
+}  // namespace onnxdp

@@ -1,0 +1,30 @@
+// Building small graphs in tests: graph inputs, a node's output, counting ops.
+#pragma once
+#include <string>
+
+#include "graph/graph.h"
+
+namespace onnxdp::test {
+
+// A graph input of this name, shape and dtype, appended to g.inputs.
+inline ValueId add_input(Graph& g, const std::string& name, Shape s, DType t = DType::f32) {
+  Value v;
+  v.name = name;
+  v.dtype = t;
+  v.shape = std::move(s);
+  v.kind = ValueKind::input;
+  ValueId id = g.add_value(std::move(v));
+  g.inputs.push_back(id);
+  return id;
+}
+
+// The first output of node index `node` (as Graph::add_node returns it).
+inline ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
+
+inline int count_ops(const Graph& g, Op op) {
+  int n = 0;
+  for (const Node& x : g.nodes) n += x.op == op;
+  return n;
+}
+
+}  // namespace onnxdp::test
