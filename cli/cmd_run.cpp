@@ -28,6 +28,7 @@
 #include "exec/plan.h"
 #include "graph/passes/autocast.h"
 #include "graph/passes/fold_transposes.h"
+#include "graph/passes/fuse_gelu.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
@@ -181,6 +182,7 @@ Plan compile_for(const onnx::ModelProto& m, const std::string& model_dir, const 
       out = g.nodes[size_t(n)].outputs[0];
     }
   }
+  fuse_gelu(g);
   fuse_epilogues(g);
   fold_transposes(g);
   verify(g);

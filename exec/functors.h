@@ -165,6 +165,25 @@ struct GeluTanh {
     return T(0.5) * x * (T(1) + m::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
   }
 };
+// Gelu's gradient dy * Gelu'(x), as PyTorch's gelu_backward: exact, dy (Phi(x) + x phi(x)) with
+// Phi(x) = (1 + erf(x / sqrt 2)) / 2 and phi(x) = e^(-x^2/2) / sqrt(2 pi).
+struct GeluGrad {
+  template <class T> ONNXDP_HD T operator()(T dy, T x) const {
+    const T cdf = T(0.5) * (T(1) + m::erf(x * T(0.70710678118654752440)));
+    const T pdf = m::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+    return dy * (cdf + x * pdf);
+  }
+};
+// tanh form: with u = sqrt(2/pi) (x + 0.044715 x^3), t = tanh(u),
+// d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+struct GeluTanhGrad {
+  template <class T> ONNXDP_HD T operator()(T dy, T x) const {
+    const T b = T(0.79788456080286535588), k = T(0.044715);
+    const T t = m::tanh(b * (x + k * x * x * x));
+    const T right = T(0.5) * x * (T(1) - t * t) * b * (T(1) + T(3) * k * x * x);
+    return dy * (T(0.5) * (T(1) + t) + right);
+  }
+};
 // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
 struct Softplus {
   template <class T> ONNXDP_HD T operator()(T x) const {

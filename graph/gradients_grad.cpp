@@ -12,5 +12,6 @@ void grad_LayerNormalizationGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GatherGrad(GradCtx& c) { gradient_missing(c); }
 void grad_SoftmaxCrossEntropyLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_NegativeLogLikelihoodLossGrad(GradCtx& c) { gradient_missing(c); }
+void grad_GeluGrad(GradCtx& c) { gradient_missing(c); }
 
 }  // namespace onnxdp

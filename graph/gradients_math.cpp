@@ -133,16 +133,11 @@ void grad_Erf(GradCtx& c) {  // dy * 2/sqrt(pi) * exp(-x^2)
   c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Mul, {e, k})}));
 }
 
-void grad_Gelu(GradCtx& c) {  // exact form: dy * (Phi(x) + x * phi(x))
-  if (c.node.s("approximate") != "none") gradient_missing(c);
-  DType t = dt(c);
-  ValueId x = c.in_id(0);
-  ValueId erf = c.emit(Op::Erf, {c.emit(Op::Mul, {x, c.scalar(float(M_SQRT1_2), t)})});
-  ValueId cdf = c.emit(Op::Mul, {c.emit(Op::Add, {erf, c.scalar(1, t)}), c.scalar(0.5f, t)});
-  ValueId x2h = c.emit(Op::Mul, {c.emit(Op::Mul, {x, x}), c.scalar(-0.5f, t)});
-  ValueId pdf = c.emit(Op::Mul, {c.emit(Op::Exp, {x2h}), c.scalar(float(0.5 * M_2_SQRTPI * M_SQRT1_2), t)});
-  ValueId d = c.emit(Op::Add, {cdf, c.emit(Op::Mul, {x, pdf})});
-  c.add(0, c.emit(Op::Mul, {c.dy(), d}));
+// exact: dy * (Phi(x) + x phi(x)); tanh: the derivative of the tanh form. One GeluGrad node.
+void grad_Gelu(GradCtx& c) {
+  const std::string& a = c.node.s("approximate");
+  if (a != "none" && a != "tanh") c.fail("approximate '{}' is not none or tanh", a);
+  c.add(0, c.emit(Op::GeluGrad, {c.dy(), c.in_id(0)}, {{"approximate", Attr(a)}}));
 }
 
 void grad_Softplus(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Sigmoid, {c.in_id(0)})})); }

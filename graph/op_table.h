@@ -131,6 +131,9 @@
   X(SoftmaxCrossEntropyLossGrad, grad,      3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
   /* NegativeLogLikelihoodLossGrad (dy, labels, x_shape: int64 constant, weights?) -> dx.     */ \
   X(NegativeLogLikelihoodLossGrad, grad,    3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
+  /* GeluGrad (dy, x) -> dx = dy * Gelu'(x), `approximate` none or tanh: PyTorch's             */ \
+  /* gelu_backward formulas, one pass (exec/functors.h).                                      */ \
+  X(GeluGrad,                   grad,       2, 2, 1, 1, "approximate:s=none")                       \
   /* ---- internal fused ops: made by graph/passes/fuse_epilogues.cpp after autodiff, not ONNX, */ \
   /* not importable, no gradient; their pieces live with the op they extend ------------------- */ \
   /* FusedGemm: Gemm (its inputs and attributes) with `activation` applied to Y, Relu only; on  */ \
@@ -144,7 +147,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 75
+#define ONNXDP_OP_COUNT 76
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

@@ -224,4 +224,15 @@ void shape_NegativeLogLikelihoodLossGrad(ShapeCtx& c) {
   c.set(0, t, xs);
 }
 
+// dy, x of one float dtype (16-bit too) and shape -> dx like x.
+void shape_GeluGrad(ShapeCtx& c) {
+  const DType t = c.dtype(1);
+  if (!dtype_is_float(t)) c.fail("input 1 (x) is {}; GeluGrad takes floats", dtype_name(t));
+  if (c.dtype(0) != t) c.fail("input 0 (dy) is {}, input 1 (x) is {}", dtype_name(c.dtype(0)), dtype_name(t));
+  if (c.shape(0) != c.shape(1)) c.fail("dy {} and x {} differ in shape", shape_str(c.shape(0)), shape_str(c.shape(1)));
+  const std::string& a = c.node.s("approximate");
+  if (a != "none" && a != "tanh") c.fail("approximate '{}' is not none or tanh", a);
+  c.set(0, t, c.shape(1));
+}
+
 }  // namespace onnxdp

@@ -16,5 +16,6 @@ void import_LayerNormalizationGrad(ImportCtx& c) { not_importable(c); }
 void import_GatherGrad(ImportCtx& c) { not_importable(c); }
 void import_SoftmaxCrossEntropyLossGrad(ImportCtx& c) { not_importable(c); }
 void import_NegativeLogLikelihoodLossGrad(ImportCtx& c) { not_importable(c); }
+void import_GeluGrad(ImportCtx& c) { not_importable(c); }
 
 }  // namespace onnxdp

@@ -27,6 +27,7 @@
 #include "graph/autodiff.h"
 #include "graph/passes/autocast.h"
 #include "graph/passes/fold_transposes.h"
+#include "graph/passes/fuse_gelu.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
@@ -151,6 +152,7 @@ class Evaluator {
       const int64_t b = std::min(eb, data_.samples - start);
       if (!plans_.count(b)) {
         Graph g = load_graph(proto_, model_dir_, shapes_for(data_, b));
+        fuse_gelu(g);
         inference_mode(g);
         autocast(g, o_.mixed_precision);  // evaluated as trained
         ValueId out = g.outputs[0];
@@ -320,6 +322,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   TrainingGraph tg;
   Graph& g = tg.g;
   g = load_graph(proto, model_dir, shapes);
+  fuse_gelu(g);  // before autodiff: Gelu's gradient is one node
   const int64_t rows = shard_rows(b, world)[size_t(rank)];
   // Running statistics: BatchNormalization inputs 3/4, updated from its training-mode outputs.
   // They are updated as PyTorch does, running_var with the unbiased batch variance (ONNX's op, as

@@ -21,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/cpu/broadcast.h"
 #include "exec/cpu/in_float.h"
+#include "exec/functors.h"
 #include "exec/kernel.h"
 
 namespace onnxdp {
@@ -599,6 +601,24 @@ void SoftmaxCrossEntropyLossGrad_forward(KernelCtx& c) {
 }
 void NegativeLogLikelihoodLossGrad_forward(KernelCtx& c) {
   dispatch_float(c, c.in(0).dtype, [&]<class T>() { nll_grad<T>(c); });
+}
+
+namespace {
+template <class T>
+void gelu_grad(KernelCtx& c) {
+  const T* dy = c.in(0).as<const T>();
+  const T* x = c.in(1).as<const T>();
+  T* dx = c.out(0).as<T>();
+  const int64_t n = c.out(0).numel;
+  const bool tanh_form = c.node.s("approximate") == "tanh";
+#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = tanh_form ? fn::GeluTanhGrad{}(dy[i], x[i]) : fn::GeluGrad{}(dy[i], x[i]);
+}
+}  // namespace
+
+void GeluGrad_forward(KernelCtx& c) {
+  if (is_16bit_float(c.in(1).dtype)) return in_float(c, gelu_grad<float>);
+  dispatch_float(c, c.in(1).dtype, [&]<class T>() { gelu_grad<T>(c); });
 }
 
 }  // namespace onnxdp

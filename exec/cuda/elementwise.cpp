@@ -44,6 +44,8 @@ const char* ew_op_name(EwOp op) {
     case EwOp::Erf: return "Erf";
     case EwOp::Gelu: return "Gelu";
     case EwOp::GeluTanh: return "Gelu(tanh)";
+    case EwOp::GeluGrad: return "GeluGrad";
+    case EwOp::GeluTanhGrad: return "GeluGrad(tanh)";
     case EwOp::Softplus: return "Softplus";
     case EwOp::Equal: return "Equal";
     case EwOp::Less: return "Less";
@@ -88,6 +90,7 @@ bool ew_op(const Node& n, EwOp* out) {
     case Op::Tanh: *out = EwOp::Tanh; return true;
     case Op::Erf: *out = EwOp::Erf; return true;
     case Op::Gelu: *out = n.s("approximate") == "tanh" ? EwOp::GeluTanh : EwOp::Gelu; return true;
+    case Op::GeluGrad: *out = n.s("approximate") == "tanh" ? EwOp::GeluTanhGrad : EwOp::GeluGrad; return true;
     case Op::Softplus: *out = EwOp::Softplus; return true;
     case Op::Clip: *out = EwOp::Clip; return true;
     case Op::Identity: *out = EwOp::Identity; return true;
@@ -254,6 +257,8 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
     case EwOp::Mul:
     case EwOp::Div:
     case EwOp::Pow:
+    case EwOp::GeluGrad:
+    case EwOp::GeluTanhGrad:
     case EwOp::Equal:
     case EwOp::Less:
     case EwOp::Greater:

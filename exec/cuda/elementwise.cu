@@ -159,6 +159,14 @@ bool unary_float(const Ctx& c, F f) {
 }
 
 template <class F>
+bool binary_float(const Ctx& c, F f) {
+  return with_float(c.l.type, [&](auto tag) {
+    using T = decltype(tag);
+    return go2<T, T, T>(c, f);
+  });
+}
+
+template <class F>
 bool compare(const Ctx& c, F f) {
   if (c.l.type == EwType::boolean) return go2<bool, bool, bool>(c, f);
   return with_number(c.l.type, [&](auto tag) {
@@ -232,6 +240,8 @@ bool dispatch(const Ctx& c) {
     case EwOp::Gelu: return unary_float(c, fn::Gelu{});
     case EwOp::GeluTanh: return unary_float(c, fn::GeluTanh{});
     case EwOp::Softplus: return unary_float(c, fn::Softplus{});
+    case EwOp::GeluGrad: return binary_float(c, fn::GeluGrad{});
+    case EwOp::GeluTanhGrad: return binary_float(c, fn::GeluTanhGrad{});
     case EwOp::Equal: return compare(c, fn::Equal{});
     case EwOp::Less: return compare(c, fn::Less{});
     case EwOp::Greater: return compare(c, fn::Greater{});

@@ -18,6 +18,8 @@ enum class EwOp : uint8_t {
   Identity, Neg, Abs, Relu, Clip,
   // out = f(a), f32 / f64
   Sqrt, Exp, Log, Reciprocal, LeakyRelu, Sigmoid, Tanh, Erf, Gelu, GeluTanh, Softplus,
+  // out = f(dy, x), f32 / f64: Gelu's gradient (exact and tanh forms)
+  GeluGrad, GeluTanhGrad,
   // bool out = f(a, b), numbers and bool
   Equal, Less, Greater,
   // bool out = !a

@@ -91,6 +91,12 @@ TEST_CASE("autodiff: unary math") {
   }
 }
 
+TEST_CASE("autodiff: Gelu's tanh form (one GeluGrad node, as the exact form)") {
+  Case c;
+  ValueId x = c.param("x", {3, 5}, 0.1, 2.5, true);
+  gradcheck(c, c.node(Op::Gelu, {x}, {{"approximate", Attr(std::string("tanh"))}}));
+}
+
 TEST_CASE("autodiff: Clip passes the gradient inside the bounds only") {
   Case c;
   ValueId x = c.param("x", {3, 4}, 0.1, 2.0, true);
