@@ -59,5 +59,8 @@ uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 float bf16_to_f32(uint16_t h);
+// The same for the 16-bit float type t (f16 or bf16).
+inline float half_to_f32(DType t, uint16_t h) { return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h); }
+inline uint16_t f32_to_half(DType t, float f) { return t == DType::f16 ? f32_to_f16(f) : f32_to_bf16(f); }
 
 }  // namespace onnxdp

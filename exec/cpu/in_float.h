@@ -17,7 +17,7 @@ void in_float(KernelCtx& c, const FloatKernel& kernel) {
     if (r.dtype != t) c.fail("inputs are {} and {}; a 16-bit product takes one type", dtype_name(t), dtype_name(r.dtype));
     std::vector<float> f(size_t(r.numel));
     for (int64_t i = 0; i < r.numel; ++i)
-      f[size_t(i)] = t == DType::f16 ? f16_to_f32(r.as<uint16_t>()[i]) : bf16_to_f32(r.as<uint16_t>()[i]);
+      f[size_t(i)] = half_to_f32(t, r.as<uint16_t>()[i]);
     return f;
   };
   std::vector<std::vector<float>> ins;
@@ -36,7 +36,7 @@ void in_float(KernelCtx& c, const FloatKernel& kernel) {
   fc.outputs.push_back(TensorRef{out.data(), DType::f32, y.shape, y.numel});
   kernel(fc);
   for (int64_t i = 0; i < y.numel; ++i)
-    y.as<uint16_t>()[i] = t == DType::f16 ? f32_to_f16(out[size_t(i)]) : f32_to_bf16(out[size_t(i)]);
+    y.as<uint16_t>()[i] = f32_to_half(t, out[size_t(i)]);
 }
 
 }  // namespace onnxdp

@@ -256,7 +256,7 @@ void conv_emulate(const ConvCall& c, const std::vector<TensorRef>& in, const Ten
     auto wide = [&](const TensorRef& r) {
       std::vector<float> f(size_t(r.numel));
       for (int64_t i = 0; i < r.numel; ++i)
-        f[size_t(i)] = c.type == DType::f16 ? f16_to_f32(r.as<uint16_t>()[i]) : bf16_to_f32(r.as<uint16_t>()[i]);
+        f[size_t(i)] = half_to_f32(c.type, r.as<uint16_t>()[i]);
       return f;
     };
     std::vector<std::vector<float>> held;
@@ -272,15 +272,13 @@ void conv_emulate(const ConvCall& c, const std::vector<TensorRef>& in, const Ten
     f.bias = false;
     const TensorRef fout{held.back().data(), DType::f32, out.shape, out.numel};
     conv_emulate(f, fin, fout);
-    auto round = [&](float v) { return c.type == DType::f16 ? f32_to_f16(v) : f32_to_bf16(v); };
-    auto widen1 = [&](uint16_t v) { return c.type == DType::f16 ? f16_to_f32(v) : bf16_to_f32(v); };
     uint16_t* o = out.as<uint16_t>();
-    for (int64_t i = 0; i < out.numel; ++i) o[i] = round(held.back()[size_t(i)]);
+    for (int64_t i = 0; i < out.numel; ++i) o[i] = f32_to_half(c.type, held.back()[size_t(i)]);
     if (c.bias) {  // cudnnAddTensor on the rounded result
       std::vector<float> sum(size_t(out.numel));
-      for (int64_t i = 0; i < out.numel; ++i) sum[size_t(i)] = widen1(o[i]);
+      for (int64_t i = 0; i < out.numel; ++i) sum[size_t(i)] = half_to_f32(c.type, o[i]);
       add_bias(out_dims(c), c.nb_dims, held[2].data(), sum.data());
-      for (int64_t i = 0; i < out.numel; ++i) o[i] = round(sum[size_t(i)]);
+      for (int64_t i = 0; i < out.numel; ++i) o[i] = f32_to_half(c.type, sum[size_t(i)]);
     }
     return;
   }
