@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "exec/float_math.h"
+
 #if defined(__CUDACC__)
 #define ONNXDP_HD __host__ __device__
 #else
@@ -22,7 +24,15 @@ namespace onnxdp::fn {
 
 // Float math by overload; double versions for f64. (std:: overloads are not all device-callable.)
 namespace m {
-ONNXDP_HD inline float exp(float x) { return ::expf(x); }
+// float exp and erf: on the host, exec/float_math.h's straight-line versions, so elementwise loops
+// vectorize (within one float32 step of the exact value); on the device, CUDA's own.
+ONNXDP_HD inline float exp(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::expf(x);
+#else
+  return fm::exp_f32(x);
+#endif
+}
 ONNXDP_HD inline double exp(double x) { return ::exp(x); }
 ONNXDP_HD inline float log(float x) { return ::logf(x); }
 ONNXDP_HD inline double log(double x) { return ::log(x); }
@@ -32,7 +42,13 @@ ONNXDP_HD inline float sqrt(float x) { return ::sqrtf(x); }
 ONNXDP_HD inline double sqrt(double x) { return ::sqrt(x); }
 ONNXDP_HD inline float tanh(float x) { return ::tanhf(x); }
 ONNXDP_HD inline double tanh(double x) { return ::tanh(x); }
-ONNXDP_HD inline float erf(float x) { return ::erff(x); }
+ONNXDP_HD inline float erf(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::erff(x);
+#else
+  return fm::erf_f32(x);
+#endif
+}
 ONNXDP_HD inline double erf(double x) { return ::erf(x); }
 ONNXDP_HD inline float pow(float x, float y) { return ::powf(x, y); }
 ONNXDP_HD inline double pow(double x, double y) { return ::pow(x, y); }

@@ -114,6 +114,14 @@ struct BroadcastLoop {
 
 namespace detail {
 
+// out[i] = f(in_0[i], ...) over n elements. The pointers are plain arguments (not read through a
+// tuple the threads share), so the compiler sees them unchanged by the stores and vectorizes.
+template <class TOut, class F, class... TIn>
+void flat_map(TOut* o, int64_t n, const F& f, const TIn*... in) {
+#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] = f(in[i]...);
+}
+
 template <class TOut, class... TIn, class F, size_t... K>
 void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const TensorRef*, sizeof...(TIn)>& ins,
                         std::index_sequence<K...>) {
@@ -129,11 +137,7 @@ void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const
     same = same && eq;
     same_or_scalar = same_or_scalar && (eq || ins[k]->numel == 1);
   }
-  if (same) {
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<K>(p)[i]...);
-    return;
-  }
+  if (same) return flat_map(o, n, f, std::get<K>(p)...);
   if (same_or_scalar) {
     const std::array<int64_t, N> s{(ins[K]->numel == 1 && n != 1 ? int64_t(0) : int64_t(1))...};
     if constexpr (N == 2) {  // one operand a scalar: read it once, so the loop is contiguous
