@@ -188,21 +188,26 @@ void shape_FusedGemm(ShapeCtx& c) {
   shape_Gemm(c);
 }
 
-// MatMul's rule for A of rank >= 2 and B [K, N] (transB: B [N, K]); the bias is [N] of A's dtype.
+// MatMul's rule for A and B of rank >= 2, each with its last two dims swapped when transA /
+// transB says so; the bias is [N] of A's dtype.
 void shape_FusedMatMul(ShapeCtx& c) {
   const std::string& act = c.node.s("activation");
   if (!act.empty() && act != "Relu") c.fail("activation '{}' is not one FusedMatMul has (none, Relu)", act);
-  const Shape &a = c.shape(0), &b = c.shape(1);
-  if (a.size() < 2 || b.size() != 2)
-    c.fail("A must have 2 or more dims and B 2, they are {} and {}", shape_str(a), shape_str(b));
-  const bool tb = c.node.i("transB") != 0;
-  const int64_t K = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+  Shape a = c.shape(0), b = c.shape(1);
+  if (a.size() < 2 || b.size() < 2)
+    c.fail("A and B must have 2 or more dims, they are {} and {}", shape_str(a), shape_str(b));
+  const bool ta = c.node.i("transA") != 0, tb = c.node.i("transB") != 0;
+  if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
+  const int64_t K = b[b.size() - 2], N = b.back();
   if (a.back() != K)
-    c.fail("A {} and B {}{} do not multiply: {} != {}", shape_str(a), shape_str(b), tb ? " (transposed)" : "", a.back(), K);
+    c.fail("A {}{} and B {}{} do not multiply: {} != {}", shape_str(c.shape(0)), ta ? " (transposed)" : "",
+           shape_str(c.shape(1)), tb ? " (transposed)" : "", a.back(), K);
+  Shape y = broadcast_or_fail(c, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
   const DType t = check_dtype(c, 0, kProducts);
   same_dtype(c, 0, 1);
-  Shape y = a;
-  y.back() = N;
+  y.push_back(a[a.size() - 2]);
+  y.push_back(N);
   c.set(0, t, y);
   if (c.has(2)) {
     same_dtype(c, 0, 2);

@@ -190,13 +190,17 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 
 bool blas_int_ok(int64_t v) { return v <= int64_t(std::numeric_limits<int>::max()); }
 
+// MatMul, numpy semantics; ta / tb (FusedMatMul's transA / transB): that operand's last two dims
+// are stored swapped ([.., K, M] for A, [.., N, K] for B) and BLAS reads it transposed.
 template <class T>
-void matmul(KernelCtx& c) {
+void matmul(KernelCtx& c, bool ta, bool tb) {
   const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
   Shape a = *ra.shape, b = *rb.shape;
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
-  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  const int64_t lda = a.back(), ldb = b.back();  // row lengths as stored
+  const int64_t m = ta ? a.back() : a[a.size() - 2], k = ta ? a[a.size() - 2] : a.back();
+  const int64_t n = tb ? b[b.size() - 2] : b.back();
   for (int64_t v : {m, n, k})
     if (!blas_int_ok(v)) c.fail("matrix dim {} is too large for BLAS", v);
   const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
@@ -207,9 +211,9 @@ void matmul(KernelCtx& c) {
   T* py = ry.as<T>();
   if (ry.numel == 0) return;
 
-  // b shared by every batch and a's batches contiguous: one product [nbatch * m, k] x [k, n].
-  if (shape_numel(b_batch) == 1 && a_batch == batch && blas_int_ok(nbatch * m)) {
-    gemm<T>(false, false, nbatch * m, n, k, 1, pa, k, pb, n, 0, py);
+  // b shared by every batch and a's batches contiguous rows: one product [nbatch * m, k] x [k, n].
+  if (shape_numel(b_batch) == 1 && a_batch == batch && !ta && blas_int_ok(nbatch * m)) {
+    gemm<T>(false, tb, nbatch * m, n, k, 1, pa, lda, pb, ldb, 0, py);
     return;
   }
   const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
@@ -221,7 +225,7 @@ void matmul(KernelCtx& c) {
       oa += coord * sa[d];
       ob += coord * sb[d];
     }
-    gemm<T>(false, false, m, n, k, 1, pa + oa * m * k, k, pb + ob * k * n, n, 0, py + bi * m * n);
+    gemm<T>(ta, tb, m, n, k, 1, pa + oa * m * k, lda, pb + ob * k * n, ldb, 0, py + bi * m * n);
   };
   // Many small products (attention's [b, heads] of [t, d] x [d, t]): the threads split the batch,
   // each running single-threaded BLAS, rather than every thread joining each small product in
@@ -313,13 +317,19 @@ void Clip_forward(KernelCtx& c) {
 void Softmax_forward(KernelCtx& c) { softmax_forward<false>(c); }
 void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
 
-void MatMul_forward(KernelCtx& c) {
-  if (is_16bit_float(c.in(0).dtype)) return in_float(c, matmul<float>);
+namespace {
+// MatMul, or FusedMatMul's product with its transA / transB.
+void matmul_any(KernelCtx& c, bool ta, bool tb) {
+  if (is_16bit_float(c.in(0).dtype)) return in_float(c, [&](KernelCtx& fc) { matmul<float>(fc, ta, tb); });
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
-    if constexpr (kIsNumber<T>) matmul<T>(c);
+    if constexpr (kIsNumber<T>) matmul<T>(c, ta, tb);
     else unsupported(c, c.in(0).dtype);
   });
 }
+
+}  // namespace
+
+void MatMul_forward(KernelCtx& c) { matmul_any(c, false, false); }
 
 void Gemm_forward(KernelCtx& c) {
   if (is_16bit_float(c.in(0).dtype)) return in_float(c, gemm_op<float>);
@@ -347,34 +357,11 @@ void FusedGemm_forward(KernelCtx& c) {
   relu_in_place(c);
 }
 
-namespace {
-// Y [rows, N] = A [rows, K] x B [N, K]ᵀ: A's leading dims flattened into rows, B read as stored.
-template <class T>
-void matmul_trans_b(KernelCtx& c) {
-  const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
-  const int64_t K = rb.dim(1), N = rb.dim(0);
-  int64_t rows = 1;
-  for (size_t d = 0; d + 1 < ra.shape->size(); ++d) rows *= (*ra.shape)[d];
-  for (int64_t v : {rows, N, K})
-    if (!blas_int_ok(v)) c.fail("matrix dim {} is too large for BLAS", v);
-  if (ry.numel == 0) return;
-  gemm<T>(false, true, rows, N, K, 1, ra.as<const T>(), K, rb.as<const T>(), K, 0, ry.as<T>());
-}
-}  // namespace
 
-// MatMul (B [K, N], or [N, K] read transposed with transB), then Add's functor with the bias
-// broadcast along Y's rows, then Relu: the values of the nodes it replaced.
+// MatMul (each operand possibly stored with its last two dims swapped: transA, transB), then Add's
+// functor with the bias broadcast along Y's rows, then Relu: the values of the nodes it replaced.
 void FusedMatMul_forward(KernelCtx& c) {
-  if (c.node.i("transB") == 0) {
-    MatMul_forward(c);
-  } else if (is_16bit_float(c.in(0).dtype)) {
-    in_float(c, matmul_trans_b<float>);
-  } else {
-    dispatch_dtype(c.in(0).dtype, [&]<class T>() {
-      if constexpr (kIsNumber<T>) matmul_trans_b<T>(c);
-      else unsupported(c, c.in(0).dtype);
-    });
-  }
+  matmul_any(c, c.node.i("transA") != 0, c.node.i("transB") != 0);
   const TensorRef& y = c.out(0);
   if (c.has_in(2)) {
     const TensorRef& bias = c.in(2);

@@ -48,7 +48,9 @@ bool broadcast_batch(const Shape& a, const Shape& b, Shape* out) {
 
 bool gemm_type(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
-GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Shape& b_shape) {
+// flatten_a: A's batches may be read as one [batch * M, K] matrix when B has no batch (false when
+// A is stored transposed, [.., K, M], whose batches are not rows of one matrix).
+GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Shape& b_shape, bool flatten_a = true) {
   if (a_type != b_type || !gemm_type(a_type))
     return refused(fmt::format("inputs are {} and {}; the cuBLAS kernel takes float32, float16 or bfloat16",
                                dtype_name(a_type), dtype_name(b_type)));
@@ -88,7 +90,7 @@ GemmCall matmul_call(DType a_type, const Shape& a_shape, DType b_type, const Sha
   }
   c.kind = GemmCall::Kind::gemm;
   // B shared by every batch (then A's batch dims are the output's): A's rows flattened, one GEMM.
-  if (nb == 1 && fits_int(nbatch * M)) {
+  if (nb == 1 && flatten_a && fits_int(nbatch * M)) {
     c.n = int(nbatch * M);
     return c;
   }
@@ -163,25 +165,35 @@ GemmCall gemm_op_call(const Node& node, DType a_type, const Shape& a, DType b_ty
   return c;
 }
 
-// FusedMatMul: MatMul's call, the bias [N] (one value per row of the column-major Y') as the
-// epilogue (or, without cuBLASLt, broadcast down Y's rows), the Relu.
+// FusedMatMul: MatMul's call on the operands as the product reads them, each stored one with op T;
+// the bias [N] (one value per row of the column-major Y') as the epilogue (or, without cuBLASLt,
+// broadcast down Y's rows), the Relu.
 GemmCall fused_matmul_call(const Node& node, DType a_type, const Shape& a, DType b_type, const Shape& b,
                            const DType* c_type, const Shape* c_shape) {
   if (a_type != DType::f32) return refused("FusedMatMul on 16-bit floats (its Relu runs on float32)");
-  if (a.size() < 2 || b.size() != 2)
-    return refused(fmt::format("FusedMatMul takes A of 2 or more dims and B of 2, not {} and {}", shape_str(a),
+  if (a.size() < 2 || b.size() < 2)
+    return refused(fmt::format("FusedMatMul takes A and B of 2 or more dims, not {} and {}", shape_str(a),
                                shape_str(b)));
-  // transB: B stored [N, K] is the [K, N] operand transposed; the column-major A' (= B) is then
-  // B as stored with op T and its row length K as leading dimension, as Gemm's transB.
-  const bool tb = node.i("transB") != 0;
-  const Shape logical_b = tb ? Shape{b[1], b[0]} : b;
-  GemmCall c = matmul_call(a_type, a, b_type, logical_b);
+  const bool ta = node.i("transA") != 0, tb = node.i("transB") != 0;
+  auto swapped = [](Shape s) {
+    std::swap(s[s.size() - 1], s[s.size() - 2]);
+    return s;
+  };
+  const Shape logical_a = ta ? swapped(a) : a, logical_b = tb ? swapped(b) : b;
+  GemmCall c = matmul_call(a_type, logical_a, b_type, logical_b, !ta);
   if (!c.ok) return c;
+  // transB: B stored [.., N, K] is the column-major [K, N] matrix, i.e. A' = (stored B) with op T
+  // and its row length K as leading dimension, as Gemm's transB; transA likewise makes B' = (stored
+  // A) with op T and leading dimension M. The strides between batches stay (M K and K N).
   if (tb) {
     c.trans_a = true;
-    c.lda = int(std::max<int64_t>(1, b[1]));
+    c.lda = int(std::max<int64_t>(1, b.back()));
   }
-  const int64_t N = logical_b[1];
+  if (ta) {
+    c.trans_b = true;
+    c.ldb = int(std::max<int64_t>(1, a.back()));
+  }
+  const int64_t N = logical_b.back();
   c.relu = node.s("activation") == "Relu";
   if (c_shape) {
     if (*c_type != a_type || *c_shape != Shape{N})

@@ -28,7 +28,8 @@
 //   cuBLASLt's bias epilogue instead: Y = alpha * A B + C in the GEMM's own store, no copy of C into
 //   Y before it (Epilogue::bias). FusedGemm (Gemm + Relu, graph/passes/fuse_epilogues.h; float32)
 //   adds the Relu to the epilogue (CUBLASLT_EPILOGUE_RELU_BIAS, or RELU after a broadcast C);
-//   FusedMatMul (MatMul with B [K, N], its rows one GEMM, + bias [N], + Relu) likewise.
+//   FusedMatMul (MatMul with either operand stored transposed as op T, + bias [N], + Relu) likewise
+//   (batched: the bias by the broadcast copy, the Relu by the caller).
 //   Given no cuBLASLt handle, or when cuBLASLt offers no algorithm for the call, the broadcast
 //   copy, beta = 1 and the elementwise Relu kernel on Y compute the same values.
 // - Empty dims: M, N or batch 0 is nothing to do; K = 0 gives Y = beta * C (the broadcast copy

@@ -1,6 +1,7 @@
 // See fold_transposes.h.
 #include "graph/passes/fold_transposes.h"
 
+#include <utility>
 #include <vector>
 
 #include "graph/passes/rewrite.h"
@@ -19,14 +20,19 @@ struct Folder : NodeRewrite {
     return p;
   }
 
-  // The Transpose node producing x when it swaps the two dims of a 2-D value, else nullptr.
+  // The Transpose node producing x when it swaps the last two dims of x (rank 2 or more, the
+  // others in place), else nullptr.
   Node* matrix_transpose(ValueId x) {
     if (x == kNoValue) return nullptr;
     const Value& v = g.value(x);
     if (v.producer < 0 || drop[size_t(v.producer)]) return nullptr;
     Node& t = g.nodes[size_t(v.producer)];
-    if (t.op != Op::Transpose || v.shape.size() != 2) return nullptr;
-    return perm_of(t, 2) == std::vector<int64_t>{1, 0} ? &t : nullptr;
+    const size_t r = v.shape.size();
+    if (t.op != Op::Transpose || r < 2) return nullptr;
+    std::vector<int64_t> swap_last(r);
+    for (size_t i = 0; i < r; ++i) swap_last[i] = int64_t(i);
+    std::swap(swap_last[r - 2], swap_last[r - 1]);
+    return perm_of(t, r) == swap_last ? &t : nullptr;
   }
 
   // Node n reads input k through the Transpose t instead: t's input.
@@ -41,15 +47,17 @@ struct Folder : NodeRewrite {
     return 1;
   }
 
-  // MatMul / FusedMatMul reading B through a matrix transpose: FusedMatMul with transB.
-  void product_b(Node& n) {
-    if (n.op == Op::FusedMatMul && n.i("transB") != 0) return;
-    const Shape& a = g.value(n.inputs[0]).shape;
-    Node* t = matrix_transpose(n.inputs[1]);
-    if (!t || a.size() < 2 || g.value(n.inputs[1]).dtype != DType::f32) return;
-    bypass(n, 1, *t);
-    n.op = Op::FusedMatMul;
-    n.attrs["transB"] = Attr(int64_t(1));
+  // MatMul / FusedMatMul (both operands of rank 2 or more, float32) reading A or B through a
+  // matrix transpose: FusedMatMul with that operand's transA / transB flipped.
+  void product_inputs(Node& n) {
+    const Value &a = g.value(n.inputs[0]), &b = g.value(n.inputs[1]);
+    if (a.shape.size() < 2 || b.shape.size() < 2 || a.dtype != DType::f32 || b.dtype != DType::f32) return;
+    for (size_t k = 0; k < 2; ++k)
+      if (Node* t = matrix_transpose(n.inputs[k])) {
+        bypass(n, k, *t);
+        n.op = Op::FusedMatMul;
+        flip(n, k == 0 ? "transA" : "transB");
+      }
   }
 
   // Gemm reading A or B through a matrix transpose: the flag instead.
@@ -111,7 +119,7 @@ int fold_transposes(Graph& g, const std::vector<ValueId>& keep) {
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     Node& n = g.nodes[ni];
     if (n.op == Op::Transpose) removed += f.compose(ni) || f.transposed_gemm(ni);
-    else if (n.op == Op::MatMul || n.op == Op::FusedMatMul) f.product_b(n);
+    else if (n.op == Op::MatMul || n.op == Op::FusedMatMul) f.product_inputs(n);
     else if (n.op == Op::Gemm || n.op == Op::FusedGemm) f.gemm_inputs(n);
   }
   // Transposes nothing reads any more.

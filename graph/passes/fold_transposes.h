@@ -1,8 +1,11 @@
 // fold_transposes: a matrix transpose that a product can take as an operand flag is not copied.
-// Exporters write a Linear layer as MatMul(x, Transpose(W)), and autodiff gives its weight
-// gradient as Transpose(Gemm(..)): both copy the whole weight every step. This pass rewrites
-//   - MatMul(A, Transpose(W)) or FusedMatMul(A, Transpose(W), ..) without transB, W 2-D, float32:
-//     FusedMatMul(A, W, ..) with transB (a Linear layer reading its weight as stored);
+// Exporters write a Linear layer as MatMul(x, Transpose(W)), attention as MatMul(q, Transpose(k)),
+// and autodiff gives a product's gradients as products with transposed operands and a weight
+// gradient as Transpose(Gemm(..)): each copies a whole operand every step. This pass rewrites
+//   - MatMul(.., Transpose(X), ..) or FusedMatMul of it, float32, both operands of rank 2 or more,
+//     the Transpose swapping X's last two dims: FusedMatMul reading X as stored with that
+//     operand's transA / transB flipped (a Linear layer's weight, attention's keys, a batched
+//     product's gradients);
 //   - Gemm(Transpose(X), ..) or Gemm(.., Transpose(X), ..), X 2-D: the Gemm reads X with its
 //     transA / transB flipped;
 //   - Transpose(Gemm(A, B)) of a Gemm without C, read by that Transpose alone: Gemm(B, A) with

@@ -135,7 +135,8 @@ bool run_case(const Case& c, std::mt19937& rng) {
 
   int64_t K;
   const Shape& a = c.shapes[0];
-  if (c.op == Op::MatMul || c.op == Op::FusedMatMul) K = a.back();
+  if (c.op == Op::MatMul) K = a.back();
+  else if (c.op == Op::FusedMatMul) K = n.i("transA") ? a[a.size() - 2] : a.back();
   else K = n.i("transA") ? a[0] : a[1];
   const double fp32_tol = double(2 * K + 8) * std::ldexp(1.0, -24);
   const double tol = fp32_tol + (g_tf32 ? std::ldexp(1.0, -10) : 0.0);
@@ -306,7 +307,26 @@ void fused_matmul_all() {
         if (bias) cs.shapes.push_back(Shape{b[1]});
         count += run_case(cs, rng);
       }
-  report("FusedMatMul (MatMul + bias + Relu epilogues)", count);
+  // Operands stored transposed (transA: A [.., K, M], transB: B [.., N, K]) as op T with their own
+  // leading dims: batched both sides (attention's products and their gradients), one side
+  // broadcast, B without batch (A's batches then cannot be one matrix's rows when transposed).
+  for (const auto& [a, b] : std::vector<std::pair<Shape, Shape>>{{{2, 3, 33, 7}, {2, 3, 33, 9}},
+                                                                 {{33, 7}, {2, 3, 33, 9}},
+                                                                 {{1, 33, 7}, {3, 33, 9}},
+                                                                 {{2, 3, 33, 7}, {33, 9}},
+                                                                 {{1, 7}, {1, 5}}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (bool bias : {false, true}) {
+          // a and b are written for transA = 1, transB = 0 ([.., K, M] and [.., K, N]).
+          Shape as = a, bs = b;
+          if (!ta) std::swap(as[as.size() - 1], as[as.size() - 2]);
+          if (tb) std::swap(bs[bs.size() - 1], bs[bs.size() - 2]);
+          Case cs{Op::FusedMatMul, {as, bs}, {{"transA", Attr(int64_t(ta))}, {"transB", Attr(int64_t(tb))}}};
+          if (bias) cs.shapes.push_back(Shape{b.back()});
+          count += run_case(cs, rng);
+        }
+  report("FusedMatMul (MatMul + bias + Relu epilogues, operands stored transposed)", count);
 }
 
 // MatMul / Gemm on f16 and bf16 (cublasGemmEx, fp32 sums, one rounding) against the CPU kernel

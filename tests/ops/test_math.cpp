@@ -476,6 +476,69 @@ TEST_CASE("math: FusedMatMul is MatMul, + bias along the rows, then Relu when as
                     doctest::Contains("not one FusedMatMul has"));
 }
 
+TEST_CASE("math: FusedMatMul with transA / transB reads that operand's last two dims swapped, batched and broadcast") {
+  // Logical A [.., M, K] and B [.., K, N]; the expected product by plain double loops; the node gets
+  // each operand stored as is or with its last two dims swapped, and the flag that says so.
+  struct Dims {
+    Shape a, b;
+  };
+  auto swapped = [](const Tensor& t) {
+    Shape s = t.shape();
+    const int64_t r = s[s.size() - 2], c = s.back();
+    std::swap(s[s.size() - 2], s[s.size() - 1]);
+    Tensor o(DType::f32, s);
+    for (int64_t m = 0; m < t.numel() / (r * c); ++m)
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) o.as<float>()[m * r * c + j * r + i] = t.as<float>()[m * r * c + i * c + j];
+    return o;
+  };
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const Dims& d : {Dims{{2, 3, 4, 5}, {2, 3, 5, 6}}, Dims{{4, 5}, {2, 3, 5, 6}}, Dims{{2, 1, 4, 5}, {3, 5, 6}},
+                        Dims{{2, 3, 4, 5}, {5, 6}}, Dims{{3, 4, 5}, {1, 5, 6}}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        CAPTURE(shape_str(d.a));
+        CAPTURE(shape_str(d.b));
+        CAPTURE(ta);
+        CAPTURE(tb);
+        Tensor a(DType::f32, d.a), b(DType::f32, d.b), bias(DType::f32, {d.b.back()});
+        for (Tensor* t : {&a, &b, &bias})
+          for (int64_t i = 0; i < t->numel(); ++i) t->as<float>()[i] = u(rng);
+        const int64_t M = d.a[d.a.size() - 2], K = d.a.back(), N = d.b.back();
+        const Shape batch = broadcast_shapes(Shape(d.a.begin(), d.a.end() - 2), Shape(d.b.begin(), d.b.end() - 2));
+        const std::vector<int64_t> sa = broadcast_strides(Shape(d.a.begin(), d.a.end() - 2), batch),
+                                   sb = broadcast_strides(Shape(d.b.begin(), d.b.end() - 2), batch);
+        Shape out_shape = batch;
+        out_shape.push_back(M);
+        out_shape.push_back(N);
+        std::vector<double> want;
+        for (int64_t p = 0; p < shape_numel(batch); ++p) {
+          int64_t rest = p, oa = 0, ob = 0;
+          for (size_t k = batch.size(); k-- > 0;) {
+            oa += (rest % batch[k]) * sa[k];
+            ob += (rest % batch[k]) * sb[k];
+            rest /= batch[k];
+          }
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double s = bias.as<float>()[j];
+              for (int64_t k = 0; k < K; ++k)
+                s += double(a.as<float>()[oa * M * K + i * K + k]) * double(b.as<float>()[ob * K * N + k * N + j]);
+              want.push_back(std::max(s, 0.0));
+            }
+        }
+        const Tensor as = ta ? swapped(a) : a, bs = tb ? swapped(b) : b;
+        check_close(run(Op::FusedMatMul, {&as, &bs, &bias},
+                        {{"transA", Attr(int64_t(ta))}, {"transB", Attr(int64_t(tb))},
+                         {"activation", Attr(std::string("Relu"))}}),
+                    out_shape, want);
+      }
+  Tensor a(DType::f32, {2, 4, 5}), b(DType::f32, {2, 4, 6});
+  CHECK_THROWS_WITH(run(Op::FusedMatMul, {&a, &b}), doctest::Contains("do not multiply"));
+  CHECK_NOTHROW(run(Op::FusedMatMul, {&a, &b}, {{"transA", Attr(int64_t(1))}}));
+}
+
 // ---- import normalisation ---------------------------------------------------------------------
 
 namespace {
