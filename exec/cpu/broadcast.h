@@ -3,9 +3,11 @@
 //   broadcast_map<TOut, TIn...>(out, f, in...)   out[i] = f(in_0[..], in_1[..], ...)
 //
 // `out` has the broadcast shape (the shape rule computed it); each input is read through strides
-// that are 0 along the dims it broadcasts over (a missing leading dim counts as 1). Same-shape and
-// scalar inputs take a flat fast path; everything else walks runs of the innermost (merged)
-// dimension. Large outputs are split over OpenMP threads.
+// that are 0 along the dims it broadcasts over (a missing leading dim counts as 1). Same-shape
+// inputs take a flat loop; everything else walks runs of the innermost (merged) dimension, with a
+// loop of its own for each way up to 3 inputs are read along a run (once or contiguously), so
+// that scalars, a bias or an attention mask vectorize as same-shape inputs do. Large outputs are
+// split over OpenMP threads.
 //
 // Examples:
 //   Add (f32):   broadcast_map<float, float, float>(c.out(0), fn::Add{}, c.in(0), c.in(1));
@@ -122,85 +124,89 @@ void flat_map(TOut* o, int64_t n, const F& f, const TIn*... in) {
   for (int64_t i = 0; i < n; ++i) o[i] = f(in[i]...);
 }
 
+// An input as one run reads it: Src<true> holds the one value of an input broadcast along the run
+// (read once, before the loop), Src<false> points at a contiguous one.
+template <bool Broadcast, class T>
+struct Src;
+template <class T>
+struct Src<true, T> {
+  T v;
+  T operator[](int64_t) const { return v; }
+};
+template <class T>
+struct Src<false, T> {
+  const T* p;
+  T operator[](int64_t j) const { return p[j]; }
+};
+template <bool Broadcast, class T>
+Src<Broadcast, T> src(const T* q) {
+  if constexpr (Broadcast) return {q[0]};
+  else return {q};
+}
+
+// o[j] = f(in_0[j], ...) for j < len, input k read once when bit k of Z is set, else contiguously.
+template <unsigned Z, class TOut, class F, size_t... K, class... TIn>
+void run_masked(TOut* o, int64_t len, const F& f, std::index_sequence<K...>, const TIn*... q) {
+  const std::tuple<Src<((Z >> K) & 1u) != 0, TIn>...> s{src<((Z >> K) & 1u) != 0>(q)...};
+  for (int64_t j = 0; j < len; ++j) o[j] = f(std::get<K>(s)[j]...);
+}
+
+// fn.template operator()<Z>() for the Z in [0, 2^N) equal to mask.
+template <size_t N, class Fn>
+void with_mask(unsigned mask, Fn&& fn) {
+  [&]<unsigned... Z>(std::integer_sequence<unsigned, Z...>) {
+    ((mask == Z ? (fn.template operator()<Z>(), true) : false) || ...);
+  }(std::make_integer_sequence<unsigned, (1u << N)>{});
+}
+
+// Up to this many inputs, each combination of broadcast (stride 0) and contiguous (stride 1)
+// inputs gets its own vectorizable run loop (2^N of them); more inputs take the general loop.
+inline constexpr size_t kMaskedMaxInputs = 3;
+
 template <class TOut, class... TIn, class F, size_t... K>
 void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const TensorRef*, sizeof...(TIn)>& ins,
-                        std::index_sequence<K...>) {
+                        std::index_sequence<K...> ks) {
   constexpr size_t N = sizeof...(TIn);
   TOut* o = out.as<TOut>();
   const std::tuple<const TIn*...> p{static_cast<const TIn*>(ins[K]->data)...};
   const int64_t n = out.numel;
   if (n == 0) return;
 
-  bool same = true, same_or_scalar = true;
-  for (size_t k = 0; k < N; ++k) {
-    bool eq = *ins[k]->shape == *out.shape;
-    same = same && eq;
-    same_or_scalar = same_or_scalar && (eq || ins[k]->numel == 1);
-  }
+  bool same = true;
+  for (size_t k = 0; k < N; ++k) same = same && *ins[k]->shape == *out.shape;
   if (same) return flat_map(o, n, f, std::get<K>(p)...);
-  if (same_or_scalar) {
-    const std::array<int64_t, N> s{(ins[K]->numel == 1 && n != 1 ? int64_t(0) : int64_t(1))...};
-    if constexpr (N == 2) {  // one operand a scalar: read it once, so the loop is contiguous
-      using T0 = std::tuple_element_t<0, std::tuple<TIn...>>;
-      using T1 = std::tuple_element_t<1, std::tuple<TIn...>>;
-      const T0* a = std::get<0>(p);
-      const T1* b = std::get<1>(p);
-      if (s[0] == 0 && s[1] == 1) {
-        const T0 av = a[0];
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
-        for (int64_t i = 0; i < n; ++i) o[i] = f(av, b[i]);
-        return;
-      }
-      if (s[0] == 1 && s[1] == 0) {
-        const T1 bv = b[0];
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
-        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
-        return;
-      }
-    }
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<K>(p)[i * s[K]]...);
-    return;
-  }
 
+  // Scalars and broadcasts: the loop merges dims (a scalar input has stride 0 throughout, so
+  // same-shape-or-scalar inputs make one run per chunk).
   const BroadcastLoop<N> loop(*out.shape, {ins[K]->shape...});
-  // The innermost strides are the same for every run: pick a loop whose reads the compiler sees
-  // as contiguous (stride 1) or invariant (stride 0) where it can, so it vectorises.
-  std::array<int64_t, N> in_st{};
-  for (size_t k = 0; k < N; ++k) in_st[k] = loop.strides[k].back();
-  bool all_unit = true;
-  for (size_t k = 0; k < N; ++k) all_unit = all_unit && in_st[k] == 1;
-  int pattern = all_unit ? 1 : 0;  // 1: all contiguous; 2: (1, 0); 3: (0, 1); 0: general
-  if constexpr (N == 2) {
-    if (in_st[0] == 1 && in_st[1] == 0) pattern = 2;
-    if (in_st[0] == 0 && in_st[1] == 1) pattern = 3;
+  // The innermost strides are the same for every run. When each is 0 (broadcast along the run) or
+  // 1 (contiguous), a run loop made for that combination reads the broadcast inputs once and the
+  // rest contiguously, so it vectorizes; other strides take the general loop.
+  unsigned mask = 0;
+  bool unit_or_zero = N <= kMaskedMaxInputs;
+  for (size_t k = 0; k < N; ++k) {
+    const int64_t st = loop.strides[k].back();
+    mask |= (st == 0 ? 1u : 0u) << k;
+    unit_or_zero = unit_or_zero && (st == 0 || st == 1);
   }
-  auto body = [&](int64_t pos, int64_t len, const std::array<int64_t, N>& off,
-                  const std::array<int64_t, N>& inner) {
-    TOut* oo = o + pos;
-    if (pattern == 1) {
-      const std::tuple<const TIn*...> q{(std::get<K>(p) + off[K])...};
-      for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(q)[j]...);
-      return;
-    }
-    if constexpr (N == 2) {
-      const auto* a = std::get<0>(p) + off[0];
-      const auto* b = std::get<1>(p) + off[1];
-      if (pattern == 2) {
-        const auto bv = b[0];
-        for (int64_t j = 0; j < len; ++j) oo[j] = f(a[j], bv);
-        return;
-      }
-      if (pattern == 3) {
-        const auto av = a[0];
-        for (int64_t j = 0; j < len; ++j) oo[j] = f(av, b[j]);
-        return;
-      }
-    }
-    for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(p)[off[K] + j * inner[K]]...);
-  };
   constexpr int64_t chunk = 16384;
   const int64_t chunks = (n + chunk - 1) / chunk;
+  if constexpr (N <= kMaskedMaxInputs) {
+    if (unit_or_zero) {
+      with_mask<N>(mask, [&]<unsigned Z>() {
+        auto body = [&](int64_t pos, int64_t len, const std::array<int64_t, N>& off, const std::array<int64_t, N>&) {
+          run_masked<Z>(o + pos, len, f, ks, (std::get<K>(p) + off[K])...);
+        };
+#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+        for (int64_t c = 0; c < chunks; ++c) loop.run(c * chunk, std::min(n, (c + 1) * chunk), body);
+      });
+      return;
+    }
+  }
+  auto body = [&](int64_t pos, int64_t len, const std::array<int64_t, N>& off, const std::array<int64_t, N>& inner) {
+    TOut* oo = o + pos;
+    for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(p)[off[K] + j * inner[K]]...);
+  };
 #pragma omp parallel for if (n > kParallelMinElements) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) loop.run(c * chunk, std::min(n, (c + 1) * chunk), body);
 }

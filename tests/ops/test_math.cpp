@@ -73,9 +73,37 @@ const std::vector<float> kX = {-3.0f, -1.5f, -0.25f, 0.0f, 0.5f, 2.0f, 10.0f, -2
 
 // ---- the broadcast driver ---------------------------------------------------------------------
 
-TEST_CASE("math: broadcast_map matches naive numpy indexing on random shapes") {
+namespace {
+
+// The element of an input of shape `in` that output element i of shape `out` reads (numpy: a
+// coordinate is 0 where the input's dim is 1 or missing).
+int64_t naive_offset(const Shape& in, const Shape& out, int64_t i) {
+  const int r = int(out.size());
+  int64_t rest = i, off = 0, mul = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    const int64_t coord = rest % out[size_t(d)];
+    rest /= out[size_t(d)];
+    const int di = d - (r - int(in.size()));
+    if (di >= 0) {
+      off += (in[size_t(di)] == 1 ? 0 : coord) * mul;
+      mul *= in[size_t(di)];
+    }
+  }
+  return off;
+}
+
+TensorRef ref_of(Tensor& t) { return TensorRef{t.data(), t.dtype(), &t.shape(), t.numel()}; }
+
+// a * 10000 + b * 100 + c, exact in float for a, b, c in [0, 100): tells which element each read.
+struct Digits {
+  float operator()(float a, float b, float c) const { return a * 10000 + b * 100 + c; }
+};
+
+}  // namespace
+
+TEST_CASE("math: broadcast_map matches naive numpy indexing on random shapes, 2 and 3 inputs") {
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 500; ++trial) {
+  for (int trial = 0; trial < 1000; ++trial) {
     int r = int(rng() % 5);
     Shape out(static_cast<size_t>(r));
     for (auto& d : out) d = 1 + int64_t(rng() % 4);
@@ -86,30 +114,24 @@ TEST_CASE("math: broadcast_map matches naive numpy indexing on random shapes") {
         if (rng() % 2) d = 1;
       return s;
     };
-    Shape sa = operand(), sb = operand();
-    Tensor a(DType::f32, sa), b(DType::f32, sb), y(DType::f32, out);
-    for (int64_t i = 0; i < a.numel(); ++i) a.as<float>()[i] = float(rng() % 100);
-    for (int64_t i = 0; i < b.numel(); ++i) b.as<float>()[i] = float(rng() % 100);
-    TensorRef ra{a.data(), DType::f32, &a.shape(), a.numel()}, rb{b.data(), DType::f32, &b.shape(), b.numel()},
-        ry{y.data(), DType::f32, &y.shape(), y.numel()};
-    broadcast_map<float, float, float>(ry, fn::Sub{}, ra, rb);
-    // Naive: decompose each output index; an operand's coordinate is 0 where its dim is 1.
-    for (int64_t i = 0; i < y.numel(); ++i) {
-      int64_t rest = i, oa = 0, ob = 0, ma = 1, mb = 1;
-      for (int d = r - 1; d >= 0; --d) {
-        int64_t coord = rest % out[size_t(d)];
-        rest /= out[size_t(d)];
-        int da = d - (r - int(sa.size())), db = d - (r - int(sb.size()));
-        if (da >= 0) {
-          oa += (sa[size_t(da)] == 1 ? 0 : coord) * ma;
-          ma *= sa[size_t(da)];
-        }
-        if (db >= 0) {
-          ob += (sb[size_t(db)] == 1 ? 0 : coord) * mb;
-          mb *= sb[size_t(db)];
-        }
-      }
-      REQUIRE(y.as<float>()[i] == a.as<float>()[oa] - b.as<float>()[ob]);
+    Tensor a(DType::f32, operand()), b(DType::f32, operand()), c(DType::f32, operand()), y(DType::f32, out);
+    for (Tensor* t : {&a, &b, &c})
+      for (int64_t i = 0; i < t->numel(); ++i) t->as<float>()[i] = float(rng() % 100);
+    CAPTURE(shape_str(a.shape()));
+    CAPTURE(shape_str(b.shape()));
+    TensorRef ra = ref_of(a), rb = ref_of(b), rc = ref_of(c), ry = ref_of(y);
+    if (trial % 2 == 0) {
+      broadcast_map<float, float, float>(ry, fn::Sub{}, ra, rb);
+      for (int64_t i = 0; i < y.numel(); ++i)
+        REQUIRE(y.as<float>()[i] ==
+                a.as<float>()[naive_offset(a.shape(), out, i)] - b.as<float>()[naive_offset(b.shape(), out, i)]);
+    } else {
+      CAPTURE(shape_str(c.shape()));
+      broadcast_map<float, float, float, float>(ry, Digits{}, ra, rb, rc);
+      for (int64_t i = 0; i < y.numel(); ++i)
+        REQUIRE(y.as<float>()[i] == Digits{}(a.as<float>()[naive_offset(a.shape(), out, i)],
+                                             b.as<float>()[naive_offset(b.shape(), out, i)],
+                                             c.as<float>()[naive_offset(c.shape(), out, i)]));
     }
   }
 }
@@ -124,6 +146,16 @@ TEST_CASE("math: broadcast_map splits large broadcasts over threads correctly") 
   int bad = 0;
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 70000; ++j) bad += y.as<float>()[i * 70000 + j] != float(i + 1 + j);
+  CHECK(bad == 0);
+  // Three inputs, an attention mask's way ([1, T, T] against [B, T, T], a scalar): runs of the
+  // merged inner dims, chunked, split over threads.
+  Tensor m(DType::f32, {1, 50, 40}), s = f32({}, {7}), x(DType::f32, {30, 50, 40}), z(DType::f32, {30, 50, 40});
+  for (int64_t i = 0; i < m.numel(); ++i) m.as<float>()[i] = float(i % 97);
+  for (int64_t i = 0; i < x.numel(); ++i) x.as<float>()[i] = float(i % 89);
+  TensorRef rm = ref_of(m), rs = ref_of(s), rx = ref_of(x), rz = ref_of(z);
+  broadcast_map<float, float, float, float>(rz, Digits{}, rm, rs, rx);
+  bad = 0;
+  for (int64_t i = 0; i < z.numel(); ++i) bad += z.as<float>()[i] != Digits{}(float(i % 2000 % 97), 7, float(i % 89));
   CHECK(bad == 0);
 }
 
