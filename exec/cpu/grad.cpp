@@ -23,6 +23,7 @@
 
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/in_float.h"
+#include "exec/cpu/row_sum.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
 
@@ -411,25 +412,22 @@ void layer_norm_grad(KernelCtx& c) {
     for (int64_t r = 0; r < outer; ++r) {
       const T* xrow = x + r * inner;
       const T* dyrow = dy + r * inner;
-      double s = 0, ss = 0;
-      for (int64_t j = 0; j < inner; ++j) s += double(xrow[j]);
-      const double mean = s / double(inner);
-      for (int64_t j = 0; j < inner; ++j) {
+      const double mean = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
+      const double ss = row_sum(inner, [&](int64_t j) {
         const double d = double(xrow[j]) - mean;
-        ss += d * d;
-      }
+        return d * d;
+      });
       const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
-      double sum_g = 0, sum_g_xhat = 0;
-      for (int64_t j = 0; j < inner; ++j) {
-        const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[size_t(j)];
-        sum_g += g;
-        sum_g_xhat += g * xhat;
-        if (params) {
-          ds[j] += double(dyrow[j]) * xhat;
+      if (params)
+        for (int64_t j = 0; j < inner; ++j) {
+          ds[j] += double(dyrow[j]) * ((double(xrow[j]) - mean) * inv);
           db[j] += double(dyrow[j]);
         }
-      }
       if (!dx) continue;
+      const double sum_g = row_sum(inner, [&](int64_t j) { return double(dyrow[j]) * scale[size_t(j)]; });
+      const double sum_g_xhat = row_sum(inner, [&](int64_t j) {
+        return double(dyrow[j]) * scale[size_t(j)] * ((double(xrow[j]) - mean) * inv);
+      });
       const double mean_g = sum_g / double(inner), mean_g_xhat = sum_g_xhat / double(inner);
       for (int64_t j = 0; j < inner; ++j) {
         const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[size_t(j)];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "exec/cpu/broadcast.h"
+#include "exec/cpu/row_sum.h"
 #include "exec/cpu/in_float.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
@@ -100,15 +101,9 @@ void softmax_along(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
     if (inner == 1) {
       T mx = xo[0];
       for (int64_t j = 1; j < n; ++j) mx = std::max(mx, xo[j]);
-      // The exponentials first (a loop that vectorizes), then their sum in double, four running
-      // sums at a time so the additions do not wait on each other.
+      // The exponentials first (a loop that vectorizes), then their sum.
       for (int64_t j = 0; j < n; ++j) yo[j] = fn::m::exp(T(xo[j] - mx));
-      double part[4] = {0, 0, 0, 0};
-      int64_t j4 = 0;
-      for (; j4 + 4 <= n; j4 += 4)
-        for (int q = 0; q < 4; ++q) part[q] += double(yo[j4 + q]);
-      for (; j4 < n; ++j4) part[0] += double(yo[j4]);
-      const double sum = (part[0] + part[1]) + (part[2] + part[3]);
+      const double sum = row_sum(n, [&](int64_t j) { return double(yo[j]); });
       if constexpr (Log) {  // (x - max) - log(sum): adding max to log(sum) first would round it
         T ls = T(std::log(sum));
         for (int64_t j = 0; j < n; ++j) yo[j] = (xo[j] - mx) - ls;
@@ -356,7 +351,6 @@ void FusedGemm_forward(KernelCtx& c) {
   Gemm_forward(c);
   relu_in_place(c);
 }
-
 
 // MatMul (each operand possibly stored with its last two dims swapped: transA, transB), then Add's
 // functor with the bias broadcast along Y's rows, then Relu: the values of the nodes it replaced.

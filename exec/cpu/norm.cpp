@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "exec/cpu/row_sum.h"
 #include "exec/kernel.h"
 
 namespace onnxdp {
@@ -131,13 +132,11 @@ void layer_norm(KernelCtx& c) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < outer; ++r) {
     const T* xrow = x + r * inner;
-    double s = 0, ss = 0;
-    for (int64_t j = 0; j < inner; ++j) s += double(xrow[j]);
-    const double mean = s / double(inner);
-    for (int64_t j = 0; j < inner; ++j) {
-      double d = double(xrow[j]) - mean;
-      ss += d * d;
-    }
+    const double mean = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
+    const double ss = row_sum(inner, [&](int64_t j) {
+      const double d = double(xrow[j]) - mean;
+      return d * d;
+    });
     const double inv_std = 1.0 / std::sqrt(ss / double(inner) + eps);
     for (int64_t j = 0; j < inner; ++j)
       y[r * inner + j] = T((double(xrow[j]) - mean) * inv_std * scale[size_t(j)] + bias[size_t(j)]);

@@ -1,0 +1,25 @@
+// The sum of a row's terms in double, for the kernels that reduce along a row (Softmax,
+// LayerNormalization and its gradient):
+//
+//   const double mean = row_sum(n, [&](int64_t j) { return double(x[j]); }) / double(n);
+//
+// Four interleaved partial sums (term j goes to sum j mod 4), added pairwise at the end: the
+// additions do not wait on each other, and the compiler may run the four as vector lanes. A
+// single running sum in strict order (what plain C++ asks for) cannot vectorize and waits on
+// every addition's latency.
+#pragma once
+#include <cstdint>
+
+namespace onnxdp {
+
+template <class Term>
+double row_sum(int64_t n, const Term& term) {
+  double part[4] = {0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int q = 0; q < 4; ++q) part[q] += term(j + q);
+  for (; j < n; ++j) part[j % 4] += term(j);
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+}  // namespace onnxdp
