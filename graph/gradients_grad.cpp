@@ -13,5 +13,7 @@ void grad_GatherGrad(GradCtx& c) { gradient_missing(c); }
 void grad_SoftmaxCrossEntropyLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_NegativeLogLikelihoodLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GeluGrad(GradCtx& c) { gradient_missing(c); }
+void grad_SoftmaxGrad(GradCtx& c) { gradient_missing(c); }
+void grad_LogSoftmaxGrad(GradCtx& c) { gradient_missing(c); }
 
 }  // namespace onnxdp

@@ -150,18 +150,12 @@ void grad_Clip(GradCtx& c) {  // dy where min <= x <= max (PyTorch's clamp passe
   c.add(0, g);
 }
 
-void grad_Softmax(GradCtx& c) {  // dx = y * (dy - sum(dy * y, axis))
-  int64_t axis = normalize_axis(c.node.i("axis"), int64_t(c.in(0).shape.size()), c.node);
-  ValueId dyy = c.emit(Op::Mul, {c.dy(), c.out_id(0)});
-  ValueId s = c.emit(Op::ReduceSum, {dyy, c.ints({axis})}, {{"keepdims", Attr(int64_t(1))}});
-  c.add(0, c.emit(Op::Mul, {c.out_id(0), c.emit(Op::Sub, {c.dy(), s})}));
+void grad_Softmax(GradCtx& c) {  // dx = y * (dy - sum(dy * y, axis)): one SoftmaxGrad node
+  c.add(0, c.emit(Op::SoftmaxGrad, {c.dy(), c.out_id(0)}, {{"axis", Attr(c.node.i("axis"))}}));
 }
 
-void grad_LogSoftmax(GradCtx& c) {  // dx = dy - exp(y) * sum(dy, axis)
-  int64_t axis = normalize_axis(c.node.i("axis"), int64_t(c.in(0).shape.size()), c.node);
-  ValueId s = c.emit(Op::ReduceSum, {c.dy(), c.ints({axis})}, {{"keepdims", Attr(int64_t(1))}});
-  ValueId p = c.emit(Op::Exp, {c.out_id(0)});
-  c.add(0, c.emit(Op::Sub, {c.dy(), c.emit(Op::Mul, {p, s})}));
+void grad_LogSoftmax(GradCtx& c) {  // dx = dy - exp(y) * sum(dy, axis): one LogSoftmaxGrad node
+  c.add(0, c.emit(Op::LogSoftmaxGrad, {c.dy(), c.out_id(0)}, {{"axis", Attr(c.node.i("axis"))}}));
 }
 
 void grad_MatMul(GradCtx& c) {

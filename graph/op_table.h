@@ -9,9 +9,10 @@
 //   tests       tests/ops/test_C.cpp
 //   CUDA kernel exec/cuda/backend.cpp's has_kernel() names the file of each op: elementwise.*
 //               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm, FusedGemm, FusedMatMul),
-//               reduce.* (Reduce*, Softmax, LogSoftmax), norm.* (LayerNormalization, BatchNormalization,
-//               the losses, their Grads), tensor_ops.* (Gather, Cast, Concat, Slice, Split, Pad,
-//               Tile, Trilu, Dropout, GatherGrad), conv.* (Conv, ConvTranspose, ConvGradFilter,
+//               reduce.* (Reduce*, Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad), norm.*
+//               (LayerNormalization, BatchNormalization, the losses, their Grads), tensor_ops.*
+//               (Gather, Cast, Concat, Slice, Split, Pad, Tile, Trilu, Dropout, GatherGrad),
+//               conv.* (Conv, ConvTranspose, ConvGradFilter,
 //               pooling and its Grads); collectives and reshapes in backend.cpp itself. Tests:
 //               tests/gpu/test_cuda_<file>.cpp (test_cuda_ops.cpp for reduce and the copies).
 //               An op without one runs the CPU kernel with copies (Plan::host_ops).
@@ -134,6 +135,11 @@
   /* GeluGrad (dy, x) -> dx = dy * Gelu'(x), `approximate` none or tanh: PyTorch's             */ \
   /* gelu_backward formulas, one pass (exec/functors.h).                                      */ \
   X(GeluGrad,                   grad,       2, 2, 1, 1, "approximate:s=none")                       \
+  /* SoftmaxGrad (dy, y) -> dx = y * (dy - sum(dy * y, axis)), y Softmax's output;            */ \
+  /* LogSoftmaxGrad (dy, y) -> dx = dy - exp(y) * sum(dy, axis), y LogSoftmax's output. One    */ \
+  /* pass for the sums, one for dx.                                                           */ \
+  X(SoftmaxGrad,                grad,       2, 2, 1, 1, "axis:i=-1")                                \
+  X(LogSoftmaxGrad,             grad,       2, 2, 1, 1, "axis:i=-1")                                \
   /* ---- internal fused ops: made by graph/passes/fuse_epilogues.cpp after autodiff, not ONNX, */ \
   /* not importable, no gradient; their pieces live with the op they extend ------------------- */ \
   /* FusedGemm: Gemm (its inputs and attributes) with `activation` applied to Y, Relu only; on  */ \
@@ -149,7 +155,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 76
+#define ONNXDP_OP_COUNT 78
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

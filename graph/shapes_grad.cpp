@@ -235,4 +235,15 @@ void shape_GeluGrad(ShapeCtx& c) {
   c.set(0, t, c.shape(1));
 }
 
+// dy, y of one dtype (float32, float64) and shape, axis within its rank -> dx like y.
+void shape_softmax_grad(ShapeCtx& c) {
+  require_float(c, 1, "y");
+  require_same(c, 0, 1);
+  normalize_axis(c.node.i("axis"), int64_t(c.shape(1).size()), c.node);
+  c.set(0, c.dtype(1), c.shape(1));
+}
+
+void shape_SoftmaxGrad(ShapeCtx& c) { shape_softmax_grad(c); }
+void shape_LogSoftmaxGrad(ShapeCtx& c) { shape_softmax_grad(c); }
+
 }  // namespace onnxdp

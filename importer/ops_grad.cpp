@@ -17,5 +17,7 @@ void import_GatherGrad(ImportCtx& c) { not_importable(c); }
 void import_SoftmaxCrossEntropyLossGrad(ImportCtx& c) { not_importable(c); }
 void import_NegativeLogLikelihoodLossGrad(ImportCtx& c) { not_importable(c); }
 void import_GeluGrad(ImportCtx& c) { not_importable(c); }
+void import_SoftmaxGrad(ImportCtx& c) { not_importable(c); }
+void import_LogSoftmaxGrad(ImportCtx& c) { not_importable(c); }
 
 }  // namespace onnxdp

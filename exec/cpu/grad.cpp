@@ -11,6 +11,7 @@
 //   GatherGrad            scatter-add of dy's rows into the rows the indices picked
 //   SoftmaxCrossEntropyLossGrad / NegativeLogLikelihoodLossGrad  with weights, ignore_index and
 //                         reduction as the forward kernels (exec/cpu/nn.cpp)
+//   SoftmaxGrad / LogSoftmaxGrad  each row's sum (of dy * y, or of dy) in double, then dx in T
 #include <cblas.h>
 #include <omp.h>
 
@@ -614,5 +615,50 @@ void GeluGrad_forward(KernelCtx& c) {
   if (is_16bit_float(c.in(1).dtype)) return in_float(c, gelu_grad<float>);
   dispatch_float(c, c.in(1).dtype, [&]<class T>() { gelu_grad<T>(c); });
 }
+
+namespace {
+// dy, y and dx viewed as [outer, n, inner], the softmax along n. Softmax: s = sum(dy * y),
+// dx = y * (dy - s); LogSoftmax: s = sum(dy), dx = dy - exp(y) * s. The sum is a double, rounded
+// to T once, as the ReduceSum of the unfused chain. Threads split the outer dim.
+template <class T, bool Log>
+void softmax_grad_along(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner) {
+  const auto term = [](T g, T v) { return Log ? double(g) : double(g) * double(v); };
+  const auto value = [](T g, T v, T s) { return Log ? T(g - fn::m::exp(v) * s) : T(v * T(g - s)); };
+#pragma omp parallel for if (outer * n * inner > kParallelMinElements && outer > 1) schedule(static)
+  for (int64_t o = 0; o < outer; ++o) {
+    const int64_t base = o * n * inner;
+    const T *g = dy + base, *v = y + base;
+    T* d = dx + base;
+    if (inner == 1) {
+      const T s = T(row_sum(n, [&](int64_t j) { return term(g[j], v[j]); }));
+      for (int64_t j = 0; j < n; ++j) d[j] = value(g[j], v[j], s);
+      continue;
+    }
+    // inner > 1: walk the [n, inner] slab row by row, keeping a sum per column.
+    std::vector<double> sum(size_t(inner), 0.0);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < inner; ++i) sum[size_t(i)] += term(g[j * inner + i], v[j * inner + i]);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < inner; ++i) d[j * inner + i] = value(g[j * inner + i], v[j * inner + i], T(sum[size_t(i)]));
+  }
+}
+
+template <bool Log>
+void softmax_grad(KernelCtx& c) {
+  const TensorRef& y = c.in(1);
+  const int64_t axis = normalize_axis(c.node.i("axis"), y.rank(), c.node);
+  int64_t outer = 1, inner = 1;
+  const int64_t n = y.dim(int(axis));
+  for (int d = 0; d < axis; ++d) outer *= y.dim(d);
+  for (int d = int(axis) + 1; d < y.rank(); ++d) inner *= y.dim(d);
+  if (y.numel == 0) return;
+  dispatch_float(c, y.dtype, [&]<class T>() {
+    softmax_grad_along<T, Log>(c.in(0).as<const T>(), y.as<const T>(), c.out(0).as<T>(), outer, n, inner);
+  });
+}
+}  // namespace
+
+void SoftmaxGrad_forward(KernelCtx& c) { softmax_grad<false>(c); }
+void LogSoftmaxGrad_forward(KernelCtx& c) { softmax_grad<true>(c); }
 
 }  // namespace onnxdp

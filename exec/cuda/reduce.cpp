@@ -17,6 +17,9 @@ namespace onnxdp::cuda {
 namespace {
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::f64; }
+bool is_softmax(Op op) {
+  return op == Op::Softmax || op == Op::LogSoftmax || op == Op::SoftmaxGrad || op == Op::LogSoftmaxGrad;
+}
 bool reduce_type(DType t, RdType* out) {
   switch (t) {
     case DType::f32: *out = RdType::f32; return true;
@@ -36,13 +39,12 @@ std::vector<int64_t> axes_of(const Graph& g, const Node& n) {
 }  // namespace
 
 bool is_reduce(Op op) {
-  return op == Op::ReduceSum || op == Op::ReduceMean || op == Op::ReduceMax || op == Op::Softmax ||
-         op == Op::LogSoftmax;
+  return op == Op::ReduceSum || op == Op::ReduceMean || op == Op::ReduceMax || is_softmax(op);
 }
 
 bool reduce_runs(const Graph& g, const Node& n) {
   if (!is_reduce(n.op) || !n.has_input(0)) return false;
-  if (n.op == Op::Softmax || n.op == Op::LogSoftmax) return float_type(g.value(n.inputs[0]).dtype);
+  if (is_softmax(n.op)) return float_type(g.value(n.inputs[0]).dtype);
   RdType t;
   if (!reduce_type(g.value(n.inputs[0]).dtype, &t)) return false;
   if (n.has_input(1) && g.value(n.inputs[1]).data.empty()) return false;  // axes computed at run time
@@ -67,11 +69,14 @@ int64_t reduce_parts(int64_t n_out, int64_t n_red, size_t scratch_doubles) {
 
 void reduce_forward(const Graph& g, const Node& n, const std::vector<TensorRef>& in, const TensorRef& out,
                     void* stream, bool emulate, double* scratch, size_t scratch_doubles) {
-  const TensorRef& x = in.at(0);
+  const bool grad = n.op == Op::SoftmaxGrad || n.op == Op::LogSoftmaxGrad;
+  const TensorRef& x = in.at(grad ? 1 : 0);  // the Grads' (dy, y): y has the shape
   const bool f64 = x.dtype == DType::f64;
-  if (n.op == Op::Softmax || n.op == Op::LogSoftmax) {
+  if (is_softmax(n.op)) {
     SoftmaxLaunch l;
-    l.log = n.op == Op::LogSoftmax;
+    l.log = n.op == Op::LogSoftmax || n.op == Op::LogSoftmaxGrad;
+    l.grad = grad;
+    l.dy = grad ? in.at(0).data : nullptr;
     l.f64 = f64;
     const int64_t axis = normalize_axis(n.i("axis"), x.rank(), n);
     l.outer = l.inner = 1;

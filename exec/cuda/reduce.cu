@@ -1,5 +1,6 @@
-// CUDA kernels of the reductions and Softmax / LogSoftmax: one thread per output (per column for
-// Softmax) running the loop bodies of exec/cuda/reduce_launch.h, which the host emulation runs too.
+// CUDA kernels of the reductions and Softmax / LogSoftmax and their Grads: one thread per output
+// (per column for the Softmax family) running the loop bodies of exec/cuda/reduce_launch.h, which
+// the host emulation runs too.
 #include <cuda_runtime.h>
 
 #include <algorithm>

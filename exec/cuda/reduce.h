@@ -1,6 +1,6 @@
 // The reductions and Softmax on CUDA, seen from the graph: ReduceSum, ReduceMean, ReduceMax
-// (f32, f64, f16, bf16), Softmax and LogSoftmax (f32, f64), with the axes absent or a constant
-// (read on the host).
+// (f32, f64, f16, bf16), Softmax, LogSoftmax, SoftmaxGrad and LogSoftmaxGrad (f32, f64), with the
+// axes absent or a constant (read on the host).
 #pragma once
 #include <vector>
 

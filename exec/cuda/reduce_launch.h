@@ -119,16 +119,34 @@ ONNXDP_HD inline void reduce_finish(const ReduceLaunch& l, int64_t o) {
 
 // Softmax / LogSoftmax over the middle dim of [outer, n, inner]: column c = (q, i) of the
 // outer x inner columns. The CPU kernel's arithmetic: max, exp(x - max) in T, sum in double.
+// With `grad`, SoftmaxGrad / LogSoftmaxGrad: `in` is y (the forward's output), `dy` the incoming
+// gradient, and as on the CPU the column's sum (of dy * y, or of dy) is a double rounded to T once.
 struct SoftmaxLaunch {
   bool log = false;
+  bool grad = false;
   bool f64 = false;
   int64_t outer = 0, n = 0, inner = 0;
   const void* in = nullptr;
+  const void* dy = nullptr;
   void* out = nullptr;
 };
 
 template <class T>
+ONNXDP_HD inline void softmax_grad_one(const SoftmaxLaunch& l, int64_t c) {
+  const int64_t at = (c / l.inner) * l.n * l.inner + c % l.inner, s = l.inner;
+  const T* y = static_cast<const T*>(l.in) + at;
+  const T* g = static_cast<const T*>(l.dy) + at;
+  T* dx = static_cast<T*>(l.out) + at;
+  double sum = 0;
+  for (int64_t j = 0; j < l.n; ++j) sum += l.log ? double(g[j * s]) : double(g[j * s]) * double(y[j * s]);
+  const T t = T(sum);
+  for (int64_t j = 0; j < l.n; ++j)
+    dx[j * s] = l.log ? T(g[j * s] - fn::m::exp(y[j * s]) * t) : T(y[j * s] * T(g[j * s] - t));
+}
+
+template <class T>
 ONNXDP_HD inline void softmax_one(const SoftmaxLaunch& l, int64_t c) {
+  if (l.grad) return softmax_grad_one<T>(l, c);
   const T* x = static_cast<const T*>(l.in) + (c / l.inner) * l.n * l.inner + c % l.inner;
   T* y = static_cast<T*>(l.out) + (c / l.inner) * l.n * l.inner + c % l.inner;
   const int64_t s = l.inner;

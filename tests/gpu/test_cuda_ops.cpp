@@ -3,10 +3,10 @@
 // The reductions and Softmax / LogSoftmax (exec/cuda/reduce.*): ReduceSum / ReduceMean /
 // ReduceMax over every kind of axes (all, leading, trailing, middle, split, negative, keepdims,
 // noop_with_empty_axes, an empty dim, few outputs over thousands of elements: the split into
-// shares), Softmax / LogSoftmax on each axis with large values and
-// NaN, on f32 and f64, the reductions also on f16 and bf16. Both accumulate in double in the same
-// order per output: agreement within 1e-6 relative (f32) / 1e-12 (f64); 16-bit results are rounded
-// once from the double sum on both sides: equal.
+// shares), Softmax / LogSoftmax and their Grads on each axis with large values and NaN, on f32
+// and f64, the reductions also on f16 and bf16. Both accumulate in double in the same order per
+// output: agreement within 1e-6 relative (f32) / 1e-12 (f64); 16-bit results are rounded once
+// from the double sum on both sides: equal.
 // The copy ops (Transpose, Expand, Reshape, Flatten, Squeeze, Unsqueeze), 16-bit floats included:
 // bit-identical.
 //
@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/reduce.h"
@@ -33,22 +34,32 @@ namespace {
 struct Case {
   Op op;
   Shape shape;
-  std::vector<int64_t> axes;  // ReduceX: empty = no axes input; Softmax: {axis}
+  std::vector<int64_t> axes;  // ReduceX: empty = no axes input; the Softmax family: {axis}
   bool has_axes = false;
   int64_t keepdims = 1, noop = 0;
 };
 
+bool softmax_family(Op op) {
+  return op == Op::Softmax || op == Op::LogSoftmax || op == Op::SoftmaxGrad || op == Op::LogSoftmaxGrad;
+}
+bool softmax_grad(Op op) { return op == Op::SoftmaxGrad || op == Op::LogSoftmaxGrad; }
+
+// Input x; the Grads take (dy, x), x standing for the forward's output y.
 Graph graph_of(const Case& c, DType t) {
   Graph g;
-  Value x;
-  x.name = "x";
-  x.dtype = t;
-  x.shape = c.shape;
-  x.kind = ValueKind::input;
-  std::vector<ValueId> ins{g.add_value(std::move(x))};
+  std::vector<ValueId> ins;
+  for (const char* name : {"dy", "x"}) {
+    if (std::string(name) == "dy" && !softmax_grad(c.op)) continue;
+    Value x;
+    x.name = name;
+    x.dtype = t;
+    x.shape = c.shape;
+    x.kind = ValueKind::input;
+    ins.push_back(g.add_value(std::move(x)));
+  }
   g.inputs = ins;
   std::map<std::string, Attr> attrs;
-  if (c.op == Op::Softmax || c.op == Op::LogSoftmax) {
+  if (softmax_family(c.op)) {
     attrs["axis"] = Attr(c.axes.at(0));
   } else {
     attrs["keepdims"] = Attr(c.keepdims);
@@ -104,7 +115,7 @@ std::vector<Case> cases() {
     }
     cs.push_back({op, {3, 4}, {}, true, 1, 1});  // noop_with_empty_axes: the identity
   }
-  for (Op op : {Op::Softmax, Op::LogSoftmax})
+  for (Op op : {Op::Softmax, Op::LogSoftmax, Op::SoftmaxGrad, Op::LogSoftmaxGrad})
     for (int64_t axis : {-1, 0, 1, 2}) cs.push_back({op, {4, 5, 6}, {axis}, false, 1, 0});
   return cs;
 }
@@ -121,7 +132,7 @@ int check_all(DeviceKind kind) {
   std::mt19937 rng(42);
   int ran = 0;
   for (const Case& c : cases()) {
-    const bool softmax = c.op == Op::Softmax || c.op == Op::LogSoftmax;
+    const bool softmax = softmax_family(c.op);
     for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       if (softmax && (t == DType::f16 || t == DType::bf16)) continue;  // reductions only
       CAPTURE(op_name(c.op));
@@ -133,6 +144,7 @@ int check_all(DeviceKind kind) {
       Plan gpu(graph_of(c, t), PlanOptions{.device = dev});
       CHECK(gpu.host_ops().empty());  // the node runs on the device
       std::map<std::string, Tensor> in{{"x", input_of(c, t, rng)}};
+      if (softmax_grad(c.op)) in["dy"] = input_of(c, t, rng);
       Tensor a = cpu.run(in).at("y"), b = gpu.run(in).at("y");
       REQUIRE(a.shape() == b.shape());
       int bad = 0;

@@ -114,6 +114,31 @@ TEST_CASE("autodiff: Softmax and LogSoftmax on inner and outer axes") {
   }
 }
 
+TEST_CASE("autodiff: Softmax's gradient is one SoftmaxGrad node of (dy, y), LogSoftmax's one LogSoftmaxGrad") {
+  for (Op op : {Op::Softmax, Op::LogSoftmax}) {
+    CAPTURE(op_name(op));
+    Case c;
+    ValueId x = c.param("x", {2, 3, 4});
+    ValueId y = c.node(op, {x}, {{"axis", Attr(int64_t(1))}});
+    ValueId loss = c.node(Op::ReduceSum, {c.node(Op::Tanh, {y})}, {{"keepdims", Attr(int64_t(0))}});
+    const size_t forward_nodes = c.g.nodes.size();
+    std::vector<ValueId> grads = autodiff(c.g, loss, {x});
+    verify(c.g);
+    const Node* dx = nullptr;
+    std::map<Op, int> count;
+    for (size_t i = forward_nodes; i < c.g.nodes.size(); ++i) {
+      ++count[c.g.nodes[i].op];
+      if (c.g.nodes[i].outputs[0] == grads[0]) dx = &c.g.nodes[i];
+    }
+    REQUIRE(dx != nullptr);
+    CHECK(dx->op == (op == Op::Softmax ? Op::SoftmaxGrad : Op::LogSoftmaxGrad));
+    CHECK(dx->inputs[1] == y);
+    CHECK(dx->i("axis") == 1);
+    CHECK(count[Op::ReduceSum] == 0);  // the loss's own ReduceSum has no gradient node
+    CHECK(count[Op::Exp] == 0);
+  }
+}
+
 TEST_CASE("autodiff: Where routes the gradient by the condition") {
   Case c;
   ValueId x = c.param("x", {2, 3});

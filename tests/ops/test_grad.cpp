@@ -89,6 +89,8 @@ Tensor i64(std::vector<int64_t> v, Shape s = {}) { return Tensor::from_i64(v, st
 //                     pattern([3,2], .8))
 //   H NLL grad:       x [4,3] ph .9, labels [2,1,0,1], weight [1.5,1,.5], ignore_index 0,
 //                     F.nll_loss, dy as G (none: pattern([4], .8))
+//   I Softmax grads:  x [2,3,4] ph .5 sc 2; torch.softmax / torch.log_softmax(x, axis) for axis
+//                     1 and -1, backward(dy), dy ph 1.7; x.grad
 const std::vector<double> kConvDw = {
     3.232643118, 2.273261516, 1.175908761, 0.6232370436, 1.807650461, 0.7557828767, -3.143618457, -2.60497996,
     -0.7723774761, -0.445954998, -2.082943165, -0.8946867477, -3.973291235, -2.482755426, -0.5976558994, 0.2937736069,
@@ -291,6 +293,68 @@ TEST_CASE("grad ops: NegativeLogLikelihoodLossGrad with weights and ignore_index
   }
 }
 
+const std::vector<double> kSoftmaxDx1 = {
+    0.2215589346, 0.3274014953, 0.2660940046, 0.1472828378, -0.1538546315, -0.2905865788, -0.2457632922, -0.1369652239,
+    -0.06770430313, -0.03681491654, -0.02033071237, -0.01031761385, -0.008902069969, -0.0007909076215, 0.009792586237, 0.0322211736,
+    0.08388763957, 0.2122258398, 0.3018246268, 0.2128025619, -0.0749855696, -0.2114349322, -0.3116172131, -0.2450237355};
+const std::vector<double> kSoftmaxDxLast = {
+    0.04477294393, 0.05445283955, 0.005655236697, -0.1048810202, 0.1305257594, -0.02149507229, -0.06188478626, -0.0471459008,
+    -0.05176787705, -0.01507520454, 0.01808132136, 0.04876176023, -0.07808118824, -0.05014444306, 9.641632616e-05, 0.128129215,
+    0.01478677192, 0.03283303894, 0.02248177041, -0.07010158127, 0.1395850619, 0.004186066824, -0.07101615143, -0.07275497731};
+const std::vector<double> kLogSoftmaxDx1 = {
+    1.004243137, 1.117269876, 1.251633097, 1.247301382, -0.008193129371, -0.1818484445, -0.4948669867, -0.7736008187,
+    -0.9960500074, -0.9354214313, -0.7567661105, -0.4737005631, -0.1612426803, 0.2001524617, 0.5254311525, 0.7730770484,
+    0.8017866935, 0.649768999, 0.3454443289, 0.1116286259, -0.6405440132, -0.8499214607, -0.8708754815, -0.8847056743};
+const std::vector<double> kLogSoftmaxDxLast = {
+    0.6425857776, 0.2608183568, -0.2417160628, -0.6616880715, 0.8928124125, 0.2196586971, -0.3651615698, -0.7473095399,
+    0.5234701767, -0.1510027978, -0.2746638091, -0.09780356974, -0.3053582408, 0.006388340163, 0.194940887, 0.1040290137,
+    0.6734223175, 0.3891863657, -0.1854800908, -0.8771285924, 0.6282253862, 0.2159917255, -0.2310985159, -0.6131185958};
+
+TEST_CASE("grad ops: SoftmaxGrad and LogSoftmaxGrad on an inner and the last axis, float64 and float32") {
+  // y comes from the CPU Softmax / LogSoftmax of x, as in a training graph; dx is x's gradient.
+  for (DType t : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(t));
+    const double tol = t == DType::f64 ? 1e-8 : 2e-6;
+    for (int64_t axis : {1, -1}) {
+      CAPTURE(axis);
+      Tensor x = pattern({2, 3, 4}, 0.5, 2, t), dy = pattern({2, 3, 4}, 1.7, 1, t);
+      const Attrs a = {{"axis", Attr(axis)}};
+      Tensor y = run_op(Op::Softmax, {x}, 1, a)[0], ly = run_op(Op::LogSoftmax, {x}, 1, a)[0];
+      check_close(run_op(Op::SoftmaxGrad, {dy, y}, 1, a)[0], axis == 1 ? kSoftmaxDx1 : kSoftmaxDxLast, tol, tol);
+      check_close(run_op(Op::LogSoftmaxGrad, {dy, ly}, 1, a)[0], axis == 1 ? kLogSoftmaxDx1 : kLogSoftmaxDxLast, tol, tol);
+    }
+  }
+}
+
+TEST_CASE("grad ops: SoftmaxGrad on many rows (threads) equals a plain double loop") {
+  // [64, 3, 300] along axis -1 (contiguous rows) and 1 (columns of a slab): enough elements for
+  // the threaded loop; each dx against the formula evaluated in double.
+  Tensor dy = pattern({64, 3, 300}, 0.3, 1.5), y = pattern({64, 3, 300}, 0.9, 0.5);
+  for (int64_t axis : {-1, 1}) {
+    for (bool log : {false, true}) {
+      CAPTURE(axis);
+      CAPTURE(log);
+      const int64_t n = axis == -1 ? 300 : 3, inner = axis == -1 ? 1 : 300, outer = axis == -1 ? 192 : 64;
+      const double *g = dy.as<double>(), *v = y.as<double>();
+      std::vector<double> want(size_t(dy.numel()));
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+          double s = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t k = (o * n + j) * inner + i;
+            s += log ? g[k] : g[k] * v[k];
+          }
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t k = (o * n + j) * inner + i;
+            want[size_t(k)] = log ? g[k] - std::exp(v[k]) * s : v[k] * (g[k] - s);
+          }
+        }
+      check_close(run_op(log ? Op::LogSoftmaxGrad : Op::SoftmaxGrad, {dy, y}, 1, {{"axis", Attr(axis)}})[0], want,
+                  1e-12, 1e-13);
+    }
+  }
+}
+
 TEST_CASE("grad ops: shape rules reject inconsistent nodes, naming them") {
   // dy of the wrong size for the convolution it claims to come from
   CHECK_THROWS_WITH_AS(run_op(Op::ConvGradFilter, {pattern({1, 2, 5, 5}, 0), pattern({1, 3, 4, 4}, 0)}, 1,
@@ -305,6 +369,10 @@ TEST_CASE("grad ops: shape rules reject inconsistent nodes, naming them") {
                        doctest::Contains("reduction mean expects []"), Error);
   CHECK_THROWS_WITH_AS(run_op(Op::BatchNormalizationGrad, {pattern({2, 3}, 0), pattern({2, 3}, 0), pattern({2}, 0)}, 3),
                        doctest::Contains("scale"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::SoftmaxGrad, {pattern({2, 3}, 0), pattern({2, 4}, 0)}, 1),
+                       doctest::Contains("different shapes ([2, 3] and [2, 4])"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::LogSoftmaxGrad, {pattern({2, 3}, 0), pattern({2, 3}, 0)}, 1, {{"axis", Attr(int64_t(2))}}),
+                       doctest::Contains("node node (LogSoftmaxGrad)"), Error);
 }
 
 TEST_CASE("grad ops: a model naming an internal op does not import") {
