@@ -3,7 +3,6 @@
 #include "exec/device_backend.h"
 #include "graph/error.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -127,8 +126,7 @@ int use_replica_threads(int replicas, int processes) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int per_process = env_int("OMP_NUM_THREADS") ? env_int("OMP_NUM_THREADS") : std::max(1, cores / std::max(1, processes));
   const int each = std::max(1, per_process / std::max(1, replicas));
-  omp_set_num_threads(each);  // this thread's parallel regions
-  openblas_set_num_threads(replicas > 1 ? 1 : each);
+  omp_set_num_threads(each);  // this thread's parallel regions; BLAS runs on one (exec/cpu/blas.h)
   return each;
 }
 

@@ -17,9 +17,8 @@ CudaInfo cuda_info();
 // CPU threads for one of `replicas` replicas of this process when `processes_on_host` processes
 // (MPI ranks) share the machine: the cores split evenly, at least one each (OMP_NUM_THREADS, when
 // set, is the whole process's budget instead of the core count). Call it on each replica's thread
-// before it runs a plan. With several replicas in the process BLAS runs single-threaded inside
-// each: the replicas are the parallelism, and concurrent multi-threaded BLAS calls would queue on
-// one thread pool. Returns the threads each replica gets.
+// before it runs a plan. BLAS itself runs on one thread; the products split among the replica's
+// OpenMP threads (exec/cpu/blas.h). Returns the threads each replica gets.
 int use_replica_threads(int replicas, int processes_on_host);
 // OpenMP threads that wait for work by spinning (libgomp's default) starve the BLAS threads and
 // the other replicas whenever cores are shared (a loaded machine, several ranks or replicas per

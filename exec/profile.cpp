@@ -1,11 +1,12 @@
 #include "exec/profile.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
+
+#include "exec/cpu/blas.h"
 
 namespace onnxdp {
 
@@ -77,7 +78,7 @@ double blas_sgemm_gflops(int n) {
   double best = 0;
   for (int r = 0; r < 5; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    blas_gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s > 0) best = std::max(best, 2.0 * double(n) * n * n / s * 1e-9);
   }

@@ -28,8 +28,9 @@ struct Profile {
   std::string table(int64_t steps, int max_rows = 15) const;
 };
 
-// GFLOP/s of one multi-threaded single-precision GEMM of n x n x n through BLAS, the best of a few
-// runs: the ceiling the GEMM-shaped ops of a step can be held against.
+// GFLOP/s of one single-precision GEMM of n x n x n through blas_gemm (split among this thread's
+// OpenMP threads, as the kernels' products are), the best of a few runs: the ceiling the
+// GEMM-shaped ops of a step can be held against.
 double blas_sgemm_gflops(int n = 512);
 
 }  // namespace onnxdp

@@ -8,13 +8,13 @@
 //   y   [Mg, Pout] += col scattered to the output positions the taps hit.
 // Both use one table `tap_index` [K, P]: the flat spatial offset on the other side of each
 // (tap, position) pair, -1 where that falls into padding. OpenMP runs the (image, group) pairs in
-// parallel; with a single pair, the BLAS library threads the GEMM itself.
-#include <cblas.h>
+// parallel; with a single pair, blas_gemm splits the GEMM among the threads (exec/cpu/blas.h).
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "exec/cpu/blas.h"
 #include "exec/cpu/in_float.h"
 #include "exec/kernel.h"
 
@@ -75,14 +75,9 @@ std::vector<int64_t> tap_index(const WindowGeom& g) {
 }
 
 // C [m, n] = op(A) [m, k] x op(B) [k, n], row-major.
-void gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b,
-              ldb, 0.0f, c, ldc);
-}
-void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb, double* c,
-          int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b,
-              ldb, 0.0, c, ldc);
+template <class T>
+void gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
+  blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
 }
 
 int blas_int(const KernelCtx& c, int64_t v) {

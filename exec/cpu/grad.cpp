@@ -12,7 +12,6 @@
 //   SoftmaxCrossEntropyLossGrad / NegativeLogLikelihoodLossGrad  with weights, ignore_index and
 //                         reduction as the forward kernels (exec/cpu/nn.cpp)
 //   SoftmaxGrad / LogSoftmaxGrad  each row's sum (of dy * y, or of dy) in double, then dx in T
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/in_float.h"
 #include "exec/cpu/row_sum.h"
@@ -66,13 +66,10 @@ void dispatch_float(const KernelCtx& c, DType t, F&& f) {
 
 // ---- ConvGradFilter ----------------------------------------------------------------------------
 
-// C [m, n] (+)= op(A) [m, k] x op(B) [k, n], row-major; beta 0 overwrites, 1 accumulates.
-void gemm(bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-}
-void gemm(bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb, double beta, double* c,
-          int ldc) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+// C [m, n] (+)= A [m, k] x op(B) [k, n], row-major; beta 0 overwrites, 1 accumulates.
+template <class T>
+void gemm(bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
+  blas_gemm(false, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 int blas_int(const KernelCtx& c, int64_t v) {

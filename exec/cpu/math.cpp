@@ -1,7 +1,6 @@
 // CPU kernels of the math ops (see graph/op_table.h). The elementwise arithmetic lives in
 // exec/functors.h (shared with other backends); numpy broadcasting in exec/cpu/broadcast.h;
 // f32/f64 matrix products go to OpenBLAS.
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/row_sum.h"
 #include "exec/cpu/in_float.h"
@@ -160,12 +160,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
     for (int64_t i = 0; i < m * n; ++i) y[i] = beta == 0 ? T(0) : T(beta * double(y[i]));
     return;
   }
-  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), float(alpha), a, int(lda), b, int(ldb),
-                float(beta), y, int(n));
-  } else if constexpr (std::is_same_v<T, double>) {
-    cblas_dgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, y, int(n));
+  if constexpr (kIsFloat<T>) {
+    blas_gemm(ta, tb, m, n, k, T(alpha), a, lda, b, ldb, T(beta), y, n);
   } else {
 #pragma omp parallel for if (m * n * k > kParallelMinElements) schedule(static)
     for (int64_t i = 0; i < m; ++i) {
@@ -223,22 +219,13 @@ void matmul(KernelCtx& c, bool ta, bool tb) {
     gemm<T>(ta, tb, m, n, k, 1, pa + oa * m * k, lda, pb + ob * k * n, ldb, 0, py + bi * m * n);
   };
   // Many small products (attention's [b, heads] of [t, d] x [d, t]): the threads split the batch,
-  // each running single-threaded BLAS, rather than every thread joining each small product in
-  // turn. Worth it when the batch splits evenly enough among the threads.
+  // each product whole on one thread (exec/cpu/blas.h), rather than every thread joining each
+  // small product in turn. Worth it when the batch splits evenly enough among the threads.
   const int threads = omp_get_max_threads();
   const bool by_batch = threads > 1 && nbatch * m * n * k > kParallelMinElements &&
                         (nbatch % threads == 0 || nbatch >= 4 * int64_t(threads));
-  if (!by_batch) {
-    for (int64_t bi = 0; bi < nbatch; ++bi) one(bi);
-    return;
-  }
-  // OpenBLAS' thread count is process-wide (Debian's pthreads build has no per-thread setting):
-  // one while the batch loop runs. With replicas as threads it is one already and left alone.
-  const int blas_threads = kIsFloat<T> ? openblas_get_num_threads() : 1;
-  if (blas_threads > 1) openblas_set_num_threads(1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (by_batch)
   for (int64_t bi = 0; bi < nbatch; ++bi) one(bi);
-  if (blas_threads > 1) openblas_set_num_threads(blas_threads);
 }
 
 template <class T>

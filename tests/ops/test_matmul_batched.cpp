@@ -78,16 +78,16 @@ void check_batched(DType dt, std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("math: MatMul: batches split among threads match the definition, BLAS threads restored") {
+TEST_CASE("math: MatMul: batches split among threads match the definition, BLAS stays on one thread") {
   std::mt19937 rng(7);
-  const int omp_before = omp_get_max_threads(), blas_before = openblas_get_num_threads();
+  const int omp_before = omp_get_max_threads();
   for (int threads : {1, 2, 3}) {
     INFO(threads << " threads");
     omp_set_num_threads(threads);
     check_batched<float>(DType::f32, rng);
     check_batched<double>(DType::f64, rng);
     check_batched<int64_t>(DType::i64, rng);
-    CHECK(openblas_get_num_threads() == blas_before);
+    CHECK(openblas_get_num_threads() == 1);  // onnxdp threads the products (exec/cpu/blas.h)
   }
   omp_set_num_threads(omp_before);
 }

@@ -1,0 +1,81 @@
+// blas_gemm (exec/cpu/blas.h): one-thread BLAS calls on blocks of C, split among OpenMP threads.
+#include "exec/cpu/blas.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "graph/error.h"
+
+namespace onnxdp {
+
+namespace {
+
+// Below this many multiply-adds a product runs on one thread: splitting a 64^3 product was slower.
+constexpr int64_t kSplitMinWork = int64_t(1) << 19;
+// Blocks of rows or columns are multiples of this (whole register tiles of the BLAS kernels).
+constexpr int64_t kBlockAlign = 16;
+
+void one_thread_blas() {
+  // Once per process, before the first product; the replicas' setup (exec/device.cpp) leaves it.
+  static const bool once = (openblas_set_num_threads(1), true);
+  (void)once;
+}
+
+void call(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+              b, ldb, beta, c, ldc);
+}
+void call(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
+          double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+              b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+                int64_t ldb, T beta, T* c, int64_t ldc) {
+  for (int64_t v : {m, n, k, lda, ldb, ldc})
+    if (v > int64_t(std::numeric_limits<int>::max())) fail("a matrix product's dim or row length {} exceeds BLAS's int range", v);
+  if (m <= 0 || n <= 0) return;
+  if (k == 0) {  // nothing to multiply (and BLAS rejects lda = 0)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : T(beta * c[i * ldc + j]);
+    return;
+  }
+  one_thread_blas();
+  const bool by_rows = m >= n;
+  const int64_t dim = by_rows ? m : n;
+  int64_t parts = omp_in_parallel() ? 1 : std::min<int64_t>(omp_get_max_threads(), dim / kBlockAlign);
+  if (m * n * k < kSplitMinWork) parts = 1;
+  if (parts <= 1) return call(ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  const int64_t block = (dim + parts - 1) / parts + kBlockAlign - 1;
+  const int64_t step = block - block % kBlockAlign;
+#pragma omp parallel for num_threads(int(parts)) schedule(static)
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t lo = p * step, hi = std::min(dim, lo + step);
+    if (lo >= hi) continue;
+    if (by_rows)  // rows lo..hi of op(A) and C
+      call(ta, tb, int(hi - lo), int(n), int(k), alpha, ta ? a + lo : a + lo * lda, int(lda), b, int(ldb), beta,
+           c + lo * ldc, int(ldc));
+    else  // columns lo..hi of op(B) and C
+      call(ta, tb, int(m), int(hi - lo), int(k), alpha, a, int(lda), tb ? b + lo * ldb : b + lo, int(ldb), beta,
+           c + lo, int(ldc));
+  }
+}
+
+}  // namespace
+
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_split(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  gemm_split(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,28 @@
+// The CPU backend's one way into BLAS: every matrix product (MatMul, Gemm, the fused products,
+// Conv, ConvGradFilter) is a blas_gemm call.
+//
+// BLAS runs on one thread, always; onnxdp threads a large product itself, splitting C into blocks
+// of rows (or of columns, when C is wider than tall), one BLAS call per block, among the calling
+// thread's OpenMP threads. Inside a parallel region (a batched product's batch loop, Conv's loop
+// over images, a replica's thread) a call runs whole on the thread that makes it.
+//
+// Why not OpenBLAS's own threads: in Debian's pthreads build they keep spinning for a while after
+// every threaded call, holding cores that the OpenMP threads of the next kernels (elementwise ops,
+// the batched products' loop) then wait for. Measured on 2 cores: 64 products of [128, 32] x
+// [32, 128], two OpenMP threads each calling one-thread BLAS, ran at 16 GFLOP/s (no faster than
+// one thread) after a threaded call and at 32 GFLOP/s without one; large products split here run
+// as fast as OpenBLAS's threading (65-74 GFLOP/s on gpt_small's Linear shapes).
+#pragma once
+#include <cstdint>
+
+namespace onnxdp {
+
+// C [m, n] = alpha * op(A) [m, k] x op(B) [k, n] + beta * C, row-major; op(X) is X, or X stored
+// transposed with ta / tb; lda, ldb, ldc: the row lengths of A, B and C as stored. beta == 0: C
+// is not read. k == 0: C = beta * C. Dims and row lengths past BLAS's int range fail.
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+}  // namespace onnxdp

@@ -1,0 +1,99 @@
+// blas_gemm (exec/cpu/blas.h): products split into row or column blocks among OpenMP threads equal
+// the definition, for every transpose pair, alpha / beta, a C that is a block of a wider matrix,
+// block edges that are not multiples of the alignment, 1 to 3 threads, and inside a parallel
+// region. The operands are small integers, so every sum is exact and the check is equality.
+#include <doctest/doctest.h>
+#include <cblas.h>
+#include <omp.h>
+
+#include <random>
+#include <vector>
+
+#include "exec/cpu/blas.h"
+
+using namespace onnxdp;
+
+namespace {
+
+struct Dims {
+  int64_t m, n, k;
+};
+
+// C = alpha op(A) op(B) + beta C by the definition, in double; C [m, n] with row length ldc.
+template <class T>
+void reference(bool ta, bool tb, Dims d, double alpha, const std::vector<T>& a, int64_t lda, const std::vector<T>& b,
+               int64_t ldb, double beta, std::vector<T>& c, int64_t ldc) {
+  for (int64_t i = 0; i < d.m; ++i)
+    for (int64_t j = 0; j < d.n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < d.k; ++p)
+        acc += double(ta ? a[size_t(p * lda + i)] : a[size_t(i * lda + p)]) *
+               double(tb ? b[size_t(j * ldb + p)] : b[size_t(p * ldb + j)]);
+      T& y = c[size_t(i * ldc + j)];
+      y = T(alpha * acc + (beta == 0 ? 0.0 : beta * double(y)));
+    }
+}
+
+template <class T>
+int64_t mismatches(Dims d, bool ta, bool tb, double alpha, double beta, std::mt19937& rng) {
+  std::uniform_int_distribution<int> u(-4, 4);
+  const int64_t lda = (ta ? d.m : d.k) + 3, ldb = (tb ? d.k : d.n) + 5, ldc = d.n + 7;  // padded rows
+  std::vector<T> a(size_t((ta ? d.k : d.m) * lda)), b(size_t((tb ? d.n : d.k) * ldb)), c(size_t(d.m * ldc));
+  for (T& v : a) v = T(u(rng));
+  for (T& v : b) v = T(u(rng));
+  for (T& v : c) v = T(u(rng));
+  std::vector<T> want = c;
+  reference(ta, tb, d, alpha, a, lda, b, ldb, beta, want, ldc);
+  blas_gemm(ta, tb, d.m, d.n, d.k, T(alpha), a.data(), lda, b.data(), ldb, T(beta), c.data(), ldc);
+  int64_t bad = 0;
+  for (size_t i = 0; i < c.size(); ++i) bad += c[i] != want[i];  // the padding too: left as it was
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the definition") {
+  std::mt19937 rng(11);
+  const int before = omp_get_max_threads();
+  // Above the split threshold: tall (split by rows), wide (by columns), and uneven edges.
+  const Dims dims[] = {{150, 70, 60}, {40, 301, 50}, {1000, 17, 33}, {33, 1000, 17}};
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    for (Dims d : dims)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (double beta : {0.0, 1.0}) {
+            CAPTURE(threads);
+            CAPTURE(d.m);
+            CAPTURE(d.n);
+            CAPTURE(ta);
+            CAPTURE(tb);
+            CAPTURE(beta);
+            CHECK(mismatches<float>(d, ta, tb, 2.0, beta, rng) == 0);
+            CHECK(mismatches<double>(d, ta, tb, 1.0, beta, rng) == 0);
+          }
+  }
+  omp_set_num_threads(before);
+  CHECK(openblas_get_num_threads() == 1);  // BLAS itself stays on one thread
+}
+
+TEST_CASE("blas_gemm: inside a parallel region each call runs whole on its thread") {
+  std::mt19937 rng(12);
+  std::vector<int64_t> bad(4, -1);
+  std::vector<std::mt19937> rngs;
+  for (int t = 0; t < 4; ++t) rngs.emplace_back(rng());
+#pragma omp parallel for num_threads(2)
+  for (int t = 0; t < 4; ++t) bad[size_t(t)] = mismatches<float>({150, 70, 60}, t % 2 == 1, t >= 2, 1.0, 1.0, rngs[size_t(t)]);
+  for (int64_t b : bad) CHECK(b == 0);
+}
+
+TEST_CASE("blas_gemm: k = 0 scales C by beta, and empty products leave C alone") {
+  std::vector<float> c = {1, 2, 3, 4, 5, 6};
+  blas_gemm(false, false, 2, 3, 0, 1.f, nullptr, 0, nullptr, 3, 0.5f, c.data(), 3);
+  CHECK(c == std::vector<float>{0.5f, 1, 1.5f, 2, 2.5f, 3});
+  blas_gemm(false, false, 2, 3, 0, 1.f, nullptr, 0, nullptr, 3, 0.f, c.data(), 3);
+  CHECK(c == std::vector<float>(6, 0.f));
+  c.assign(6, 7.f);
+  blas_gemm(false, false, 0, 3, 4, 1.f, nullptr, 4, nullptr, 3, 0.f, c.data(), 3);
+  CHECK(c == std::vector<float>(6, 7.f));
+}
