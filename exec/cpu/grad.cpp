@@ -24,6 +24,7 @@
 #include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/in_float.h"
+#include "exec/cpu/pool_windows.h"
 #include "exec/cpu/row_sum.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
@@ -174,97 +175,13 @@ void conv_grad_filter(KernelCtx& c) {
 
 // ---- pooling -----------------------------------------------------------------------------------
 
-// Per spatial dim and output coordinate: the window's taps that lie in the input, and the count of
-// taps within the input plus its pads (count_include_pad). Mirrors the forward (exec/cpu/pool.cpp).
-struct PoolWindows {
-  std::vector<int64_t> in, out;                          // spatial dims
-  std::vector<std::vector<std::vector<int64_t>>> taps;   // [dim][o] -> input coordinates
-  std::vector<std::vector<int64_t>> padded;              // [dim][o]
-  int64_t in_size = 1, out_size = 1;
-};
-
-PoolWindows pool_windows(const KernelCtx& c, const Shape& xs, const Shape& ys) {
-  const size_t n = xs.size() - 2;
-  const Node& node = c.node;
-  const std::vector<int64_t> kernel = node.ints("kernel_shape");
-  const std::vector<int64_t> strides = node.ints_or("strides", std::vector<int64_t>(n, 1));
-  const std::vector<int64_t> dil = node.ints_or("dilations", std::vector<int64_t>(n, 1));
-  const std::vector<int64_t> pads = node.ints_or("pads", std::vector<int64_t>(2 * n, 0));
-  const std::string& ap = node.s("auto_pad");
-  PoolWindows w;
-  w.in.assign(xs.begin() + 2, xs.end());
-  w.out.assign(ys.begin() + 2, ys.end());
-  w.in_size = prod(w.in);
-  w.out_size = prod(w.out);
-  w.taps.resize(n);
-  w.padded.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t span = (kernel[i] - 1) * dil[i] + 1;
-    int64_t pb = 0, pe = 0;
-    if (ap == "NOTSET") {
-      pb = pads[i];
-      pe = pads[i + n];
-    } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-      const int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * strides[i] + span - w.in[i]);
-      pb = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pe = total - pb;
-    }
-    for (int64_t o = 0; o < w.out[i]; ++o) {
-      std::vector<int64_t> valid;
-      int64_t count = 0;
-      for (int64_t k = 0; k < kernel[i]; ++k) {
-        const int64_t x = o * strides[i] - pb + k * dil[i];
-        if (x >= 0 && x < w.in[i]) valid.push_back(x);
-        if (x >= -pb && x < w.in[i] + pe) ++count;
-      }
-      w.taps[i].push_back(std::move(valid));
-      w.padded[i].push_back(count);
-    }
-  }
-  return w;
-}
-
-// Calls f(p, o) for every output position: p its flat index, o its coordinates.
-template <class F>
-void for_each_window(const PoolWindows& w, F&& f) {
-  const size_t n = w.out.size();
-  std::vector<int64_t> o(n, 0);
-  for (int64_t p = 0; p < w.out_size; ++p) {
-    f(p, o);
-    for (size_t i = n; i-- > 0;) {
-      if (++o[i] < w.out[i]) break;
-      o[i] = 0;
-    }
-  }
-}
-
-// Calls tap(r) for the flat input offset r of every in-input tap of window o, row-major over the
-// kernel (the order the forward scans).
-template <class F>
-void for_each_tap(const PoolWindows& w, const std::vector<int64_t>& o, std::vector<size_t>& k, F&& tap) {
-  const size_t n = w.in.size();
-  for (size_t i = 0; i < n; ++i)
-    if (w.taps[i][size_t(o[i])].empty()) return;
-  std::fill(k.begin(), k.end(), 0);
-  while (true) {
-    int64_t r = 0;
-    for (size_t i = 0; i < n; ++i) r = r * w.in[i] + w.taps[i][size_t(o[i])][k[i]];
-    tap(r);
-    size_t i = n;
-    while (i-- > 0) {
-      if (++k[i] < w.taps[i][size_t(o[i])].size()) break;
-      k[i] = 0;
-    }
-    if (i == size_t(-1)) return;
-  }
-}
-
 // x [N, C, D..], dy [N, C, O..] -> dx like x. One (n, c) plane per iteration: planes do not share
-// elements, so no two threads write one dx element.
+// elements, so no two threads write one dx element. The windows: exec/cpu/pool_windows.h, as the
+// forward's.
 template <class T>
 void max_pool_grad(KernelCtx& c) {
   const TensorRef &xr = c.in(0), &dyr = c.in(1), &dxr = c.out(0);
-  const PoolWindows w = pool_windows(c, *xr.shape, *dyr.shape);
+  const PoolWindows w = pool_windows(c.node, *xr.shape, *dyr.shape);
   const int64_t planes = xr.dim(0) * xr.dim(1);
   const T* x = xr.as<T>();
   const T* dy = dyr.as<T>();
@@ -274,14 +191,13 @@ void max_pool_grad(KernelCtx& c) {
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * w.in_size;
     T* dxp = dx + plane * w.in_size;
-    std::vector<size_t> k(w.in.size());
-    for_each_window(w, [&](int64_t p, const std::vector<int64_t>& o) {
+    for (int64_t p = 0; p < w.out_size; ++p) {
       int64_t best = -1;
-      for_each_tap(w, o, k, [&](int64_t r) {
+      w.for_each_tap(p, [&](int64_t r) {
         if (best < 0 || xp[r] > xp[best]) best = r;  // the forward's rule: the first maximum wins
       });
       if (best >= 0) dxp[best] += dy[plane * w.out_size + p];
-    });
+    }
   }
 }
 
@@ -289,25 +205,21 @@ void max_pool_grad(KernelCtx& c) {
 template <class T>
 void average_pool_grad(KernelCtx& c) {
   const TensorRef &dyr = c.in(0), &dxr = c.out(0);
-  const PoolWindows w = pool_windows(c, *dxr.shape, *dyr.shape);
+  const PoolWindows w = pool_windows(c.node, *dxr.shape, *dyr.shape);
   const int64_t planes = dxr.dim(0) * dxr.dim(1);
   const bool include_pad = c.node.i("count_include_pad") == 1;
-  const size_t n = w.in.size();
   const T* dy = dyr.as<T>();
   T* dx = dxr.as<T>();
   std::fill(dx, dx + dxr.numel, T(0));
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < planes; ++plane) {
     T* dxp = dx + plane * w.in_size;
-    std::vector<size_t> k(n);
-    for_each_window(w, [&](int64_t p, const std::vector<int64_t>& o) {
-      int64_t count = 1;
-      for (size_t i = 0; i < n; ++i)
-        count *= include_pad ? w.padded[i][size_t(o[i])] : int64_t(w.taps[i][size_t(o[i])].size());
-      if (count == 0) return;  // a window entirely in padding reads nothing
+    for (int64_t p = 0; p < w.out_size; ++p) {
+      const int64_t count = include_pad ? w.padded[size_t(p)] : w.taps(p);
+      if (count == 0) continue;  // a window entirely in padding reads nothing
       const T share = T(double(dy[plane * w.out_size + p]) / double(count));
-      for_each_tap(w, o, k, [&](int64_t r) { dxp[r] += share; });
-    });
+      w.for_each_tap(p, [&](int64_t r) { dxp[r] += share; });
+    }
   }
 }
 
