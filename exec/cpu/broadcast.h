@@ -23,7 +23,19 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
 #include "exec/kernel.h"
+
+// The elementwise loops below are compiled twice, for x86-64-v3 (AVX2 and FMA: 8 floats per
+// instruction) and for the baseline the build targets; the program loader picks the one this CPU
+// runs (GCC's target_clones). -ffp-contract=off (CMakeLists.txt) keeps multiply-adds from being
+// fused, so both compute the same values, bit for bit.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define ONNXDP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define ONNXDP_CPU_CLONES
+#endif
 
 namespace onnxdp {
 
@@ -119,9 +131,20 @@ namespace detail {
 // out[i] = f(in_0[i], ...) over n elements. The pointers are plain arguments (not read through a
 // tuple the threads share), so the compiler sees them unchanged by the stores and vectorizes.
 template <class TOut, class F, class... TIn>
-void flat_map(TOut* o, int64_t n, const F& f, const TIn*... in) {
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+ONNXDP_CPU_CLONES void flat_run(TOut* o, int64_t n, const F& f, const TIn*... in) {
   for (int64_t i = 0; i < n; ++i) o[i] = f(in[i]...);
+}
+
+// flat_run, its elements split evenly over the threads when there are many.
+template <class TOut, class F, class... TIn>
+void flat_map(TOut* o, int64_t n, const F& f, const TIn*... in) {
+  if (n <= kParallelMinElements) return flat_run(o, n, f, in...);
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+    flat_run(o + lo, hi - lo, f, (in + lo)...);
+  }
 }
 
 // An input as one run reads it: Src<true> holds the one value of an input broadcast along the run
@@ -146,7 +169,7 @@ Src<Broadcast, T> src(const T* q) {
 
 // o[j] = f(in_0[j], ...) for j < len, input k read once when bit k of Z is set, else contiguously.
 template <unsigned Z, class TOut, class F, size_t... K, class... TIn>
-void run_masked(TOut* o, int64_t len, const F& f, std::index_sequence<K...>, const TIn*... q) {
+ONNXDP_CPU_CLONES void run_masked(TOut* o, int64_t len, const F& f, std::index_sequence<K...>, const TIn*... q) {
   const std::tuple<Src<((Z >> K) & 1u) != 0, TIn>...> s{src<((Z >> K) & 1u) != 0>(q)...};
   for (int64_t j = 0; j < len; ++j) o[j] = f(std::get<K>(s)[j]...);
 }
