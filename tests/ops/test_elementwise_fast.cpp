@@ -2,14 +2,18 @@
 // cache-blocked tiles when the last two dims swap) and of the binary elementwise ops
 // (exec/cpu/broadcast.h: same shape, a scalar operand, a row or column broadcast in the innermost
 // dim). Each is compared bit for bit with a plain reference loop, on several shapes, perms and
-// dtypes, on 1 and 2 threads.
+// dtypes, on 1 and 2 threads. The transcendental elementwise ops (Gelu, Exp, Erf, ...) equal their
+// functors applied one element at a time, bit for bit: the kernels' x86-64-v3 clones compute what
+// the baseline code does.
 #include <doctest/doctest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <string>
 
+#include "exec/functors.h"
 #include "exec/kernel.h"
 
 #include "tests/ops/op_test_util.h"
@@ -198,5 +202,51 @@ TEST_CASE("binary elementwise fast paths match a plain broadcast loop bit for bi
       check_binary<int32_t>(DType::i32, op, sa, sb);
     }
     check_binary<float>(DType::f32, Op::Div, sa, sb);
+  }
+}
+
+namespace {
+
+// run_op's output against f applied one element at a time in this file's plain loop (built for
+// the baseline target), bit for bit.
+template <class T, class F>
+void check_unary(DType dt, Op op, const F& f, const std::map<std::string, Attr>& attrs = {}) {
+  INFO("op " << op_name(op) << " dtype " << std::string(dtype_name(dt)));
+  Tensor x = filled<T>(dt, {3, 50021}, 0.4);  // past the threads' split, an odd length
+  Tensor want(dt, x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) want.as<T>()[i] = f(x.as<T>()[i]);
+  CHECK(same_bytes(run_op(op, {x}, attrs)[0], want));
+}
+
+}  // namespace
+
+TEST_CASE("elementwise math equals its functor applied element by element, bit for bit") {
+  // The kernels' loops run as x86-64-v3 clones where the CPU has AVX2 (exec/cpu/broadcast.h);
+  // without fused multiply-adds they compute what the baseline code computes.
+  const std::map<std::string, Attr> tanh_form = {{"approximate", Attr(std::string("tanh"))}};
+  check_unary<float>(DType::f32, Op::Gelu, fn::Gelu{});
+  check_unary<float>(DType::f32, Op::Gelu, fn::GeluTanh{}, tanh_form);
+  check_unary<double>(DType::f64, Op::Gelu, fn::Gelu{});
+  for (DType dt : {DType::f32, DType::f64}) {
+    const auto each = [&](auto t) {
+      using T = decltype(t);
+      check_unary<T>(dt, Op::Exp, fn::Exp{});
+      check_unary<T>(dt, Op::Erf, fn::Erf{});
+      check_unary<T>(dt, Op::Sigmoid, fn::Sigmoid{});
+      check_unary<T>(dt, Op::Tanh, fn::Tanh{});
+      check_unary<T>(dt, Op::Softplus, fn::Softplus{});
+    };
+    if (dt == DType::f32) each(0.f);
+    else each(0.0);
+  }
+  // GeluGrad (dy, x), both forms.
+  Tensor x = filled<float>(DType::f32, {3, 50021}, 0.4), dy = filled<float>(DType::f32, {3, 50021}, 1.1);
+  for (const char* form : {"none", "tanh"}) {
+    INFO("GeluGrad " << form);
+    Tensor want(DType::f32, x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i)
+      want.as<float>()[i] = std::string(form) == "tanh" ? fn::GeluTanhGrad{}(dy.as<float>()[i], x.as<float>()[i])
+                                                        : fn::GeluGrad{}(dy.as<float>()[i], x.as<float>()[i]);
+    CHECK(same_bytes(run_op(Op::GeluGrad, {dy, x}, {{"approximate", Attr(std::string(form))}}, 1, 2)[0], want));
   }
 }
