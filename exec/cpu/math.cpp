@@ -1,6 +1,6 @@
 // CPU kernels of the math ops (see graph/op_table.h). The elementwise arithmetic lives in
 // exec/functors.h (shared with other backends); numpy broadcasting in exec/cpu/broadcast.h;
-// f32/f64 matrix products go to OpenBLAS.
+// f32/f64 matrix products go to BLAS through blas_gemm (exec/cpu/blas.h).
 #include <omp.h>
 
 #include <algorithm>
