@@ -155,12 +155,7 @@ void softmax_forward(KernelCtx& c) {
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, double beta, T* y) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // nothing to multiply (and BLAS rejects lda = 0): y = beta * y
-    for (int64_t i = 0; i < m * n; ++i) y[i] = beta == 0 ? T(0) : T(beta * double(y[i]));
-    return;
-  }
-  if constexpr (kIsFloat<T>) {
+  if constexpr (kIsFloat<T>) {  // empty products and k = 0 included
     blas_gemm(ta, tb, m, n, k, T(alpha), a, lda, b, ldb, T(beta), y, n);
   } else {
 #pragma omp parallel for if (m * n * k > kParallelMinElements) schedule(static)
