@@ -270,11 +270,12 @@ int run_command(const RunOptions& opt) {
   };
 
   bool writer = true;  // this process holds replica 0, which writes the outputs
+  const int host_processes = processes_on_host();
+  if (devices.kind == DeviceKind::cpu) prepare_cpu_replicas(local, host_processes);
   if (world.empty()) {
     run_replica(nullptr, 0);
   } else {
     writer = world[0]->rank() == 0;
-    const int host_processes = processes_on_host();
     run_replicas(world, [&](Communicator& c) {
       use_replica_threads(local, host_processes);
       size_t k = 0;

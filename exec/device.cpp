@@ -1,5 +1,6 @@
 #include "exec/device.h"
 
+#include "exec/cpu/blas.h"
 #include "exec/device_backend.h"
 #include "graph/error.h"
 
@@ -122,12 +123,22 @@ DeviceList parse_devices(const std::string& devices, int local_rank, int local_s
   return d;
 }
 
-int use_replica_threads(int replicas, int processes) {
+namespace {
+int threads_per_replica(int replicas, int processes) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int per_process = env_int("OMP_NUM_THREADS") ? env_int("OMP_NUM_THREADS") : std::max(1, cores / std::max(1, processes));
-  const int each = std::max(1, per_process / std::max(1, replicas));
+  return std::max(1, per_process / std::max(1, replicas));
+}
+}  // namespace
+
+int use_replica_threads(int replicas, int processes) {
+  const int each = threads_per_replica(replicas, processes);
   omp_set_num_threads(each);  // this thread's parallel regions; BLAS runs on one (exec/cpu/blas.h)
   return each;
+}
+
+void prepare_cpu_replicas(int replicas, int processes) {
+  blas_prepare(replicas * threads_per_replica(replicas, processes));
 }
 
 }  // namespace onnxdp

@@ -20,6 +20,9 @@ CudaInfo cuda_info();
 // before it runs a plan. BLAS itself runs on one thread; the products split among the replica's
 // OpenMP threads (exec/cpu/blas.h). Returns the threads each replica gets.
 int use_replica_threads(int replicas, int processes_on_host);
+// Call once on the main thread before CPU replicas start: readies BLAS for as many products at
+// once as the replicas' threads will run (blas_prepare, exec/cpu/blas.h).
+void prepare_cpu_replicas(int replicas, int processes_on_host);
 // OpenMP threads that wait for work by spinning (libgomp's default) starve the BLAS threads and
 // the other replicas whenever cores are shared (a loaded machine, several ranks or replicas per
 // host): a step then runs 10-20x slower. Unless OMP_WAIT_POLICY is set, this sets it to PASSIVE

@@ -1020,6 +1020,8 @@ TrainResult train(const TrainOptions& options) {
   CommOptions copts;
   copts.timeout_s = o.comm_timeout_s;
   LaunchInfo launch = detect_launch();
+  const int host_processes = processes_on_host();
+  if (devices.kind == DeviceKind::cpu) prepare_cpu_replicas(local, host_processes);
   if (local == 1 && !launch.launched) {
     TrainResult r;
     train_replica(o, nullptr, device_of(0), r);
@@ -1027,7 +1029,6 @@ TrainResult train(const TrainOptions& options) {
   }
   CommWorld world = make_world(local, copts);
   std::vector<TrainResult> results(world.size());
-  const int host_processes = processes_on_host();
   run_replicas(world, [&](Communicator& c) {
     use_replica_threads(local, host_processes);
     size_t k = 0;

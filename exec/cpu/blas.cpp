@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
+#include <vector>
 
 #include "graph/error.h"
 
@@ -18,9 +20,15 @@ constexpr int64_t kSplitMinWork = int64_t(1) << 19;
 // Blocks of rows or columns are multiples of this (whole register tiles of the BLAS kernels).
 constexpr int64_t kBlockAlign = 16;
 
+// The product that readies one work buffer, and the most buffers readied in this process so far.
+constexpr int kReadyM = 128, kReadyNK = 512;
+std::mutex ready_mutex;
+int ready_buffers = 0;
+
 void one_thread_blas() {
-  // Once per process, before the first product; the replicas' setup (exec/device.cpp) leaves it.
-  static const bool once = (openblas_set_num_threads(1), true);
+  // The first product of the process readies the buffers of its own threads, unless the replicas'
+  // setup (prepare_cpu_replicas, exec/device.cpp) has readied them all already.
+  static const bool once = (blas_prepare(omp_in_parallel() ? 1 : omp_get_max_threads()), true);
   (void)once;
 }
 
@@ -68,6 +76,25 @@ void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
 }
 
 }  // namespace
+
+void blas_prepare(int concurrent) {
+  std::lock_guard<std::mutex> lock(ready_mutex);
+  if (ready_buffers == 0) openblas_set_num_threads(1);
+  if (concurrent <= ready_buffers) return;
+  // One product per thread, all threads at once: OpenBLAS hands a call the first free buffer, so
+  // only products that overlap in time reach different buffers. A and B are zeros (the values do
+  // not matter), C is each thread's own.
+  const std::vector<float> ab(size_t(kReadyNK) * kReadyNK + size_t(kReadyM) * kReadyNK, 0.0f);
+  std::vector<float> c(size_t(concurrent) * kReadyM * kReadyNK);
+#pragma omp parallel num_threads(concurrent)
+  {
+#pragma omp barrier
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kReadyM, kReadyNK, kReadyNK, 1.0f,
+                ab.data() + size_t(kReadyNK) * kReadyNK, kReadyNK, ab.data(), kReadyNK, 0.0f,
+                c.data() + size_t(omp_get_thread_num()) * kReadyM * kReadyNK, kReadyNK);
+  }
+  ready_buffers = concurrent;
+}
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

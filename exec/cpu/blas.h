@@ -12,6 +12,13 @@
 // [32, 128], two OpenMP threads each calling one-thread BLAS, ran at 16 GFLOP/s (no faster than
 // one thread) after a threaded call and at 32 GFLOP/s without one; large products split here run
 // as fast as OpenBLAS's threading (65-74 GFLOP/s on gpt_small's Linear shapes).
+//
+// OpenBLAS's work buffers: a small product runs at half speed or less on a buffer that no larger
+// product has used yet. Measured on this machine (OpenBLAS 0.3.21, Zen kernels, one thread):
+// [256, 64] x [64, 128] at 16 GFLOP/s and [256, 64]^T x [256, 128] at 10.5, both 33-36 once one
+// [128, 512] x [512, 512] product has run on the same buffer; the pages past a small product's
+// packed panels, which only a larger product touches, are the likely cause. So blas_prepare runs
+// that product once on each buffer the threads will use.
 #pragma once
 #include <cstdint>
 
@@ -24,5 +31,11 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
                const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// Sets BLAS to one thread and readies `concurrent` of its work buffers (see above): call it from
+// outside any parallel region with the most products that will run at once in this process (its
+// replicas x their threads). Products call it themselves on first use with their own thread
+// count; readying more buffers later costs one product per thread, about 2 ms.
+void blas_prepare(int concurrent);
 
 }  // namespace onnxdp

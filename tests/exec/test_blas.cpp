@@ -1,7 +1,7 @@
 // blas_gemm (exec/cpu/blas.h): products split into row or column blocks among OpenMP threads equal
 // the definition, for every transpose pair, alpha / beta, a C that is a block of a wider matrix,
 // block edges that are not multiples of the alignment, 1 to 3 threads, and inside a parallel
-// region. The operands are small integers, so every sum is exact and the check is equality.
+// region; and after blas_prepare has readied BLAS's buffers. The operands are small integers, so every sum is exact and the check is equality.
 #include <doctest/doctest.h>
 #include <cblas.h>
 #include <omp.h>
@@ -96,4 +96,13 @@ TEST_CASE("blas_gemm: k = 0 scales C by beta, and empty products leave C alone")
   c.assign(6, 7.f);
   blas_gemm(false, false, 0, 3, 4, 1.f, nullptr, 4, nullptr, 3, 0.f, c.data(), 3);
   CHECK(c == std::vector<float>(6, 7.f));
+}
+
+TEST_CASE("blas_prepare: readying buffers keeps BLAS on one thread and products as they were") {
+  std::mt19937 rng(13);
+  blas_prepare(3);
+  blas_prepare(2);  // fewer than already readied: nothing to do
+  CHECK(openblas_get_num_threads() == 1);
+  CHECK(mismatches<float>({150, 70, 60}, false, true, 1.0, 0.0, rng) == 0);
+  CHECK(mismatches<float>({64, 128, 256}, true, false, 1.0, 1.0, rng) == 0);
 }
