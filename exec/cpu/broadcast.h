@@ -186,12 +186,17 @@ void with_mask(unsigned mask, Fn&& fn) {
 // inputs gets its own vectorizable run loop (2^N of them); more inputs take the general loop.
 inline constexpr size_t kMaskedMaxInputs = 3;
 
+// bool elements are read and written as their bytes (0 or 1): GCC vectorizes no loop that loads
+// or stores a bool, and a functor's bool parameter takes the byte as it is.
+template <class T>
+using Storage = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
+
 template <class TOut, class... TIn, class F, size_t... K>
 void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const TensorRef*, sizeof...(TIn)>& ins,
                         std::index_sequence<K...> ks) {
   constexpr size_t N = sizeof...(TIn);
-  TOut* o = out.as<TOut>();
-  const std::tuple<const TIn*...> p{static_cast<const TIn*>(ins[K]->data)...};
+  Storage<TOut>* o = out.as<Storage<TOut>>();
+  const std::tuple<const Storage<TIn>*...> p{static_cast<const Storage<TIn>*>(ins[K]->data)...};
   const int64_t n = out.numel;
   if (n == 0) return;
 
@@ -227,7 +232,7 @@ void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const
     }
   }
   auto body = [&](int64_t pos, int64_t len, const std::array<int64_t, N>& off, const std::array<int64_t, N>& inner) {
-    TOut* oo = o + pos;
+    Storage<TOut>* oo = o + pos;
     for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(p)[off[K] + j * inner[K]]...);
   };
 #pragma omp parallel for if (n > kParallelMinElements) schedule(static)

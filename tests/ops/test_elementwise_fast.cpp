@@ -2,7 +2,8 @@
 // cache-blocked tiles when the last two dims swap) and of the binary elementwise ops
 // (exec/cpu/broadcast.h: same shape, a scalar operand, a row or column broadcast in the innermost
 // dim). Each is compared bit for bit with a plain reference loop, on several shapes, perms and
-// dtypes, on 1 and 2 threads. The transcendental elementwise ops (Gelu, Exp, Erf, ...) equal their
+// dtypes, on 1 and 2 threads; so are Where, Not, Equal and Greater, whose bools the loops read and
+// write as bytes. The transcendental elementwise ops (Gelu, Exp, Erf, ...) equal their
 // functors applied one element at a time, bit for bit: the kernels' x86-64-v3 clones compute what
 // the baseline code does.
 #include <doctest/doctest.h>
@@ -10,7 +11,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <map>
+#include <random>
 #include <string>
 
 #include "exec/functors.h"
@@ -203,6 +206,83 @@ TEST_CASE("binary elementwise fast paths match a plain broadcast loop bit for bi
     }
     check_binary<float>(DType::f32, Op::Div, sa, sb);
   }
+}
+
+namespace {
+
+// ---- bool inputs and outputs (Where, Not, Equal, Greater) ---------------------------------------
+
+// The flat index of output element i in an input of shape s broadcast to os.
+int64_t offset_in(const Shape& s, const Shape& os, int64_t i) {
+  int64_t off = 0, acc = 1;
+  for (size_t k = 0; k < os.size(); ++k) {
+    const size_t d = os.size() - 1 - k;
+    const int64_t c = i % os[d];
+    i /= os[d];
+    if (k < s.size() && s[s.size() - 1 - k] != 1) off += c * acc;
+    if (k < s.size()) acc *= s[s.size() - 1 - k];
+  }
+  return off;
+}
+
+Tensor bools(const Shape& s, int seed) {  // irregular: no run of equal values for a branch to learn
+  Tensor t(DType::boolean, s);
+  std::mt19937 rng{uint32_t(seed)};
+  for (int64_t i = 0; i < numel_of(s); ++i) t.as<bool>()[i] = (rng() & 1u) != 0;
+  return t;
+}
+
+template <class T>
+void check_where(DType dt, const Shape& sc, const Shape& sx, const Shape& sy) {
+  INFO("Where cond rank " << sc.size() << " x rank " << sx.size() << " y rank " << sy.size() << " dtype "
+                          << std::string(dtype_name(dt)));
+  Tensor c = bools(sc, 5), x = dt == DType::boolean ? bools(sx, 6) : filled<T>(dt, sx, 0.4),
+         y = dt == DType::boolean ? bools(sy, 7) : filled<T>(dt, sy, 2.1);
+  const Shape os = bshape(bshape(sc, sx), sy);
+  Tensor want(dt, os);
+  for (int64_t i = 0; i < numel_of(os); ++i)
+    want.as<T>()[i] = c.as<bool>()[offset_in(sc, os, i)] ? x.as<T>()[offset_in(sx, os, i)] : y.as<T>()[offset_in(sy, os, i)];
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    CHECK(same_bytes(run_op(Op::Where, {c, x, y}, {}, 1, 2)[0], want));
+  }
+  omp_set_num_threads(before);
+}
+
+}  // namespace
+
+TEST_CASE("Where, Not, Equal and Greater read and write bools as bytes on every path, on 1 and 2 threads") {
+  // Where's shapes: ReluGrad's (a scalar y), the attention mask's (cond [1, 1, t, t], a scalar x),
+  // all the same, a row of conditions, and small ones below the thread threshold.
+  const std::vector<std::array<Shape, 3>> where = {
+      {Shape{256, 128}, Shape{256, 128}, Shape{}},
+      {Shape{1, 1, 128, 128}, Shape{}, Shape{8, 8, 128, 128}},
+      {Shape{8, 128, 256}, Shape{8, 128, 256}, Shape{8, 128, 256}},
+      {Shape{256}, Shape{300, 256}, Shape{300, 1}},
+      {Shape{3, 7}, Shape{7}, Shape{3, 1}},
+  };
+  for (const auto& [sc, sx, sy] : where) {
+    check_where<float>(DType::f32, sc, sx, sy);
+    check_where<int64_t>(DType::i64, sc, sx, sy);
+    check_where<bool>(DType::boolean, sc, sx, sy);
+  }
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    CAPTURE(threads);
+    Tensor a = bools({300, 257}, 8), b = bools({257}, 9), x = filled<float>(DType::f32, {300, 257}, 0.7);
+    Tensor not_a = run_op(Op::Not, {a})[0], a_eq_b = run_op(Op::Equal, {a, b})[0];
+    Tensor positive = run_op(Op::Greater, {x, Tensor::scalar_f32(0.0f)})[0];
+    int64_t bad = 0;
+    for (int64_t i = 0; i < 300 * 257; ++i) {
+      bad += not_a.as<uint8_t>()[i] != uint8_t(!a.as<bool>()[i]);
+      bad += a_eq_b.as<uint8_t>()[i] != uint8_t(a.as<bool>()[i] == b.as<bool>()[i % 257]);
+      bad += positive.as<uint8_t>()[i] != uint8_t(x.as<float>()[i] > 0.0f);
+    }
+    CHECK(bad == 0);
+  }
+  omp_set_num_threads(before);
 }
 
 namespace {
