@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "exec/cpu/clones.h"
 #include "graph/error.h"
 
 namespace onnxdp {
@@ -75,6 +76,16 @@ float Optimizer::step(float* p, float* g, float lr) {
   return float(gradient_norm(u, apply(u, p, g)));
 }
 
+namespace {
+// Elements lo..hi of the update of kind K: one loop per kind, with its own copy of the scalars (no
+// aliasing with the buffers), so the compiler vectorizes the element update.
+template <OptimizerUpdate::Kind K>
+ONNXDP_CPU_CLONES void update_range(OptimizerUpdate u, float clip, float* p, float* g, float* m, float* v, int64_t lo,
+                                    int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) optimizer_update_of<K>(u, clip, p, g, m, v, i);
+}
+}  // namespace
+
 double Optimizer::apply(const OptimizerUpdate& u, float* p, float* g) {
   double sq = 0;
 #pragma omp parallel for reduction(+ : sq) schedule(static)
@@ -83,12 +94,8 @@ double Optimizer::apply(const OptimizerUpdate& u, float* p, float* g) {
   const float clip = clip_factor(u, sq);
   float* m = m_.data();
   float* v = v_.data();
-  // One loop per kind, each thread with its own copy of the scalars (no aliasing with the buffers):
-  // the compiler vectorizes the element update.
   auto loop = [&]<OptimizerUpdate::Kind K>() {
-    const OptimizerUpdate local = u;
-#pragma omp parallel for schedule(static) firstprivate(local)
-    for (int64_t i = 0; i < n_; ++i) optimizer_update_of<K>(local, clip, p, g, m, v, i);
+    split_rows(n_, true, [&](int, int64_t lo, int64_t hi) { update_range<K>(u, clip, p, g, m, v, lo, hi); });
   };
   switch (u.kind) {
     case OptimizerUpdate::Kind::sgd: loop.template operator()<OptimizerUpdate::Kind::sgd>(); break;

@@ -25,17 +25,8 @@
 
 #include <omp.h>
 
+#include "exec/cpu/clones.h"  // ONNXDP_CPU_CLONES: the loops below are built for x86-64-v3 and the baseline
 #include "exec/kernel.h"
-
-// The elementwise loops below are compiled twice, for x86-64-v3 (AVX2 and FMA: 8 floats per
-// instruction) and for the baseline the build targets; the program loader picks the one this CPU
-// runs (GCC's target_clones). -ffp-contract=off (CMakeLists.txt) keeps multiply-adds from being
-// fused, so both compute the same values, bit for bit.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define ONNXDP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ONNXDP_CPU_CLONES
-#endif
 
 namespace onnxdp {
 

@@ -23,6 +23,7 @@
 
 #include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
+#include "exec/cpu/clones.h"
 #include "exec/cpu/in_float.h"
 #include "exec/cpu/pool_windows.h"
 #include "exec/cpu/row_sum.h"
@@ -292,6 +293,37 @@ std::vector<double> expand_scale(const TensorRef& t, const Shape& norm) {
   return out;
 }
 
+// Rows lo..hi of LayerNormalizationGrad, X and dY [outer, inner]: dX (when dx is not null), and
+// each row's terms of dScale and dB added into ds and db (when not null).
+template <class T>
+ONNXDP_CPU_CLONES void layer_norm_grad_rows(const T* dy, const T* x, T* dx, int64_t lo, int64_t hi, int64_t inner,
+                                            double eps, const double* scale, double* ds, double* db) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* xrow = x + r * inner;
+    const T* dyrow = dy + r * inner;
+    const double mean = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
+    const double ss = row_sum(inner, [&](int64_t j) {
+      const double d = double(xrow[j]) - mean;
+      return d * d;
+    });
+    const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
+    if (ds)
+      for (int64_t j = 0; j < inner; ++j) {
+        ds[j] += double(dyrow[j]) * ((double(xrow[j]) - mean) * inv);
+        db[j] += double(dyrow[j]);
+      }
+    if (!dx) continue;
+    const double sum_g = row_sum(inner, [&](int64_t j) { return double(dyrow[j]) * scale[j]; });
+    const double sum_g_xhat =
+        row_sum(inner, [&](int64_t j) { return double(dyrow[j]) * scale[j] * ((double(xrow[j]) - mean) * inv); });
+    const double mean_g = sum_g / double(inner), mean_g_xhat = sum_g_xhat / double(inner);
+    for (int64_t j = 0; j < inner; ++j) {
+      const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[j];
+      dx[r * inner + j] = T(inv * (g - mean_g - xhat * mean_g_xhat));
+    }
+  }
+}
+
 // dy, x viewed as [outer, inner] (inner = prod(x.shape[axis:])), scale -> dx, dscale [inner],
 // dbias [inner]. Per row, with xhat = (x - mean) * inv and g = dy * scale:
 //   dx = inv * (g - mean(g) - xhat * mean(g * xhat));
@@ -312,39 +344,11 @@ void layer_norm_grad(KernelCtx& c) {
   const int threads = std::max(1, omp_get_max_threads());
   std::vector<double> dscale(params ? size_t(threads) * size_t(inner) : 0, 0.0);
   std::vector<double> dbias(dscale.size(), 0.0);
-
-#pragma omp parallel num_threads(threads)
-  {
-    const int tid = omp_get_thread_num();
-    double* ds = params ? dscale.data() + size_t(tid) * size_t(inner) : nullptr;
-    double* db = params ? dbias.data() + size_t(tid) * size_t(inner) : nullptr;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < outer; ++r) {
-      const T* xrow = x + r * inner;
-      const T* dyrow = dy + r * inner;
-      const double mean = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
-      const double ss = row_sum(inner, [&](int64_t j) {
-        const double d = double(xrow[j]) - mean;
-        return d * d;
-      });
-      const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
-      if (params)
-        for (int64_t j = 0; j < inner; ++j) {
-          ds[j] += double(dyrow[j]) * ((double(xrow[j]) - mean) * inv);
-          db[j] += double(dyrow[j]);
-        }
-      if (!dx) continue;
-      const double sum_g = row_sum(inner, [&](int64_t j) { return double(dyrow[j]) * scale[size_t(j)]; });
-      const double sum_g_xhat = row_sum(inner, [&](int64_t j) {
-        return double(dyrow[j]) * scale[size_t(j)] * ((double(xrow[j]) - mean) * inv);
-      });
-      const double mean_g = sum_g / double(inner), mean_g_xhat = sum_g_xhat / double(inner);
-      for (int64_t j = 0; j < inner; ++j) {
-        const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[size_t(j)];
-        dx[r * inner + j] = T(inv * (g - mean_g - xhat * mean_g_xhat));
-      }
-    }
-  }
+  split_rows(outer, true, [&](int t, int64_t lo, int64_t hi) {
+    double* ds = params ? dscale.data() + size_t(t) * size_t(inner) : nullptr;
+    double* db = params ? dbias.data() + size_t(t) * size_t(inner) : nullptr;
+    layer_norm_grad_rows(dy, x, dx, lo, hi, inner, eps, scale.data(), ds, db);
+  });
   for (int k = 1; k < 3; ++k) {
     if (!c.has_out(k)) continue;
     const std::vector<double>& part = k == 1 ? dscale : dbias;
@@ -526,15 +530,15 @@ void GeluGrad_forward(KernelCtx& c) {
 }
 
 namespace {
-// dy, y and dx viewed as [outer, n, inner], the softmax along n. Softmax: s = sum(dy * y),
-// dx = y * (dy - s); LogSoftmax: s = sum(dy), dx = dy - exp(y) * s. The sum is a double, rounded
-// to T once, as the ReduceSum of the unfused chain. Threads split the outer dim.
+// dy, y and dx viewed as [outer, n, inner], the softmax along n; rows lo..hi of the outer dim.
+// Softmax: s = sum(dy * y), dx = y * (dy - s); LogSoftmax: s = sum(dy), dx = dy - exp(y) * s. The
+// sum is a double, rounded to T once, as the ReduceSum of the unfused chain.
 template <class T, bool Log>
-void softmax_grad_along(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner) {
+ONNXDP_CPU_CLONES void softmax_grad_rows(const T* dy, const T* y, T* dx, int64_t lo, int64_t hi, int64_t n,
+                                         int64_t inner) {
   const auto term = [](T g, T v) { return Log ? double(g) : double(g) * double(v); };
   const auto value = [](T g, T v, T s) { return Log ? T(g - fn::m::exp(v) * s) : T(v * T(g - s)); };
-#pragma omp parallel for if (outer * n * inner > kParallelMinElements && outer > 1) schedule(static)
-  for (int64_t o = 0; o < outer; ++o) {
+  for (int64_t o = lo; o < hi; ++o) {
     const int64_t base = o * n * inner;
     const T *g = dy + base, *v = y + base;
     T* d = dx + base;
@@ -550,6 +554,13 @@ void softmax_grad_along(const T* dy, const T* y, T* dx, int64_t outer, int64_t n
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < inner; ++i) d[j * inner + i] = value(g[j * inner + i], v[j * inner + i], T(sum[size_t(i)]));
   }
+}
+
+// Threads split the outer dim.
+template <class T, bool Log>
+void softmax_grad_along(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner) {
+  split_rows(outer, outer * n * inner > kParallelMinElements,
+             [&](int, int64_t lo, int64_t hi) { softmax_grad_rows<T, Log>(dy, y, dx, lo, hi, n, inner); });
 }
 
 template <bool Log>

@@ -11,6 +11,7 @@
 
 #include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
+#include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
 #include "exec/cpu/in_float.h"
 #include "exec/functors.h"
@@ -90,12 +91,11 @@ T clip_bound(const KernelCtx& c, int k, T dflt) {
   return *b.as<T>();
 }
 
-// Softmax / LogSoftmax of x viewed as [outer, n, inner] along n; max-subtracted so exp never
-// overflows. Threads split the outer dim.
+// Softmax / LogSoftmax of x viewed as [outer, n, inner] along n, rows lo..hi of the outer dim;
+// max-subtracted so exp never overflows.
 template <class T, bool Log>
-void softmax_along(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
-#pragma omp parallel for if (outer * n * inner > kParallelMinElements && outer > 1) schedule(static)
-  for (int64_t o = 0; o < outer; ++o) {
+ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, int64_t n, int64_t inner) {
+  for (int64_t o = lo; o < hi; ++o) {
     const T* xo = x + o * n * inner;
     T* yo = y + o * n * inner;
     if (inner == 1) {
@@ -131,6 +131,13 @@ void softmax_along(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
         else yo[j * inner + i] *= T(sum[size_t(i)]);
       }
   }
+}
+
+// Threads split the outer dim.
+template <class T, bool Log>
+void softmax_along(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
+  split_rows(outer, outer * n * inner > kParallelMinElements,
+             [&](int, int64_t lo, int64_t hi) { softmax_rows<T, Log>(x, y, lo, hi, n, inner); });
 }
 
 template <bool Log>

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
 #include "exec/kernel.h"
 
@@ -114,6 +115,25 @@ std::vector<double> expand_to(const KernelCtx& c, int k, const Shape& norm) {
   return out;
 }
 
+// Rows lo..hi of X [outer, inner] normalised into y; each row's mean and 1 / std into mean and
+// inv_std (when not null).
+template <class T>
+ONNXDP_CPU_CLONES void layer_norm_rows(const T* x, T* y, int64_t lo, int64_t hi, int64_t inner, double eps,
+                                       const double* scale, const double* bias, double* mean, double* inv_std) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* xrow = x + r * inner;
+    const double m = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
+    const double ss = row_sum(inner, [&](int64_t j) {
+      const double d = double(xrow[j]) - m;
+      return d * d;
+    });
+    const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
+    for (int64_t j = 0; j < inner; ++j) y[r * inner + j] = T((double(xrow[j]) - m) * inv * scale[j] + bias[j]);
+    if (mean) mean[r] = m;
+    if (inv_std) inv_std[r] = inv;
+  }
+}
+
 // X viewed as [outer, inner] with inner = prod(X.shape[axis:]): each row normalised with its own
 // mean and biased variance; Mean / InvStdDev [outer] (shaped [.., 1, ..1] by the shape rule).
 template <class T>
@@ -129,20 +149,13 @@ void layer_norm(KernelCtx& c) {
   const T* x = xr.as<T>();
   T* y = c.out(0).as<T>();
 
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < outer; ++r) {
-    const T* xrow = x + r * inner;
-    const double mean = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
-    const double ss = row_sum(inner, [&](int64_t j) {
-      const double d = double(xrow[j]) - mean;
-      return d * d;
-    });
-    const double inv_std = 1.0 / std::sqrt(ss / double(inner) + eps);
-    for (int64_t j = 0; j < inner; ++j)
-      y[r * inner + j] = T((double(xrow[j]) - mean) * inv_std * scale[size_t(j)] + bias[size_t(j)]);
-    if (c.has_out(1)) store(c.out(1), r, mean);
-    if (c.has_out(2)) store(c.out(2), r, inv_std);
-  }
+  std::vector<double> mean(c.has_out(1) ? size_t(outer) : 0), inv_std(c.has_out(2) ? size_t(outer) : 0);
+  split_rows(outer, true, [&](int, int64_t lo, int64_t hi) {
+    layer_norm_rows(x, y, lo, hi, inner, eps, scale.data(), bias.data(), mean.empty() ? nullptr : mean.data(),
+                    inv_std.empty() ? nullptr : inv_std.data());
+  });
+  for (size_t r = 0; r < mean.size(); ++r) store(c.out(1), int64_t(r), mean[r]);
+  for (size_t r = 0; r < inv_std.size(); ++r) store(c.out(2), int64_t(r), inv_std[r]);
 }
 
 }  // namespace

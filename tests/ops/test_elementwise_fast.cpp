@@ -4,18 +4,22 @@
 // dim). Each is compared bit for bit with a plain reference loop, on several shapes, perms and
 // dtypes, on 1 and 2 threads; so are Where, Not, Equal and Greater, whose bools the loops read and
 // write as bytes. The transcendental elementwise ops (Gelu, Exp, Erf, ...) equal their
-// functors applied one element at a time, bit for bit: the kernels' x86-64-v3 clones compute what
-// the baseline code does.
+// functors applied one element at a time, and Softmax, LogSoftmax and LayerNormalization equal a
+// plain loop of their arithmetic, bit for bit: the kernels' x86-64-v3 clones compute what the
+// baseline code does.
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
-#include <array>
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "exec/cpu/row_sum.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
 
@@ -329,4 +333,53 @@ TEST_CASE("elementwise math equals its functor applied element by element, bit f
                                                         : fn::GeluGrad{}(dy.as<float>()[i], x.as<float>()[i]);
     CHECK(same_bytes(run_op(Op::GeluGrad, {dy, x}, {{"approximate", Attr(std::string(form))}}, 1, 2)[0], want));
   }
+}
+
+namespace {
+
+template <class T>
+void check_rows(DType dt) {
+  INFO("dtype " << std::string(dtype_name(dt)));
+  const Tensor x = filled<T>(dt, {64, 300}, 0.9);
+  const int64_t rows = x.shape()[0], n = x.shape()[1];
+  for (bool log : {false, true}) {
+    INFO((log ? "LogSoftmax" : "Softmax"));
+    Tensor want(dt, x.shape());
+    std::vector<T> e(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x.as<T>() + r * n;
+      T* yr = want.as<T>() + r * n;
+      T mx = xr[0];
+      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, xr[j]);
+      for (int64_t j = 0; j < n; ++j) e[size_t(j)] = fn::m::exp(T(xr[j] - mx));
+      const double sum = row_sum(n, [&](int64_t j) { return double(e[size_t(j)]); });
+      const T ls = T(std::log(sum)), inv = T(1.0 / sum);
+      for (int64_t j = 0; j < n; ++j) yr[j] = log ? T((xr[j] - mx) - ls) : T(e[size_t(j)] * inv);
+    }
+    CHECK(same_bytes(run_op(log ? Op::LogSoftmax : Op::Softmax, {x}, {{"axis", Attr(int64_t(1))}})[0], want));
+  }
+  const Tensor scale = filled<T>(dt, {n}, 2.2), bias = filled<T>(dt, {n}, 3.3);
+  Tensor want(dt, x.shape());
+  const double eps = double(1e-5f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x.as<T>() + r * n;
+    const double m = row_sum(n, [&](int64_t j) { return double(xr[j]); }) / double(n);
+    const double ss = row_sum(n, [&](int64_t j) { return (double(xr[j]) - m) * (double(xr[j]) - m); });
+    const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
+    for (int64_t j = 0; j < n; ++j)
+      want.as<T>()[r * n + j] = T((double(xr[j]) - m) * inv * double(scale.as<T>()[j]) + double(bias.as<T>()[j]));
+  }
+  INFO("LayerNormalization");
+  CHECK(same_bytes(
+      run_op(Op::LayerNormalization, {x, scale, bias}, {{"axis", Attr(int64_t(1))}, {"epsilon", Attr(1e-5f)}})[0], want));
+}
+
+}  // namespace
+
+TEST_CASE("Softmax, LogSoftmax and LayerNormalization rows equal a plain loop of their arithmetic, bit for bit") {
+  // Their row loops run as x86-64-v3 clones where the CPU has AVX2 (exec/cpu/clones.h); this loop
+  // is built for the baseline only, and spells out the same operations in the same order. float64
+  // too: a float result hides most differences in the double arithmetic behind it.
+  check_rows<float>(DType::f32);
+  check_rows<double>(DType::f64);
 }

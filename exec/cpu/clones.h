@@ -1,0 +1,44 @@
+// Loops built twice, for x86-64-v3 (AVX2 and FMA: 8 floats or 4 doubles per instruction) and for
+// the baseline the build targets; the program loader picks the one this CPU runs (GCC's
+// target_clones). Both compute the same values, bit for bit: -ffp-contract=off (CMakeLists.txt)
+// keeps multiply-adds from being fused, and GCC vectorizes no floating-point sum in an order
+// other than the source's (sums of many terms spell their partial sums out: exec/cpu/row_sum.h).
+//
+// OpenMP moves a parallel loop's body into a function of its own, which target_clones does not
+// reach. So a cloned function holds the whole loop over one thread's share of the work, and
+// split_rows (or flat_map, exec/cpu/broadcast.h) hands the shares out:
+//
+//   template <class T> ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, ...);
+//   split_rows(outer, outer * n > kParallelMinElements, [&](int, int64_t lo, int64_t hi) {
+//     softmax_rows(x, y, lo, hi, ...);
+//   });
+#pragma once
+#include <cstdint>
+
+#include <omp.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define ONNXDP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define ONNXDP_CPU_CLONES
+#endif
+
+namespace onnxdp {
+
+// Calls rows(thread, lo, hi) once per OpenMP thread of a parallel region, with the thread's index
+// and its contiguous share of [0, count): the shares `schedule(static)` deals out (the first
+// count % threads threads take one row more). With `parallel` false, or fewer than two rows,
+// rows(0, 0, count) runs on the calling thread.
+template <class Rows>
+void split_rows(int64_t count, bool parallel, const Rows& rows) {
+  if (!parallel || count < 2) return rows(0, int64_t(0), count);
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t q = count / threads, extra = count % threads;
+    const int64_t lo = t * q + (t < extra ? t : extra);
+    rows(int(t), lo, lo + q + (t < extra ? 1 : 0));
+  }
+}
+
+}  // namespace onnxdp
