@@ -3,8 +3,9 @@
 // launch from a node; the per-output loops below are the kernels' bodies, also run on the host by
 // the *_emulate functions.
 //
-// Both kernels give each output one thread that walks its reduced elements in order, accumulating
-// in double as the CPU kernels do. A reduction of few outputs over many elements (a bias gradient
+// The reductions give each output one thread that walks its reduced elements in order,
+// accumulating in double as the CPU kernels do; so does the Softmax family for each column when it
+// runs along a dim other than the last (along the last, a row goes to a group of lanes, below). A reduction of few outputs over many elements (a bias gradient
 // over a large batch) is split: `parts` threads per output each reduce one contiguous share of the
 // reduced elements into a double, and a second pass combines an output's shares in order. The
 // shares are fixed by the sizes, so the result is the same on every run.
@@ -160,6 +161,64 @@ ONNXDP_HD inline void softmax_one(const SoftmaxLaunch& l, int64_t c) {
   } else {
     const T inv = T(1.0 / sum);
     for (int64_t j = 0; j < l.n; ++j) y[j * s] = fn::m::exp(T(x[j * s] - mx)) * inv;
+  }
+}
+
+// Softmax along the last dim (inner == 1), the attention and classifier case: a row's elements
+// are contiguous, so kLanes lanes (a warp on the GPU) share a row. Lane k takes elements k,
+// k + kLanes, ...: neighbouring lanes read neighbouring elements. Each lane's partial max and
+// partial sums combine across the lanes by a butterfly (at distances 16, 8, 4, 2, 1, each lane
+// combining its value with its partner's, own value first), which leaves every lane the same
+// result; the host emulation runs the lanes one after another through the same steps. The sums are
+// in double, as above; only their order differs from the one-thread-per-column loop.
+inline constexpr int kLanes = 32;
+
+// The butterfly's max: NaN wins from either side (the row is NaN then, as on the CPU).
+template <class T>
+ONNXDP_HD inline T lane_max_of(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return b > a ? b : a;
+}
+
+// Lane k's part of row `row`: its elements' max (-inf when it has none).
+template <class T>
+ONNXDP_HD inline T lane_row_max(const SoftmaxLaunch& l, int64_t row, int k) {
+  const T* x = static_cast<const T*>(l.in) + row * l.n;
+  T mx = -INFINITY;
+  for (int64_t j = k; j < l.n; j += kLanes) mx = lane_max_of(mx, x[j]);
+  return mx;
+}
+
+// Lane k's part of the row's sum: of exp(x - mx) (forward), of dy * y or dy (the Grads).
+template <class T>
+ONNXDP_HD inline double lane_row_sum(const SoftmaxLaunch& l, int64_t row, int k, T mx) {
+  const T* x = static_cast<const T*>(l.in) + row * l.n;
+  const T* g = l.grad ? static_cast<const T*>(l.dy) + row * l.n : nullptr;
+  double sum = 0;
+  for (int64_t j = k; j < l.n; j += kLanes) {
+    if (!l.grad) sum += double(fn::m::exp(T(x[j] - mx)));
+    else sum += l.log ? double(g[j]) : double(g[j]) * double(x[j]);
+  }
+  return sum;
+}
+
+// Lane k writes its elements of the row from the combined max (unused by the Grads) and sum.
+template <class T>
+ONNXDP_HD inline void lane_row_write(const SoftmaxLaunch& l, int64_t row, int k, T mx, double sum) {
+  const T* x = static_cast<const T*>(l.in) + row * l.n;
+  T* y = static_cast<T*>(l.out) + row * l.n;
+  if (l.grad) {
+    const T* g = static_cast<const T*>(l.dy) + row * l.n;
+    const T t = T(sum);
+    for (int64_t j = k; j < l.n; j += kLanes)
+      y[j] = l.log ? T(g[j] - fn::m::exp(x[j]) * t) : T(x[j] * T(g[j] - t));
+  } else if (l.log) {
+    const T ls = T(fn::m::log(sum));
+    for (int64_t j = k; j < l.n; j += kLanes) y[j] = (x[j] - mx) - ls;
+  } else {
+    const T inv = T(1.0 / sum);
+    for (int64_t j = k; j < l.n; j += kLanes) y[j] = fn::m::exp(T(x[j] - mx)) * inv;
   }
 }
 

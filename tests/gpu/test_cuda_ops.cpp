@@ -4,9 +4,10 @@
 // ReduceMax over every kind of axes (all, leading, trailing, middle, split, negative, keepdims,
 // noop_with_empty_axes, an empty dim, few outputs over thousands of elements: the split into
 // shares), Softmax / LogSoftmax and their Grads on each axis with large values and NaN, on f32
-// and f64, the reductions also on f16 and bf16. Both accumulate in double in the same order per
-// output: agreement within 1e-6 relative (f32) / 1e-12 (f64); 16-bit results are rounded once
-// from the double sum on both sides: equal.
+// and f64, the reductions also on f16 and bf16; along the last dim also rows longer than a warp.
+// Both accumulate in double (the CUDA Softmax family along the last dim in its lanes' order, the
+// rest in the CPU's order per output): agreement within 1e-6 relative (f32) / 1e-12 (f64); 16-bit
+// results are rounded once from the double sum on both sides: equal.
 // The copy ops (Transpose, Expand, Reshape, Flatten, Squeeze, Unsqueeze), 16-bit floats included:
 // bit-identical.
 //
@@ -115,8 +116,15 @@ std::vector<Case> cases() {
     }
     cs.push_back({op, {3, 4}, {}, true, 1, 1});  // noop_with_empty_axes: the identity
   }
-  for (Op op : {Op::Softmax, Op::LogSoftmax, Op::SoftmaxGrad, Op::LogSoftmaxGrad})
+  for (Op op : {Op::Softmax, Op::LogSoftmax, Op::SoftmaxGrad, Op::LogSoftmaxGrad}) {
     for (int64_t axis : {-1, 0, 1, 2}) cs.push_back({op, {4, 5, 6}, {axis}, false, 1, 0});
+    // Along the last dim a warp shares a row: rows longer than its 32 lanes, of uneven length, one
+    // element long; and a row with no NaN (rows 1.. of [3, 200]).
+    cs.push_back({op, {3, 200}, {-1}, false, 1, 0});
+    cs.push_back({op, {2, 3, 70}, {2}, false, 1, 0});
+    cs.push_back({op, {5, 1}, {1}, false, 1, 0});
+    cs.push_back({op, {40, 33}, {0}, false, 1, 0});  // and a column per thread, many rows long
+  }
   return cs;
 }
 
