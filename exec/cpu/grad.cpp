@@ -301,12 +301,8 @@ ONNXDP_CPU_CLONES void layer_norm_grad_rows(const T* dy, const T* x, T* dx, int6
   for (int64_t r = lo; r < hi; ++r) {
     const T* xrow = x + r * inner;
     const T* dyrow = dy + r * inner;
-    const double mean = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
-    const double ss = row_sum(inner, [&](int64_t j) {
-      const double d = double(xrow[j]) - mean;
-      return d * d;
-    });
-    const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
+    double mean, inv;
+    row_mean_inv_std(xrow, inner, eps, mean, inv);
     if (ds)
       for (int64_t j = 0; j < inner; ++j) {
         ds[j] += double(dyrow[j]) * ((double(xrow[j]) - mean) * inv);

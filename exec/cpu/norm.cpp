@@ -122,12 +122,8 @@ ONNXDP_CPU_CLONES void layer_norm_rows(const T* x, T* y, int64_t lo, int64_t hi,
                                        const double* scale, const double* bias, double* mean, double* inv_std) {
   for (int64_t r = lo; r < hi; ++r) {
     const T* xrow = x + r * inner;
-    const double m = row_sum(inner, [&](int64_t j) { return double(xrow[j]); }) / double(inner);
-    const double ss = row_sum(inner, [&](int64_t j) {
-      const double d = double(xrow[j]) - m;
-      return d * d;
-    });
-    const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
+    double m, inv;
+    row_mean_inv_std(xrow, inner, eps, m, inv);
     for (int64_t j = 0; j < inner; ++j) y[r * inner + j] = T((double(xrow[j]) - m) * inv * scale[j] + bias[j]);
     if (mean) mean[r] = m;
     if (inv_std) inv_std[r] = inv;

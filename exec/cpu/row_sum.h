@@ -8,6 +8,7 @@
 // single running sum in strict order (what plain C++ asks for) cannot vectorize and waits on
 // every addition's latency.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace onnxdp {
@@ -22,6 +23,19 @@ template <class Term>
     for (int q = 0; q < 4; ++q) part[q] += term(j + q);
   for (; j < n; ++j) part[j % 4] += term(j);
   return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+// A LayerNormalization row's statistics: its mean, and 1 / sqrt(biased variance + eps) with the
+// variance summed from the deviations, all in double. Always inlined, as row_sum.
+template <class T>
+[[gnu::always_inline]] inline void row_mean_inv_std(const T* x, int64_t n, double eps, double& mean, double& inv_std) {
+  const double m = row_sum(n, [&](int64_t j) { return double(x[j]); }) / double(n);
+  const double ss = row_sum(n, [&](int64_t j) {
+    const double d = double(x[j]) - m;
+    return d * d;
+  });
+  mean = m;
+  inv_std = 1.0 / std::sqrt(ss / double(n) + eps);
 }
 
 }  // namespace onnxdp
