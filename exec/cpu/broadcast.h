@@ -129,13 +129,7 @@ ONNXDP_CPU_CLONES void flat_run(TOut* o, int64_t n, const F& f, const TIn*... in
 // flat_run, its elements split evenly over the threads when there are many.
 template <class TOut, class F, class... TIn>
 void flat_map(TOut* o, int64_t n, const F& f, const TIn*... in) {
-  if (n <= kParallelMinElements) return flat_run(o, n, f, in...);
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-    const int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
-    flat_run(o + lo, hi - lo, f, (in + lo)...);
-  }
+  split_rows(n, n > kParallelMinElements, [&](int, int64_t lo, int64_t hi) { flat_run(o + lo, hi - lo, f, (in + lo)...); });
 }
 
 // An input as one run reads it: Src<true> holds the one value of an input broadcast along the run

@@ -6,7 +6,7 @@
 //
 // OpenMP moves a parallel loop's body into a function of its own, which target_clones does not
 // reach. So a cloned function holds the whole loop over one thread's share of the work, and
-// split_rows (or flat_map, exec/cpu/broadcast.h) hands the shares out:
+// split_rows hands the shares out (also to the flat elementwise loop, exec/cpu/broadcast.h):
 //
 //   template <class T> ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, ...);
 //   split_rows(outer, outer * n > kParallelMinElements, [&](int, int64_t lo, int64_t hi) {
