@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "graph/dtype.h"
+#include "parallel/spin_condition.h"
 
 namespace onnxdp {
 
@@ -140,7 +141,7 @@ class Communicator {
   CommOptions opts_;
   // State shared with the communication thread.
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // a task was queued, finished, or stop was requested
+  SpinCondition cv_;  // a task was queued, finished, or stop was requested
   std::deque<Task> queue_;
   std::map<uint64_t, Result> results_;  // started and not yet waited
   bool busy_ = false;                   // the communication thread runs a task

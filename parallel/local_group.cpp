@@ -78,7 +78,9 @@ void LocalGroup::sync(int me, double extra_s) {
 }
 
 void LocalGroup::wait_all(std::unique_lock<std::mutex>& lk, int me, uint64_t target, double extra_s) {
-  auto deadline = std::chrono::steady_clock::now() +
+  const auto start = SpinCondition::Clock::now();
+  const auto spin_until = start + SpinCondition::kSpin;
+  auto deadline = start +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                       std::chrono::duration<double>(opts_.timeout_s + extra_s));
   const CollectiveCall& mine = calls_[me];
@@ -100,7 +102,7 @@ void LocalGroup::wait_all(std::unique_lock<std::mutex>& lk, int me, uint64_t tar
       cv_.notify_all();
       throw Error(msg);
     }
-    if (cv_.wait_until(lk, deadline) != std::cv_status::timeout) continue;
+    if (cv_.wait_until(lk, spin_until, deadline)) continue;
     if (aborted_) throw Error(fmt::format("{} aborted: {}", describe_call(mine), abort_reason_));
     late.clear();
     for (int j = 0; j < n_; ++j)

@@ -15,6 +15,7 @@
 
 #include "graph/dtype.h"
 #include "parallel/communicator.h"
+#include "parallel/spin_condition.h"
 
 namespace onnxdp {
 
@@ -65,7 +66,7 @@ class LocalGroup {
   CommOptions opts_;
   std::vector<std::string> names_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  SpinCondition cv_;
   std::vector<uint64_t> reached_;      // per member: rendezvous count reached (monotonic)
   std::vector<uint64_t> at_arrive_;    // per member: rendezvous count at its latest arrive()
   std::vector<CollectiveCall> calls_;  // per member: its latest call

@@ -15,6 +15,7 @@
 
 #include "graph/error.h"
 #include "parallel/communicator.h"
+#include "parallel/spin_condition.h"
 
 using namespace onnxdp;
 
@@ -190,6 +191,59 @@ TEST_CASE("communicator: asynchronous all-reduces run in order and mix with bloc
     for (double v : d) bad += v != double(n) * n;
   });
   CHECK(bad == 0);
+}
+
+TEST_CASE("communicator: SpinCondition loses no wake-up, whether its waiters spin or sleep") {
+  // Two threads take turns 20000 times, each waiting for the other's turn: a wake-up lost between
+  // a waiter's check and its sleep (or its spin) would stall the game until its 20 s deadline.
+  enum Mode { kSleep, kSpin, kDefault };
+  for (Mode mode : {kSleep, kSpin, kDefault}) {
+    CAPTURE(int(mode));
+    SpinCondition cond;
+    std::mutex mu;
+    int turn = 0;
+    constexpr int kTurns = 20000;
+    std::atomic<int> timeouts{0};
+    const auto t0 = Clock::now(), deadline = t0 + std::chrono::seconds(20);
+    auto player = [&](int me) {
+      for (int t = me; t < kTurns; t += 2) {
+        std::unique_lock<std::mutex> lk(mu);
+        if (mode == kDefault) {
+          cond.wait(lk, [&] { return turn == t; });
+        } else {
+          const auto spin_until = mode == kSpin ? deadline : Clock::now();
+          while (turn != t)
+            if (!cond.wait_until(lk, spin_until, deadline) && turn != t) {
+              ++timeouts;
+              return;
+            }
+        }
+        ++turn;
+        cond.notify_all();
+      }
+    };
+    std::thread other(player, 1);
+    player(0);
+    other.join();
+    CHECK(timeouts == 0);
+    CHECK(turn == kTurns);
+    CHECK(seconds_since(t0) < 20.0);
+  }
+
+  // With no notify_all, wait_until reports the deadline, not before it, and a spin longer than
+  // the deadline does not delay it.
+  SpinCondition cond;
+  std::mutex mu;
+  std::unique_lock<std::mutex> lk(mu);
+  for (auto spin : {std::chrono::milliseconds(0), std::chrono::milliseconds(5), std::chrono::milliseconds(5000)}) {
+    CAPTURE(spin.count());
+    const auto t0 = Clock::now(), deadline = t0 + std::chrono::milliseconds(20);
+    int calls = 0;
+    while (cond.wait_until(lk, t0 + spin, deadline)) REQUIRE(++calls < 1000);
+    CHECK(Clock::now() >= deadline);
+    CHECK(seconds_since(t0) < 2.5);
+    CHECK(lk.owns_lock());
+  }
 }
 
 TEST_CASE("communicator: comm_wait_ms counts time blocked in wait") {
