@@ -15,8 +15,6 @@ namespace onnxdp {
 
 namespace {
 
-// Below this many multiply-adds a product runs on one thread: splitting a 64^3 product was slower.
-constexpr int64_t kSplitMinWork = int64_t(1) << 19;
 // Blocks of rows or columns are multiples of this (whole register tiles of the BLAS kernels).
 constexpr int64_t kBlockAlign = 16;
 
@@ -58,7 +56,7 @@ void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
   const bool by_rows = m >= n;
   const int64_t dim = by_rows ? m : n;
   int64_t parts = omp_in_parallel() ? 1 : std::min<int64_t>(omp_get_max_threads(), dim / kBlockAlign);
-  if (m * n * k < kSplitMinWork) parts = 1;
+  if (m * n * k < kBlasSplitMinWork) parts = 1;
   if (parts <= 1) return call(ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
   const int64_t block = (dim + parts - 1) / parts + kBlockAlign - 1;
   const int64_t step = block - block % kBlockAlign;

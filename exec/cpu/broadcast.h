@@ -30,9 +30,6 @@
 
 namespace onnxdp {
 
-// Outputs with more elements than this are split over threads.
-inline constexpr int64_t kParallelMinElements = 32768;
-
 // Strides, in elements, of a row-major tensor of shape `in` read as the (broadcast) shape `out`:
 // 0 along dims where `in` has size 1 (or no dim at all) and `out` does not. Returns out.size()
 // strides. `in` must broadcast to `out` (the shape rule checked it).

@@ -25,6 +25,16 @@
 
 namespace onnxdp {
 
+// Loops over more elements than this are split over the OpenMP threads; smaller ones run on the
+// calling thread. onnxdp's OpenMP threads wait passively (exec/device.h), so a parallel region
+// first wakes sleeping threads: about 70 us on a 2-core VM, where the wake-up goes through the
+// hypervisor, so there two threads gain only on loops of more than ~140 us. 2^17 float elements
+// (0.5 MB, 20-60 us on one thread) is a compromise with machines whose threads wake in a few us.
+// At 2^15, tiny_lm's step on two threads took 7.4 ms, against 3.6 on one; at 2^17, 4.7. (Spinning
+// waits avoid the wake-up but collapse when cores are shared: two tiny_lm runs at once took 436
+// ms per step each, against 4 ms waiting passively.)
+inline constexpr int64_t kParallelMinElements = int64_t(1) << 17;
+
 // Calls rows(thread, lo, hi) once per OpenMP thread of a parallel region, with the thread's index
 // and its contiguous share of [0, count): the shares `schedule(static)` deals out (the first
 // count % threads threads take one row more). With `parallel` false, or fewer than two rows,

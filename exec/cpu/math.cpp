@@ -224,7 +224,7 @@ void matmul(KernelCtx& c, bool ta, bool tb) {
   // each product whole on one thread (exec/cpu/blas.h), rather than every thread joining each
   // small product in turn. Worth it when the batch splits evenly enough among the threads.
   const int threads = omp_get_max_threads();
-  const bool by_batch = threads > 1 && nbatch * m * n * k > kParallelMinElements &&
+  const bool by_batch = threads > 1 && nbatch * m * n * k >= kBlasSplitMinWork &&
                         (nbatch % threads == 0 || nbatch >= 4 * int64_t(threads));
 #pragma omp parallel for schedule(static) if (by_batch)
   for (int64_t bi = 0; bi < nbatch; ++bi) one(bi);

@@ -56,7 +56,8 @@ TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the 
   std::mt19937 rng(11);
   const int before = omp_get_max_threads();
   // Above the split threshold: tall (split by rows), wide (by columns), and uneven edges.
-  const Dims dims[] = {{150, 70, 60}, {40, 301, 50}, {1000, 17, 33}, {33, 1000, 17}};
+  const Dims dims[] = {{300, 140, 120}, {80, 602, 100}, {1000, 17, 264}, {33, 1000, 136}};
+  for (Dims d : dims) REQUIRE(d.m * d.n * d.k >= kBlasSplitMinWork);
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     for (Dims d : dims)

@@ -170,7 +170,7 @@ TEST_CASE("Transpose fast paths match a plain index loop bit for bit on 1 and 2 
       {{8, 8, 32, 128}, {0, 3, 1, 2}},
       {{256, 1024}, {1, 0}},            // weight transposes
       {{1024, 256}, {1, 0}},
-      {{257, 95}, {1, 0}},              // ragged edge tiles, above the parallel threshold
+      {{557, 295}, {1, 0}},             // ragged edge tiles, above the parallel threshold
       {{3, 70, 33}, {0, 2, 1}},         // ragged, small
       {{5, 7}, {1, 0}},
       {{2, 3, 4, 5, 6}, {4, 2, 0, 3, 1}},  // general strided gather
@@ -275,11 +275,11 @@ TEST_CASE("Where, Not, Equal and Greater read and write bools as bytes on every 
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     CAPTURE(threads);
-    Tensor a = bools({300, 257}, 8), b = bools({257}, 9), x = filled<float>(DType::f32, {300, 257}, 0.7);
+    Tensor a = bools({600, 257}, 8), b = bools({257}, 9), x = filled<float>(DType::f32, {600, 257}, 0.7);
     Tensor not_a = run_op(Op::Not, {a})[0], a_eq_b = run_op(Op::Equal, {a, b})[0];
     Tensor positive = run_op(Op::Greater, {x, Tensor::scalar_f32(0.0f)})[0];
     int64_t bad = 0;
-    for (int64_t i = 0; i < 300 * 257; ++i) {
+    for (int64_t i = 0; i < 600 * 257; ++i) {
       bad += not_a.as<uint8_t>()[i] != uint8_t(!a.as<bool>()[i]);
       bad += a_eq_b.as<uint8_t>()[i] != uint8_t(a.as<bool>()[i] == b.as<bool>()[i % 257]);
       bad += positive.as<uint8_t>()[i] != uint8_t(x.as<float>()[i] > 0.0f);

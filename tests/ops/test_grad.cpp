@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "exec/cpu/clones.h"  // kParallelMinElements
 #include "exec/kernel.h"
 #include "importer/importer.h"
 
@@ -327,14 +328,15 @@ TEST_CASE("grad ops: SoftmaxGrad and LogSoftmaxGrad on an inner and the last axi
 }
 
 TEST_CASE("grad ops: SoftmaxGrad on many rows (threads) equals a plain double loop") {
-  // [64, 3, 300] along axis -1 (contiguous rows) and 1 (columns of a slab): enough elements for
-  // the threaded loop; each dx against the formula evaluated in double.
-  Tensor dy = pattern({64, 3, 300}, 0.3, 1.5), y = pattern({64, 3, 300}, 0.9, 0.5);
+  // [192, 3, 300] along axis -1 (contiguous rows) and 1 (columns of a slab): enough elements for
+  // the threaded loop (kParallelMinElements); each dx against the formula evaluated in double.
+  Tensor dy = pattern({192, 3, 300}, 0.3, 1.5), y = pattern({192, 3, 300}, 0.9, 0.5);
+  REQUIRE(dy.numel() > kParallelMinElements);
   for (int64_t axis : {-1, 1}) {
     for (bool log : {false, true}) {
       CAPTURE(axis);
       CAPTURE(log);
-      const int64_t n = axis == -1 ? 300 : 3, inner = axis == -1 ? 1 : 300, outer = axis == -1 ? 192 : 64;
+      const int64_t n = axis == -1 ? 300 : 3, inner = axis == -1 ? 1 : 300, outer = axis == -1 ? 576 : 192;
       const double *g = dy.as<double>(), *v = y.as<double>();
       std::vector<double> want(size_t(dy.numel()));
       for (int64_t o = 0; o < outer; ++o)

@@ -89,15 +89,15 @@ void check_all(DType dt) {
   for (Op op : {Op::ReduceSum, Op::ReduceMean, Op::ReduceMax}) {
     check_case<T>(dt, {1000, 300}, {0}, op, 0);
     check_case<T>(dt, {4, 50, 96}, {0, 1}, op, 0);
-    check_case<T>(dt, {6, 200, 40}, {1}, op, 0);      // an outer kept dim
-    check_case<T>(dt, {3, 7, 45, 64}, {0, 2}, op, 0);  // two separate reduced dims
+    check_case<T>(dt, {6, 600, 40}, {1}, op, 0);      // an outer kept dim
+    check_case<T>(dt, {3, 7, 45, 160}, {0, 2}, op, 0);  // two separate reduced dims
     check_case<T>(dt, {2, 2, 17}, {0, 1}, op, 0);      // too small to go parallel
   }
   // One contiguous trailing axis summed (fast path 2): lanes change the order of the double sum.
   const double tol = dt == DType::f32 ? 2.5e-7 : 1e-13;
   for (Op op : {Op::ReduceSum, Op::ReduceMean}) {
     check_case<T>(dt, {96, 333}, {1}, op, tol);  // a tail after the 8-wide lanes
-    check_case<T>(dt, {2, 3, 50, 128}, {3}, op, tol);
+    check_case<T>(dt, {2, 3, 200, 128}, {3}, op, tol);
     check_case<T>(dt, {5, 40}, {1}, op, tol);
   }
   check_case<T>(dt, {96, 333}, {1}, Op::ReduceMax, 0);

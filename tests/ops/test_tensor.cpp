@@ -493,7 +493,7 @@ TEST_CASE("Transpose (numpy transpose)") {
   CHECK(error_of([] { run_op(Op::Transpose, {arange(DType::f32, {2, 3})}, {{"perm", I{0, 0}}}); })
             .find("not a permutation") != std::string::npos);
   // Large enough for the parallel path: transposing twice gives the input back.
-  Tensor big = arange(DType::f32, {64, 33, 40});
+  Tensor big = arange(DType::f32, {64, 33, 70});
   auto t1 = run_op(Op::Transpose, {big}, {{"perm", I{2, 0, 1}}});
   auto t2 = run_op(Op::Transpose, {t1[0]}, {{"perm", I{1, 2, 0}}});
   CHECK(t2[0].to_f64() == big.to_f64());
