@@ -88,14 +88,14 @@ ONNXDP_CPU_CLONES void update_range(OptimizerUpdate u, float clip, float* p, flo
 
 double Optimizer::apply(const OptimizerUpdate& u, float* p, float* g) {
   double sq = 0;
-#pragma omp parallel for reduction(+ : sq) schedule(static) if (n_ > kParallelMinElements)
+#pragma omp parallel for reduction(+ : sq) schedule(static) if (n_ > parallel_min_elements())
   for (int64_t i = 0; i < n_; ++i) sq += double(g[i]) * double(g[i]);
   if (skips_step(u, sq)) return sq;
   const float clip = clip_factor(u, sq);
   float* m = m_.data();
   float* v = v_.data();
   auto loop = [&]<OptimizerUpdate::Kind K>() {
-    split_rows(n_, n_ > kParallelMinElements, [&](int, int64_t lo, int64_t hi) { update_range<K>(u, clip, p, g, m, v, lo, hi); });
+    split_rows(n_, n_ > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) { update_range<K>(u, clip, p, g, m, v, lo, hi); });
   };
   switch (u.kind) {
     case OptimizerUpdate::Kind::sgd: loop.template operator()<OptimizerUpdate::Kind::sgd>(); break;

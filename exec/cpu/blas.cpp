@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "exec/cpu/clones.h"  // openmp_threads_spin
 #include "graph/error.h"
 
 namespace onnxdp {
@@ -56,7 +57,7 @@ void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
   const bool by_rows = m >= n;
   const int64_t dim = by_rows ? m : n;
   int64_t parts = omp_in_parallel() ? 1 : std::min<int64_t>(omp_get_max_threads(), dim / kBlockAlign);
-  if (m * n * k < kBlasSplitMinWork) parts = 1;
+  if (m * n * k < blas_split_min_work()) parts = 1;
   if (parts <= 1) return call(ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
   const int64_t block = (dim + parts - 1) / parts + kBlockAlign - 1;
   const int64_t step = block - block % kBlockAlign;
@@ -74,6 +75,11 @@ void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
 }
 
 }  // namespace
+
+int64_t blas_split_min_work() {
+  static const int64_t min_work = openmp_threads_spin() ? int64_t(1) << 19 : int64_t(1) << 22;
+  return min_work;
+}
 
 void blas_prepare(int concurrent) {
   std::lock_guard<std::mutex> lock(ready_mutex);

@@ -24,10 +24,10 @@
 
 namespace onnxdp {
 
-// Products of fewer multiply-adds than this (8 MFLOP: 45-250 us on one thread here, by the day's
-// CPU) run on one thread: splitting them gains little more than waking a second thread costs
-// (kParallelMinElements, exec/cpu/clones.h).
-inline constexpr int64_t kBlasSplitMinWork = int64_t(1) << 22;
+// Products of fewer multiply-adds than this run on one thread: 2^22 (8 MFLOP: 45-250 us on one
+// thread here, by the day's CPU), where splitting gains little more than waking a second thread
+// costs, or 2^19 when the OpenMP threads spin (parallel_min_elements(), exec/cpu/clones.h).
+int64_t blas_split_min_work();
 
 // C [m, n] = alpha * op(A) [m, k] x op(B) [k, n] + beta * C, row-major; op(X) is X, or X stored
 // transposed with ta / tb; lda, ldb, ldc: the row lengths of A, B and C as stored. beta == 0: C

@@ -126,7 +126,7 @@ ONNXDP_CPU_CLONES void flat_run(TOut* o, int64_t n, const F& f, const TIn*... in
 // flat_run, its elements split evenly over the threads when there are many.
 template <class TOut, class F, class... TIn>
 void flat_map(TOut* o, int64_t n, const F& f, const TIn*... in) {
-  split_rows(n, n > kParallelMinElements, [&](int, int64_t lo, int64_t hi) { flat_run(o + lo, hi - lo, f, (in + lo)...); });
+  split_rows(n, n > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) { flat_run(o + lo, hi - lo, f, (in + lo)...); });
 }
 
 // An input as one run reads it: Src<true> holds the one value of an input broadcast along the run
@@ -207,7 +207,7 @@ void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const
         auto body = [&](int64_t pos, int64_t len, const std::array<int64_t, N>& off, const std::array<int64_t, N>&) {
           run_masked<Z>(o + pos, len, f, ks, (std::get<K>(p) + off[K])...);
         };
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (n > parallel_min_elements()) schedule(static)
         for (int64_t c = 0; c < chunks; ++c) loop.run(c * chunk, std::min(n, (c + 1) * chunk), body);
       });
       return;
@@ -217,7 +217,7 @@ void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const
     Storage<TOut>* oo = o + pos;
     for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(p)[off[K] + j * inner[K]]...);
   };
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (n > parallel_min_elements()) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) loop.run(c * chunk, std::min(n, (c + 1) * chunk), body);
 }
 

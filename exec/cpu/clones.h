@@ -9,11 +9,14 @@
 // split_rows hands the shares out (also to the flat elementwise loop, exec/cpu/broadcast.h):
 //
 //   template <class T> ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, ...);
-//   split_rows(outer, outer * n > kParallelMinElements, [&](int, int64_t lo, int64_t hi) {
+//   split_rows(outer, outer * n > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
 //     softmax_rows(x, y, lo, hi, ...);
 //   });
 #pragma once
+#include <strings.h>
+
 #include <cstdint>
+#include <cstdlib>
 
 #include <omp.h>
 
@@ -25,15 +28,27 @@
 
 namespace onnxdp {
 
-// Loops over more elements than this are split over the OpenMP threads; smaller ones run on the
-// calling thread. onnxdp's OpenMP threads wait passively (exec/device.h), so a parallel region
-// first wakes sleeping threads: about 70 us on a 2-core VM, where the wake-up goes through the
-// hypervisor, so there two threads gain only on loops of more than ~140 us. 2^17 float elements
-// (0.5 MB, 20-60 us on one thread) is a compromise with machines whose threads wake in a few us.
-// At 2^15, tiny_lm's step on two threads took 7.4 ms, against 3.6 on one; at 2^17, 4.7. (Spinning
-// waits avoid the wake-up but collapse when cores are shared: two tiny_lm runs at once took 436
-// ms per step each, against 4 ms waiting passively.)
-inline constexpr int64_t kParallelMinElements = int64_t(1) << 17;
+// Loops over more elements than parallel_min_elements() are split over the OpenMP threads;
+// smaller ones run on the calling thread. onnxdp's OpenMP threads wait passively unless
+// OMP_WAIT_POLICY says otherwise (exec/device.h), so a parallel region first wakes sleeping
+// threads: about 70 us on a 2-core VM, where the wake-up goes through the hypervisor, so there
+// two threads gain only on loops of more than ~140 us. 2^17 float elements (0.5 MB, 20-60 us on
+// one thread) is a compromise with machines whose threads wake in a few us. At 2^15, tiny_lm's
+// step on two threads took 7.4 ms, against 3.6 on one; at 2^17, 4.7. With OMP_WAIT_POLICY=ACTIVE
+// the threads spin between regions and wake at once, and 2^15 stays (tiny_lm 3.2 ms; at 2^17
+// the spinning thread idles beside the serial loops: 5.1). The threshold depends only on the
+// setting, never on timing, so a run's results do not change from one start to the next.
+// (Spinning waits collapse when cores are shared: two tiny_lm runs at once took 436 ms per step
+// each with libgomp's default spin, against 4 ms waiting passively.)
+// OMP_WAIT_POLICY=ACTIVE (any case) in the environment.
+inline bool openmp_threads_spin() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return policy && strcasecmp(policy, "active") == 0;
+}
+inline int64_t parallel_min_elements() {
+  static const int64_t min_elements = openmp_threads_spin() ? int64_t(1) << 15 : int64_t(1) << 17;
+  return min_elements;
+}
 
 // Calls rows(thread, lo, hi) once per OpenMP thread of a parallel region, with the thread's index
 // and its contiguous share of [0, count): the shares `schedule(static)` deals out (the first

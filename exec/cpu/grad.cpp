@@ -188,7 +188,7 @@ void max_pool_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   T* dx = dxr.as<T>();
   std::fill(dx, dx + dxr.numel, T(0));
-#pragma omp parallel for schedule(static) if (dxr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (dxr.numel > parallel_min_elements())
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * w.in_size;
     T* dxp = dx + plane * w.in_size;
@@ -212,7 +212,7 @@ void average_pool_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   T* dx = dxr.as<T>();
   std::fill(dx, dx + dxr.numel, T(0));
-#pragma omp parallel for schedule(static) if (dxr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (dxr.numel > parallel_min_elements())
   for (int64_t plane = 0; plane < planes; ++plane) {
     T* dxp = dx + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
@@ -238,7 +238,7 @@ void batch_norm_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   const T* x = xr.as<T>();
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
-#pragma omp parallel for schedule(static) if (xr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
   for (int64_t ch = 0; ch < C; ++ch) {
     double s = 0;
     for (int64_t n = 0; n < N; ++n)
@@ -340,7 +340,7 @@ void layer_norm_grad(KernelCtx& c) {
   const int threads = std::max(1, omp_get_max_threads());
   std::vector<double> dscale(params ? size_t(threads) * size_t(inner) : 0, 0.0);
   std::vector<double> dbias(dscale.size(), 0.0);
-  split_rows(outer, dyr.numel > kParallelMinElements, [&](int t, int64_t lo, int64_t hi) {
+  split_rows(outer, dyr.numel > parallel_min_elements(), [&](int t, int64_t lo, int64_t hi) {
     double* ds = params ? dscale.data() + size_t(t) * size_t(inner) : nullptr;
     double* db = params ? dbias.data() + size_t(t) * size_t(inner) : nullptr;
     layer_norm_grad_rows(dy, x, dx, lo, hi, inner, eps, scale.data(), ds, db);
@@ -384,7 +384,7 @@ void gather_grad(KernelCtx& c) {
   std::fill(dx, dx + dxr.numel, T(0));
   constexpr int64_t kBlock = 256;
   const int64_t blocks = (inner + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (dyr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (dyr.numel > parallel_min_elements())
   for (int64_t t = 0; t < outer * blocks; ++t) {
     const int64_t o = t / blocks, j0 = (t % blocks) * kBlock, j1 = std::min(inner, j0 + kBlock);
     for (int64_t i = 0; i < n; ++i) {
@@ -447,7 +447,7 @@ void sce_grad(KernelCtx& c) {
   const LossGrad lg = loss_grad(c, c.in(0), c.in(2), 3, C);
   const T* x = sr.as<T>();
   T* dx = dxr.as<T>();
-#pragma omp parallel for schedule(static) if (sr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (sr.numel > parallel_min_elements())
   for (int64_t i = 0; i < N * D; ++i) {
     const int64_t n = i / D, d = i % D;
     const T* xi = x + n * C * D + d;  // class k at xi[k * D]
@@ -555,7 +555,7 @@ ONNXDP_CPU_CLONES void softmax_grad_rows(const T* dy, const T* y, T* dx, int64_t
 // Threads split the outer dim.
 template <class T, bool Log>
 void softmax_grad_along(const T* dy, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner) {
-  split_rows(outer, outer * n * inner > kParallelMinElements,
+  split_rows(outer, outer * n * inner > parallel_min_elements(),
              [&](int, int64_t lo, int64_t hi) { softmax_grad_rows<T, Log>(dy, y, dx, lo, hi, n, inner); });
 }
 

@@ -136,7 +136,7 @@ ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, in
 // Threads split the outer dim.
 template <class T, bool Log>
 void softmax_along(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
-  split_rows(outer, outer * n * inner > kParallelMinElements,
+  split_rows(outer, outer * n * inner > parallel_min_elements(),
              [&](int, int64_t lo, int64_t hi) { softmax_rows<T, Log>(x, y, lo, hi, n, inner); });
 }
 
@@ -165,7 +165,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
   if constexpr (kIsFloat<T>) {  // empty products and k = 0 included
     blas_gemm(ta, tb, m, n, k, T(alpha), a, lda, b, ldb, T(beta), y, n);
   } else {
-#pragma omp parallel for if (m * n * k > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (m * n * k > parallel_min_elements()) schedule(static)
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         T acc = T(0);
@@ -224,7 +224,7 @@ void matmul(KernelCtx& c, bool ta, bool tb) {
   // each product whole on one thread (exec/cpu/blas.h), rather than every thread joining each
   // small product in turn. Worth it when the batch splits evenly enough among the threads.
   const int threads = omp_get_max_threads();
-  const bool by_batch = threads > 1 && nbatch * m * n * k >= kBlasSplitMinWork &&
+  const bool by_batch = threads > 1 && nbatch * m * n * k >= blas_split_min_work() &&
                         (nbatch % threads == 0 || nbatch >= 4 * int64_t(threads));
 #pragma omp parallel for schedule(static) if (by_batch)
   for (int64_t bi = 0; bi < nbatch; ++bi) one(bi);

@@ -43,7 +43,7 @@ void dropout(KernelCtx& c, double ratio) {
   const uint32_t stream = philox_stream_id(c.node.name.c_str());
   const float threshold = float(ratio);
   const T scale = T(1.0 / (1.0 - ratio));
-#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (n > parallel_min_elements())
   for (int64_t j = 0; j < n; ++j) {
     bool keep = dropout_uniform(seed, step, stream, base + uint64_t(j)) >= threshold;
     y[j] = keep ? T(x[j] * scale) : T(0);
@@ -116,7 +116,7 @@ void nll(KernelCtx& c, bool softmax) {
   const T* x = xr.as<T>();
   std::vector<double> picked(size_t(N * D), 0.0);
   T* log_prob = softmax && c.has_out(1) ? c.out(1).as<T>() : nullptr;
-#pragma omp parallel for schedule(static) if (xr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
   for (int64_t i = 0; i < N * D; ++i) {
     const int64_t n = i / D, d = i % D;
     const T* xi = x + n * C * D + d;  // class k at xi[k * D]

@@ -54,7 +54,7 @@ void batch_norm(KernelCtx& c) {
 
   if (training) {
     std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
-#pragma omp parallel for schedule(static) if (xr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
     for (int64_t ch = 0; ch < C; ++ch) {
       double s = 0, ss = 0;
       for (int64_t n = 0; n < N; ++n)
@@ -83,7 +83,7 @@ void batch_norm(KernelCtx& c) {
     }
   }
 
-#pragma omp parallel for schedule(static) if (xr.numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
   for (int64_t nc = 0; nc < N * C; ++nc) {
     const size_t ch = size_t(nc % C);
     const double a = scale[ch] / std::sqrt(var[ch] + eps);
@@ -146,7 +146,7 @@ void layer_norm(KernelCtx& c) {
   T* y = c.out(0).as<T>();
 
   std::vector<double> mean(c.has_out(1) ? size_t(outer) : 0), inv_std(c.has_out(2) ? size_t(outer) : 0);
-  split_rows(outer, xr.numel > kParallelMinElements, [&](int, int64_t lo, int64_t hi) {
+  split_rows(outer, xr.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
     layer_norm_rows(x, y, lo, hi, inner, eps, scale.data(), bias.data(), mean.empty() ? nullptr : mean.data(),
                     inv_std.empty() ? nullptr : inv_std.data());
   });

@@ -22,7 +22,7 @@ void max_pool(KernelCtx& c) {
   T* y = c.out(0).as<T>();
   int64_t* indices = c.has_out(1) ? c.out(1).as<int64_t>() : nullptr;
 
-#pragma omp parallel for schedule(static) if (c.in(0).numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (c.in(0).numel > parallel_min_elements())
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
@@ -55,7 +55,7 @@ void average_pool(KernelCtx& c) {
   const T* x = c.in(0).as<T>();
   T* y = c.out(0).as<T>();
 
-#pragma omp parallel for schedule(static) if (c.in(0).numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (c.in(0).numel > parallel_min_elements())
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
@@ -75,7 +75,7 @@ void global_average_pool(KernelCtx& c) {
   const int64_t size = planes ? xr.numel / planes : 0;
   const T* x = xr.as<T>();
   T* y = c.out(0).as<T>();
-#pragma omp parallel for schedule(static) if (c.in(0).numel > kParallelMinElements)
+#pragma omp parallel for schedule(static) if (c.in(0).numel > parallel_min_elements())
   for (int64_t p = 0; p < planes; ++p) {
     double s = 0;
     for (int64_t i = 0; i < size; ++i) s += double(x[p * size + i]);

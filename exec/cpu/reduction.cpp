@@ -15,7 +15,7 @@
 #include <cstring>
 #include <limits>
 
-#include "exec/cpu/broadcast.h"  // kParallelMinElements
+#include "exec/cpu/broadcast.h"  // parallel_min_elements()
 #include "exec/cpu/reduce_dims.h"
 #include "exec/kernel.h"
 #include "graph/shape_helpers.h"
@@ -101,7 +101,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
     }
   };
 
-  const bool parallel = n_out * n_red > kParallelMinElements;
+  const bool parallel = n_out * n_red > parallel_min_elements();
   const int threads = omp_get_max_threads();
 
   // Fast path 1: the innermost kept dim is contiguous (stride 1) and wide, e.g. a bias gradient

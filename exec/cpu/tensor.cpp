@@ -66,7 +66,7 @@ void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides
     const int64_t rows2 = dims[size_t(r - 2)], outer = numel / (rows2 * row);
     constexpr int64_t kTile = 32;
     const int64_t ta = (rows2 + kTile - 1) / kTile, tb = (row + kTile - 1) / kTile, per = ta * tb;
-#pragma omp parallel for if (numel > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (numel > parallel_min_elements()) schedule(static)
     for (int64_t t = 0; t < outer * per; ++t) {
       const int64_t o = t / per, a0 = (t % per) / tb * kTile, b0 = (t % per) % tb * kTile;
       int64_t rest = o, off = base;
@@ -86,7 +86,7 @@ void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides
   // elements for attention's [b, t, heads, d] -> [b, heads, t, d]).
   constexpr int64_t kChunk = 256;
   const int64_t chunks = (rows + kChunk - 1) / kChunk;
-#pragma omp parallel for if (numel > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (numel > parallel_min_elements()) schedule(static)
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const int64_t i0 = ch * kChunk, i1 = std::min(rows, i0 + kChunk);
     std::vector<int64_t> coord(size_t(r), 0);
@@ -124,7 +124,7 @@ void strided_copy(const TensorRef& in, const TensorRef& out, const Shape& shape,
 // Element type conversion: integers and bools go through int64 (exact), floats through double.
 template <class S, class D>
 void cast_elems(const typename S::T* in, typename D::T* out, int64_t n) {
-#pragma omp parallel for if (n > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (n > parallel_min_elements()) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (S::kind == ElemKind::floating)
       out[i] = D::from_f64(S::to_f64(in[i]));
@@ -190,7 +190,7 @@ void Concat_forward(KernelCtx& c) {
     const size_t block = size_t(in.dim(int(axis)) * inner) * es;
     const auto* src = static_cast<const uint8_t*>(in.data);
     auto* dst = static_cast<uint8_t*>(out.data) + offset;
-#pragma omp parallel for if (out.numel > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (out.numel > parallel_min_elements()) schedule(static)
     for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + size_t(o) * out_block, src + size_t(o) * block, block);
     offset += block;
   }
@@ -215,7 +215,7 @@ void Split_forward(KernelCtx& c) {
     const size_t block = size_t(out.dim(int(axis)) * inner) * es;
     const auto* src = static_cast<const uint8_t*>(in.data) + offset;
     auto* dst = static_cast<uint8_t*>(out.data);
-#pragma omp parallel for if (in.numel > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (in.numel > parallel_min_elements()) schedule(static)
     for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + size_t(o) * block, src + size_t(o) * in_block, block);
     offset += block;
   }
@@ -258,7 +258,7 @@ void Gather_forward(KernelCtx& c) {
   const size_t row = size_t(inner) * dtype_size(data.dtype);
   const auto* src = static_cast<const uint8_t*>(data.data);
   auto* dst = static_cast<uint8_t*>(out.data);
-#pragma omp parallel for if (out.numel > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (out.numel > parallel_min_elements()) schedule(static)
   for (int64_t k = 0; k < outer * n; ++k) {
     const int64_t o = k / n, i = k % n;
     std::memcpy(dst + size_t(k) * row, src + size_t(o * dim + idx[size_t(i)]) * row, row);
@@ -346,7 +346,7 @@ void Pad_forward(KernelCtx& c) {
     const U* src = in.as<const U>();
     U* dst = out.as<U>();
     const auto& last = map[size_t(r - 1)];
-#pragma omp parallel for if (out.numel > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (out.numel > parallel_min_elements()) schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       U* o = dst + i * row;
       int64_t rest = i, off = 0;
@@ -378,7 +378,7 @@ void Trilu_forward(KernelCtx& c) {
   dispatch_bytes(dtype_size(in.dtype), [&]<class U>() {
     const U* src = in.as<const U>();
     U* dst = out.as<U>();
-#pragma omp parallel for if (in.numel > kParallelMinElements) schedule(static)
+#pragma omp parallel for if (in.numel > parallel_min_elements()) schedule(static)
     for (int64_t m = 0; m < mats * rows; ++m) {
       const int64_t i = m % rows;
       for (int64_t j = 0; j < cols; ++j) {

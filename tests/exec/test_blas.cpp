@@ -6,10 +6,15 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <strings.h>
+
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "exec/cpu/blas.h"
+#include "exec/cpu/clones.h"
 
 using namespace onnxdp;
 
@@ -57,7 +62,7 @@ TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the 
   const int before = omp_get_max_threads();
   // Above the split threshold: tall (split by rows), wide (by columns), and uneven edges.
   const Dims dims[] = {{300, 140, 120}, {80, 602, 100}, {1000, 17, 264}, {33, 1000, 136}};
-  for (Dims d : dims) REQUIRE(d.m * d.n * d.k >= kBlasSplitMinWork);
+  for (Dims d : dims) REQUIRE(d.m * d.n * d.k >= blas_split_min_work());
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     for (Dims d : dims)
@@ -106,4 +111,25 @@ TEST_CASE("blas_prepare: readying buffers keeps BLAS on one thread and products 
   CHECK(openblas_get_num_threads() == 1);
   CHECK(mismatches<float>({150, 70, 60}, false, true, 1.0, 0.0, rng) == 0);
   CHECK(mismatches<float>({64, 128, 256}, true, false, 1.0, 1.0, rng) == 0);
+}
+
+TEST_CASE("thread thresholds: passive waits (the test runner's) take the higher ones, ACTIVE in any case spins") {
+  // The runner re-executes itself with OMP_WAIT_POLICY=PASSIVE unless it was set (tests/main.cpp).
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  REQUIRE(policy != nullptr);
+  const std::string saved = policy;
+  const bool spin = strcasecmp(policy, "active") == 0;
+  CHECK(parallel_min_elements() == (spin ? int64_t(1) << 15 : int64_t(1) << 17));
+  CHECK(blas_split_min_work() == (spin ? int64_t(1) << 19 : int64_t(1) << 22));
+  for (const char* v : {"ACTIVE", "active", "Active"}) {
+    setenv("OMP_WAIT_POLICY", v, 1);
+    CHECK(openmp_threads_spin());
+  }
+  for (const char* v : {"PASSIVE", "passive", ""}) {
+    setenv("OMP_WAIT_POLICY", v, 1);
+    CHECK_FALSE(openmp_threads_spin());
+  }
+  unsetenv("OMP_WAIT_POLICY");
+  CHECK_FALSE(openmp_threads_spin());
+  setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
 }

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "exec/cpu/clones.h"  // kParallelMinElements
+#include "exec/cpu/clones.h"  // parallel_min_elements()
 #include "exec/kernel.h"
 #include "importer/importer.h"
 
@@ -329,9 +329,9 @@ TEST_CASE("grad ops: SoftmaxGrad and LogSoftmaxGrad on an inner and the last axi
 
 TEST_CASE("grad ops: SoftmaxGrad on many rows (threads) equals a plain double loop") {
   // [192, 3, 300] along axis -1 (contiguous rows) and 1 (columns of a slab): enough elements for
-  // the threaded loop (kParallelMinElements); each dx against the formula evaluated in double.
+  // the threaded loop (parallel_min_elements()); each dx against the formula evaluated in double.
   Tensor dy = pattern({192, 3, 300}, 0.3, 1.5), y = pattern({192, 3, 300}, 0.9, 0.5);
-  REQUIRE(dy.numel() > kParallelMinElements);
+  REQUIRE(dy.numel() > parallel_min_elements());
   for (int64_t axis : {-1, 1}) {
     for (bool log : {false, true}) {
       CAPTURE(axis);

@@ -150,7 +150,7 @@ TEST_CASE("math: broadcast_map splits large broadcasts over threads correctly") 
   // Three inputs, an attention mask's way ([1, T, T] against [B, T, T], a scalar): runs of the
   // merged inner dims, chunked, split over threads.
   Tensor m(DType::f32, {1, 50, 40}), s = f32({}, {7}), x(DType::f32, {70, 50, 40}), z(DType::f32, {70, 50, 40});
-  REQUIRE(z.numel() > kParallelMinElements);
+  REQUIRE(z.numel() > parallel_min_elements());
   for (int64_t i = 0; i < m.numel(); ++i) m.as<float>()[i] = float(i % 97);
   for (int64_t i = 0; i < x.numel(); ++i) x.as<float>()[i] = float(i % 89);
   TensorRef rm = ref_of(m), rs = ref_of(s), rx = ref_of(x), rz = ref_of(z);

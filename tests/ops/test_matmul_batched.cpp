@@ -55,7 +55,7 @@ std::vector<T> reference(const Tensor& a, const Tensor& b, int64_t batch, int64_
 
 template <class T>
 void check_batched(DType dt, std::mt19937& rng) {
-  const int64_t m = 80, k = 80, n = 128;  // 6 or more batches: above kBlasSplitMinWork
+  const int64_t m = 80, k = 80, n = 128;  // 6 or more batches: above blas_split_min_work()
   struct Shapes {
     Shape a, b, y;
     int64_t batch;
