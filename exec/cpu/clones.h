@@ -28,6 +28,12 @@
 
 namespace onnxdp {
 
+// OMP_WAIT_POLICY=ACTIVE (any case) in the environment.
+inline bool openmp_threads_spin() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return policy && strcasecmp(policy, "active") == 0;
+}
+
 // Loops over more elements than parallel_min_elements() are split over the OpenMP threads;
 // smaller ones run on the calling thread. onnxdp's OpenMP threads wait passively unless
 // OMP_WAIT_POLICY says otherwise (exec/device.h), so a parallel region first wakes sleeping
@@ -40,11 +46,6 @@ namespace onnxdp {
 // setting, never on timing, so a run's results do not change from one start to the next.
 // (Spinning waits collapse when cores are shared: two tiny_lm runs at once took 436 ms per step
 // each with libgomp's default spin, against 4 ms waiting passively.)
-// OMP_WAIT_POLICY=ACTIVE (any case) in the environment.
-inline bool openmp_threads_spin() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  return policy && strcasecmp(policy, "active") == 0;
-}
 inline int64_t parallel_min_elements() {
   static const int64_t min_elements = openmp_threads_spin() ? int64_t(1) << 15 : int64_t(1) << 17;
   return min_elements;

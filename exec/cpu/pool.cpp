@@ -4,8 +4,8 @@
 #include <limits>
 #include <vector>
 
-#include "exec/cpu/pool_windows.h"
 #include "exec/cpu/clones.h"
+#include "exec/cpu/pool_windows.h"
 #include "exec/kernel.h"
 
 namespace onnxdp {
