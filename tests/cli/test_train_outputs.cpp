@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -54,6 +55,9 @@ TEST_CASE("cli: train --output-dir holds metrics, TensorBoard events, checkpoint
     CAPTURE(s);
     CHECK(contains(r.out, s));
   }
+  // The time reads in ms below a second, never as "0.0 s".
+  CHECK(std::regex_search(r.out, std::regex("done: 12 steps in ([0-9]+ ms|[0-9]+\\.[0-9] s), final loss")));
+  CHECK_FALSE(contains(r.out, "in 0.0 s"));
   // Evaluation at steps 5, 10 and the last one, in the metrics and in the output.
   auto lines = read_jsonl(out + "/metrics.jsonl");
   REQUIRE(lines.size() == 12);
