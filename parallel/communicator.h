@@ -27,7 +27,6 @@
 //     asynchronous collectives keep one order.
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>

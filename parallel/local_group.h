@@ -7,7 +7,6 @@
 // phase. Every wait obeys the timeout and the group's abort flag, so nothing hangs.
 #pragma once
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
