@@ -39,12 +39,10 @@ def prepare(name, workdir, batch, batches_of_data=4):
     return onnx_path, npz_path, params
 
 
-def thread_env(threads, wait_policy="passive"):
-    """The children's environment: T threads for OpenMP and the BLAS libraries, and OpenMP's wait
-    policy. libgomp's default (unset) spins up to ~300k iterations at every barrier and region end;
-    on a shared, loaded machine the spinning threads steal the cores the working ones need, and
-    both onnxdp and torch run 3-5x slower and far more erratically (bench/README.md). 'default'
-    leaves OMP_WAIT_POLICY as the caller's environment has it."""
+def thread_env(threads, wait_policy="default"):
+    """The children's environment: T threads for OpenMP, onnxdp and the BLAS libraries, and
+    OpenMP's wait policy, which only PyTorch's libgomp reads (onnxdp runs its own thread teams).
+    'default' leaves OMP_WAIT_POLICY as the caller's environment has it."""
     env = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[k] = str(threads)
@@ -54,8 +52,8 @@ def thread_env(threads, wait_policy="passive"):
 
 
 def add_wait_policy_option(ap):
-    ap.add_argument("--omp-wait-policy", choices=["passive", "active", "default"], default="passive",
-                    help="OMP_WAIT_POLICY for both children (default passive; 'default': as inherited)")
+    ap.add_argument("--omp-wait-policy", choices=["passive", "active", "default"], default="default",
+                    help="OMP_WAIT_POLICY for both children, read by PyTorch only ('default': as inherited)")
 
 
 # A forked child's peak RSS (ru_maxrss) includes the parent's resident pages at fork time, kept

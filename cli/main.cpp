@@ -11,7 +11,6 @@
 #include "graph/error.h"
 
 int main(int argc, char** argv) {
-  onnxdp::prefer_passive_openmp_wait(argv);
   using namespace onnxdp::cli;
   CLI::App app{"onnxdp: train ONNX models data-parallel across devices and machines"};
   app.require_subcommand(0, 1);

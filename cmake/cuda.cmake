@@ -11,10 +11,7 @@
 # gpu.cuda_check (label gpu too) runs suite "cuda": the check macros (tests/exec/test_cuda_check.cpp)
 # and the CUDA elementwise path emulated on the host, which need no GPU.
 
-# The host side reuses exec/cpu/broadcast.h's BroadcastLoop without OpenMP: its omp pragmas are
-# not for this library.
-target_compile_options(onnxdp_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-pragmas>
-                                           $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
+target_compile_options(onnxdp_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
 
 function(onnxdp_add_gpu_tests)
   if(NOT BUILD_TESTING OR NOT TARGET onnxdp_tests)

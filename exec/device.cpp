@@ -1,10 +1,10 @@
 #include "exec/device.h"
 
 #include "exec/cpu/blas.h"
+#include "exec/cpu/threads.h"
 #include "exec/device_backend.h"
 #include "graph/error.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -36,12 +36,6 @@ int env_int(const char* name) {
   return *end == '\0' && n > 0 && n < 1 << 20 ? int(n) : 0;
 }
 }  // namespace
-
-void prefer_passive_openmp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  // returns only when it failed: then run on as we are
-}
 
 int processes_on_host() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
@@ -133,7 +127,7 @@ int threads_per_replica(int replicas, int processes) {
 
 int use_replica_threads(int replicas, int processes) {
   const int each = threads_per_replica(replicas, processes);
-  omp_set_num_threads(each);  // this thread's parallel regions; BLAS runs on one (exec/cpu/blas.h)
+  set_cpu_threads(each);  // this thread's kernels; BLAS runs on one (exec/cpu/blas.h)
   return each;
 }
 

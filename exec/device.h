@@ -18,17 +18,11 @@ CudaInfo cuda_info();
 // (MPI ranks) share the machine: the cores split evenly, at least one each (OMP_NUM_THREADS, when
 // set, is the whole process's budget instead of the core count). Call it on each replica's thread
 // before it runs a plan. BLAS itself runs on one thread; the products split among the replica's
-// OpenMP threads (exec/cpu/blas.h). Returns the threads each replica gets.
+// thread team (exec/cpu/blas.h, exec/cpu/threads.h). Returns the threads each replica gets.
 int use_replica_threads(int replicas, int processes_on_host);
 // Call once on the main thread before CPU replicas start: readies BLAS for as many products at
 // once as the replicas' threads will run (blas_prepare, exec/cpu/blas.h).
 void prepare_cpu_replicas(int replicas, int processes_on_host);
-// OpenMP threads that wait for work by spinning (libgomp's default) starve the BLAS threads and
-// the other replicas whenever cores are shared (a loaded machine, several ranks or replicas per
-// host): a step then runs 10-20x slower. Unless OMP_WAIT_POLICY is set, this sets it to PASSIVE
-// and re-executes the program (libgomp reads it when it loads, before main), so call it first in
-// main. Set OMP_WAIT_POLICY=ACTIVE to keep spinning on a dedicated machine.
-void prefer_passive_openmp_wait(char** argv);
 // How many processes of this job run on this machine (the launcher's local size; 1 if none).
 int processes_on_host();
 // This process's index among them (the launcher's local rank; 0 if none).

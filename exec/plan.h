@@ -18,7 +18,6 @@ class DeviceBackend;  // exec/device_backend.h
 class Plan;
 
 struct PlanOptions {
-  int threads = 0;  // 0: OpenMP's default
   // Where the plan runs: nullptr is the host CPU. Plans of one replica share their device.
   std::shared_ptr<DeviceBackend> device;
   // On a device where every node has a kernel: the second run is recorded as one CUDA graph and

@@ -29,7 +29,7 @@ struct Profile {
 };
 
 // GFLOP/s of one single-precision GEMM of n x n x n through blas_gemm (split among this thread's
-// OpenMP threads, as the kernels' products are), the best of a few runs: the ceiling the
+// team, as the kernels' products are), the best of a few runs: the ceiling the
 // GEMM-shaped ops of a step can be held against.
 double blas_sgemm_gflops(int n = 512);
 

@@ -14,12 +14,12 @@
 #include <random>
 #include <regex>
 
-#include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "exec/cpu/threads.h"
 #include "exec/device.h"
 #include "exec/device_backend.h"
 #include "exec/plan.h"
@@ -960,7 +960,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
                1e3 * (device ? profile.after_run_seconds : profiled_optimizer) / double(profiled_steps),
                "whole step (wall)", 1e3 * profiled_wall / double(profiled_steps));
     fmt::print("BLAS alone on this machine: {:.1f} GFLOP/s (sgemm 512x512x512, {} threads)\n", blas_sgemm_gflops(),
-               omp_get_max_threads());
+               cpu_threads());
   }
 }
 

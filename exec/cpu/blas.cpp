@@ -1,15 +1,16 @@
-// blas_gemm (exec/cpu/blas.h): one-thread BLAS calls on blocks of C, split among OpenMP threads.
+// blas_gemm (exec/cpu/blas.h): one-thread BLAS calls on blocks of C, split among the thread team.
 #include "exec/cpu/blas.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
+#include <latch>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <vector>
 
-#include "exec/cpu/clones.h"  // openmp_threads_spin
+#include "exec/cpu/clones.h"  // parallel_for
 #include "graph/error.h"
 
 namespace onnxdp {
@@ -27,7 +28,7 @@ int ready_buffers = 0;
 void one_thread_blas() {
   // The first product of the process readies the buffers of its own threads, unless the replicas'
   // setup (prepare_cpu_replicas, exec/device.cpp) has readied them all already.
-  static const bool once = (blas_prepare(omp_in_parallel() ? 1 : omp_get_max_threads()), true);
+  static const bool once = (blas_prepare(in_thread_share() ? 1 : cpu_threads()), true);
   (void)once;
 }
 
@@ -56,29 +57,27 @@ void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
   one_thread_blas();
   const bool by_rows = m >= n;
   const int64_t dim = by_rows ? m : n;
-  int64_t parts = omp_in_parallel() ? 1 : std::min<int64_t>(omp_get_max_threads(), dim / kBlockAlign);
+  int64_t parts = in_thread_share() ? 1 : std::min<int64_t>(cpu_threads(), dim / kBlockAlign);
   if (m * n * k < blas_split_min_work()) parts = 1;
   if (parts <= 1) return call(ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
   const int64_t block = (dim + parts - 1) / parts + kBlockAlign - 1;
   const int64_t step = block - block % kBlockAlign;
-#pragma omp parallel for num_threads(int(parts)) schedule(static)
-  for (int64_t p = 0; p < parts; ++p) {
+  parallel_for(parts, true, [&](int64_t p) {
     const int64_t lo = p * step, hi = std::min(dim, lo + step);
-    if (lo >= hi) continue;
+    if (lo >= hi) return;
     if (by_rows)  // rows lo..hi of op(A) and C
       call(ta, tb, int(hi - lo), int(n), int(k), alpha, ta ? a + lo : a + lo * lda, int(lda), b, int(ldb), beta,
            c + lo * ldc, int(ldc));
     else  // columns lo..hi of op(B) and C
       call(ta, tb, int(m), int(hi - lo), int(k), alpha, a, int(lda), tb ? b + lo * ldb : b + lo, int(ldb), beta,
            c + lo, int(ldc));
-  }
+  });
 }
 
 }  // namespace
 
 int64_t blas_split_min_work() {
-  static const int64_t min_work = openmp_threads_spin() ? int64_t(1) << 19 : int64_t(1) << 22;
-  return min_work;
+  return int64_t(1) << 19;
 }
 
 void blas_prepare(int concurrent) {
@@ -90,13 +89,16 @@ void blas_prepare(int concurrent) {
   // not matter), C is each thread's own.
   const std::vector<float> ab(size_t(kReadyNK) * kReadyNK + size_t(kReadyM) * kReadyNK, 0.0f);
   std::vector<float> c(size_t(concurrent) * kReadyM * kReadyNK);
-#pragma omp parallel num_threads(concurrent)
-  {
-#pragma omp barrier
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kReadyM, kReadyNK, kReadyNK, 1.0f,
-                ab.data() + size_t(kReadyNK) * kReadyNK, kReadyNK, ab.data(), kReadyNK, 0.0f,
-                c.data() + size_t(omp_get_thread_num()) * kReadyM * kReadyNK, kReadyNK);
-  }
+  std::latch start(concurrent);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < concurrent; ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kReadyM, kReadyNK, kReadyNK, 1.0f,
+                  ab.data() + size_t(kReadyNK) * kReadyNK, kReadyNK, ab.data(), kReadyNK, 0.0f,
+                  c.data() + size_t(t) * kReadyM * kReadyNK, kReadyNK);
+    });
+  for (std::thread& t : threads) t.join();
   ready_buffers = concurrent;
 }
 

@@ -3,13 +3,13 @@
 //
 // BLAS runs on one thread, always; onnxdp threads a large product itself, splitting C into blocks
 // of rows (or of columns, when C is wider than tall), one BLAS call per block, among the calling
-// thread's OpenMP threads. Inside a parallel region (a batched product's batch loop, Conv's loop
-// over images, a replica's thread) a call runs whole on the thread that makes it.
+// thread's team (exec/cpu/threads.h). Inside a share of the team's work (a batched product's batch
+// loop, ConvGradFilter's loop over images) a call runs whole on the thread that makes it.
 //
 // Why not OpenBLAS's own threads: in Debian's pthreads build they keep spinning for a while after
-// every threaded call, holding cores that the OpenMP threads of the next kernels (elementwise ops,
-// the batched products' loop) then wait for. Measured on 2 cores: 64 products of [128, 32] x
-// [32, 128], two OpenMP threads each calling one-thread BLAS, ran at 16 GFLOP/s (no faster than
+// every threaded call, holding cores that the threads of the next kernels (elementwise ops, the
+// batched products' loop) then wait for. Measured on 2 cores: 64 products of [128, 32] x
+// [32, 128], two threads each calling one-thread BLAS, ran at 16 GFLOP/s (no faster than
 // one thread) after a threaded call and at 32 GFLOP/s without one; large products split here run
 // as fast as OpenBLAS's threading (65-74 GFLOP/s on gpt_small's Linear shapes).
 //
@@ -24,9 +24,9 @@
 
 namespace onnxdp {
 
-// Products of fewer multiply-adds than this run on one thread: 2^22 (8 MFLOP: 45-250 us on one
-// thread here, by the day's CPU), where splitting gains little more than waking a second thread
-// costs, or 2^19 when the OpenMP threads spin (parallel_min_elements(), exec/cpu/clones.h).
+// Products of fewer multiply-adds than this run on one thread: 2^19 (1 MFLOP: 6-30 us on one
+// thread here, by the day's CPU), where splitting gains little more than handing a share to an
+// awake helper costs (parallel_min_elements(), exec/cpu/clones.h).
 int64_t blas_split_min_work();
 
 // C [m, n] = alpha * op(A) [m, k] x op(B) [k, n] + beta * C, row-major; op(X) is X, or X stored

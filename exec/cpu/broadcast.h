@@ -7,7 +7,7 @@
 // inputs take a flat loop; everything else walks runs of the innermost (merged) dimension, with a
 // loop of its own for each way up to 3 inputs are read along a run (once or contiguously), so
 // that scalars, a bias or an attention mask vectorize as same-shape inputs do. Large outputs are
-// split over OpenMP threads.
+// split over the thread team (exec/cpu/threads.h).
 //
 // Examples:
 //   Add (f32):   broadcast_map<float, float, float>(c.out(0), fn::Add{}, c.in(0), c.in(1));
@@ -23,7 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include <omp.h>
 
 #include "exec/cpu/clones.h"  // ONNXDP_CPU_CLONES: the loops below are built for x86-64-v3 and the baseline
 #include "exec/kernel.h"
@@ -207,8 +206,8 @@ void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const
         auto body = [&](int64_t pos, int64_t len, const std::array<int64_t, N>& off, const std::array<int64_t, N>&) {
           run_masked<Z>(o + pos, len, f, ks, (std::get<K>(p) + off[K])...);
         };
-#pragma omp parallel for if (n > parallel_min_elements()) schedule(static)
-        for (int64_t c = 0; c < chunks; ++c) loop.run(c * chunk, std::min(n, (c + 1) * chunk), body);
+        parallel_for(chunks, n > parallel_min_elements(),
+                     [&](int64_t c) { loop.run(c * chunk, std::min(n, (c + 1) * chunk), body); });
       });
       return;
     }
@@ -217,8 +216,8 @@ void broadcast_map_impl(const TensorRef& out, const F& f, const std::array<const
     Storage<TOut>* oo = o + pos;
     for (int64_t j = 0; j < len; ++j) oo[j] = f(std::get<K>(p)[off[K] + j * inner[K]]...);
   };
-#pragma omp parallel for if (n > parallel_min_elements()) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) loop.run(c * chunk, std::min(n, (c + 1) * chunk), body);
+  parallel_for(chunks, n > parallel_min_elements(),
+               [&](int64_t c) { loop.run(c * chunk, std::min(n, (c + 1) * chunk), body); });
 }
 
 }  // namespace detail

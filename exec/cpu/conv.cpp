@@ -7,14 +7,15 @@
 //   col [Mg*K, Pin] = W_g^T [Mg*K, Cg] x x_g [Cg, Pin]
 //   y   [Mg, Pout] += col scattered to the output positions the taps hit.
 // Both use one table `tap_index` [K, P]: the flat spatial offset on the other side of each
-// (tap, position) pair, -1 where that falls into padding. OpenMP runs the (image, group) pairs in
-// parallel; with a single pair, blas_gemm splits the GEMM among the threads (exec/cpu/blas.h).
+// (tap, position) pair, -1 where that falls into padding. The thread team runs the (image, group)
+// pairs in parallel; with a single pair, blas_gemm splits the GEMM among the threads (exec/cpu/blas.h).
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "exec/cpu/blas.h"
+#include "exec/cpu/clones.h"
 #include "exec/cpu/in_float.h"
 #include "exec/kernel.h"
 
@@ -144,12 +145,11 @@ void conv(KernelCtx& c) {
   T* y = yr.as<T>();
   const int bm = blas_int(c, Mg), bn = blas_int(c, P), bk = blas_int(c, Cg * K);
 
-#pragma omp parallel for schedule(static) if (N * group > 1)
-  for (int64_t task = 0; task < N * group; ++task) {
+  parallel_for(N * group, N * group > 1, [&](int64_t task) {
     const int64_t img = task / group, gi = task % group;
-    const T* xg = x + (img * C + gi * Cg) * S;  // [Cg, S]
-    T* yg = y + (img * M + gi * Mg) * P;        // [Mg, P]
-    const T* wg = w + gi * Mg * Cg * K;         // [Mg, Cg*K]
+    const T* xg = x + (img * C + gi * Cg) * S;            // [Cg, S]
+    T* yg = y + (img * M + gi * Mg) * P;                  // [Mg, P]
+    const T* wg = w + gi * Mg * Cg * K;                   // [Mg, Cg*K]
     std::vector<T> col(direct ? 0 : size_t(Cg * K * P));  // [Cg*K, P]
     const T* colp = xg;
     if (!direct) {
@@ -164,7 +164,7 @@ void conv(KernelCtx& c) {
     if (bias)
       for (int64_t m = 0; m < Mg; ++m)
         for (int64_t p = 0; p < P; ++p) yg[m * P + p] += bias[gi * Mg + m];
-  }
+  });
 }
 
 template <class T>
@@ -203,8 +203,7 @@ void conv_transpose(KernelCtx& c) {
   T* y = yr.as<T>();
   const int bm = blas_int(c, Mg * K), bn = blas_int(c, Pin), bk = blas_int(c, Cg);
 
-#pragma omp parallel for schedule(static) if (N * group > 1)
-  for (int64_t task = 0; task < N * group; ++task) {
+  parallel_for(N * group, N * group > 1, [&](int64_t task) {
     const int64_t img = task / group, gi = task % group;
     const T* xg = x + (img * C + gi * Cg) * Pin;  // [Cg, Pin]
     const T* wg = w + gi * Cg * Mg * K;           // [Cg, Mg*K]
@@ -218,7 +217,7 @@ void conv_transpose(KernelCtx& c) {
       for (int64_t j = 0; j < K * Pin; ++j)
         if (idx[size_t(j)] >= 0) ym[idx[size_t(j)]] += cm[j];
     }
-  }
+  });
 }
 
 }  // namespace

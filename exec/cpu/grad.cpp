@@ -12,7 +12,6 @@
 //   SoftmaxCrossEntropyLossGrad / NegativeLogLikelihoodLossGrad  with weights, ignore_index and
 //                         reduction as the forward kernels (exec/cpu/nn.cpp)
 //   SoftmaxGrad / LogSoftmaxGrad  each row's sum (of dy * y, or of dy) in double, then dx in T
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -140,18 +139,16 @@ void conv_grad_filter(KernelCtx& c) {
   T* dw = dwr.as<T>();
   const int64_t wsize = dwr.numel;  // group * Mg * Cg * K
   const int bm = blas_int(c, Mg), bn = blas_int(c, Cg * K), bk = blas_int(c, P);
-  const int threads = N > 1 ? std::max(1, std::min<int>(omp_get_max_threads(), int(N))) : 1;
-  std::vector<T> partial(size_t(threads - 1) * size_t(wsize));
+  const int threads = int(std::min<int64_t>(in_thread_share() ? 1 : cpu_threads(), N));
+  std::vector<T> partial(size_t(std::max(0, threads - 1)) * size_t(wsize));
   std::fill(dw, dw + wsize, T(0));
   if (wsize == 0) return;
 
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int tid = omp_get_thread_num();
+  // Each thread sums its share of the images into its own buffer (thread 0 into dw).
+  split_rows(N, threads > 1, [&](int tid, int64_t lo, int64_t hi) {
     T* acc = tid == 0 ? dw : partial.data() + size_t(tid - 1) * size_t(wsize);
     std::vector<T> col(direct ? 0 : size_t(Cg * K * P));
-#pragma omp for schedule(static)
-    for (int64_t img = 0; img < N; ++img) {
+    for (int64_t img = lo; img < hi; ++img) {
       for (int64_t gi = 0; gi < group; ++gi) {
         const T* xg = x + (img * C + gi * Cg) * S;   // [Cg, S]
         const T* dyg = dy + (img * M + gi * Mg) * P;  // [Mg, P]
@@ -167,7 +164,7 @@ void conv_grad_filter(KernelCtx& c) {
         gemm(true, bm, bn, bk, dyg, bk, colp, bk, T(1), acc + gi * Mg * Cg * K, bn);
       }
     }
-  }
+  });
   for (int t = 1; t < threads; ++t) {
     const T* p = partial.data() + size_t(t - 1) * size_t(wsize);
     for (int64_t i = 0; i < wsize; ++i) dw[i] += p[i];
@@ -188,8 +185,7 @@ void max_pool_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   T* dx = dxr.as<T>();
   std::fill(dx, dx + dxr.numel, T(0));
-#pragma omp parallel for schedule(static) if (dxr.numel > parallel_min_elements())
-  for (int64_t plane = 0; plane < planes; ++plane) {
+  parallel_for(planes, dxr.numel > parallel_min_elements(), [&](int64_t plane) {
     const T* xp = x + plane * w.in_size;
     T* dxp = dx + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
@@ -199,7 +195,7 @@ void max_pool_grad(KernelCtx& c) {
       });
       if (best >= 0) dxp[best] += dy[plane * w.out_size + p];
     }
-  }
+  });
 }
 
 // dy [N, C, O..] -> dx [N, C, D..].
@@ -212,8 +208,7 @@ void average_pool_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   T* dx = dxr.as<T>();
   std::fill(dx, dx + dxr.numel, T(0));
-#pragma omp parallel for schedule(static) if (dxr.numel > parallel_min_elements())
-  for (int64_t plane = 0; plane < planes; ++plane) {
+  parallel_for(planes, dxr.numel > parallel_min_elements(), [&](int64_t plane) {
     T* dxp = dx + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
       const int64_t count = include_pad ? w.padded[size_t(p)] : w.taps(p);
@@ -221,7 +216,7 @@ void average_pool_grad(KernelCtx& c) {
       const T share = T(double(dy[plane * w.out_size + p]) / double(count));
       w.for_each_tap(p, [&](int64_t r) { dxp[r] += share; });
     }
-  }
+  });
 }
 
 // ---- normalisations ----------------------------------------------------------------------------
@@ -238,8 +233,7 @@ void batch_norm_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   const T* x = xr.as<T>();
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
-#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
-  for (int64_t ch = 0; ch < C; ++ch) {
+  parallel_for(C, xr.numel > parallel_min_elements(), [&](int64_t ch) {
     double s = 0;
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < S; ++i) s += double(x[(n * C + ch) * S + i]);
@@ -260,7 +254,7 @@ void batch_norm_grad(KernelCtx& c) {
       }
     if (c.has_out(1)) store(c.out(1), ch, sum_dy_xhat);
     if (c.has_out(2)) store(c.out(2), ch, sum_dy);
-    if (!dx) continue;
+    if (!dx) return;
     const double a = load(sr, ch) * inv, mean_dy = sum_dy / M, mean_dy_xhat = sum_dy_xhat / M;
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < S; ++i) {
@@ -268,7 +262,7 @@ void batch_norm_grad(KernelCtx& c) {
         const double xhat = (double(x[j]) - mu) * inv;
         dx[j] = T(a * (double(dy[j]) - mean_dy - xhat * mean_dy_xhat));
       }
-  }
+  });
 }
 
 // Scale (broadcasting to the normalised shape `norm`) expanded to [prod(norm)] doubles.
@@ -337,7 +331,7 @@ void layer_norm_grad(KernelCtx& c) {
   const T* x = xr.as<T>();
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
   const bool params = c.has_out(1) || c.has_out(2);
-  const int threads = std::max(1, omp_get_max_threads());
+  const int threads = cpu_threads();
   std::vector<double> dscale(params ? size_t(threads) * size_t(inner) : 0, 0.0);
   std::vector<double> dbias(dscale.size(), 0.0);
   split_rows(outer, dyr.numel > parallel_min_elements(), [&](int t, int64_t lo, int64_t hi) {
@@ -384,15 +378,14 @@ void gather_grad(KernelCtx& c) {
   std::fill(dx, dx + dxr.numel, T(0));
   constexpr int64_t kBlock = 256;
   const int64_t blocks = (inner + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (dyr.numel > parallel_min_elements())
-  for (int64_t t = 0; t < outer * blocks; ++t) {
+  parallel_for(outer * blocks, dyr.numel > parallel_min_elements(), [&](int64_t t) {
     const int64_t o = t / blocks, j0 = (t % blocks) * kBlock, j1 = std::min(inner, j0 + kBlock);
     for (int64_t i = 0; i < n; ++i) {
       const T* src = dy + (o * n + i) * inner;
       T* dst = dx + (o * dim + idx[size_t(i)]) * inner;
       for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
     }
-  }
+  });
 }
 
 // ---- losses ------------------------------------------------------------------------------------
@@ -447,15 +440,14 @@ void sce_grad(KernelCtx& c) {
   const LossGrad lg = loss_grad(c, c.in(0), c.in(2), 3, C);
   const T* x = sr.as<T>();
   T* dx = dxr.as<T>();
-#pragma omp parallel for schedule(static) if (sr.numel > parallel_min_elements())
-  for (int64_t i = 0; i < N * D; ++i) {
+  parallel_for(N * D, sr.numel > parallel_min_elements(), [&](int64_t i) {
     const int64_t n = i / D, d = i % D;
     const T* xi = x + n * C * D + d;  // class k at xi[k * D]
     T* dxi = dx + n * C * D + d;
     const int64_t l = lg.label[size_t(i)];
     if (l < 0) {
       for (int64_t k = 0; k < C; ++k) dxi[k * D] = T(0);
-      continue;
+      return;
     }
     double mx = -std::numeric_limits<double>::infinity();
     for (int64_t k = 0; k < C; ++k) mx = std::max(mx, double(xi[k * D]));
@@ -466,7 +458,7 @@ void sce_grad(KernelCtx& c) {
       const double p = std::exp(double(xi[k * D]) - mx) / s;
       dxi[k * D] = T(scale * (p - (k == l ? 1.0 : 0.0)));
     }
-  }
+  });
 }
 
 // dy, labels [N, D], x_shape [N, C, D], weights? -> dx with dx[n, label, d] = -w * g, 0 elsewhere.

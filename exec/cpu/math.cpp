@@ -1,7 +1,6 @@
 // CPU kernels of the math ops (see graph/op_table.h). The elementwise arithmetic lives in
 // exec/functors.h (shared with other backends); numpy broadcasting in exec/cpu/broadcast.h;
 // f32/f64 matrix products go to BLAS through blas_gemm (exec/cpu/blas.h).
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -165,8 +164,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
   if constexpr (kIsFloat<T>) {  // empty products and k = 0 included
     blas_gemm(ta, tb, m, n, k, T(alpha), a, lda, b, ldb, T(beta), y, n);
   } else {
-#pragma omp parallel for if (m * n * k > parallel_min_elements()) schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
+    parallel_for(m, m * n * k > parallel_min_elements(), [&](int64_t i) {
       for (int64_t j = 0; j < n; ++j) {
         T acc = T(0);
         for (int64_t p = 0; p < k; ++p) {
@@ -177,7 +175,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
         T prod = alpha == 1 ? acc : T(alpha * double(acc));
         y[i * n + j] = beta == 0 ? prod : T(prod + (beta == 1 ? y[i * n + j] : T(beta * double(y[i * n + j]))));
       }
-    }
+    });
   }
 }
 
@@ -223,11 +221,10 @@ void matmul(KernelCtx& c, bool ta, bool tb) {
   // Many small products (attention's [b, heads] of [t, d] x [d, t]): the threads split the batch,
   // each product whole on one thread (exec/cpu/blas.h), rather than every thread joining each
   // small product in turn. Worth it when the batch splits evenly enough among the threads.
-  const int threads = omp_get_max_threads();
+  const int threads = cpu_threads();
   const bool by_batch = threads > 1 && nbatch * m * n * k >= blas_split_min_work() &&
                         (nbatch % threads == 0 || nbatch >= 4 * int64_t(threads));
-#pragma omp parallel for schedule(static) if (by_batch)
-  for (int64_t bi = 0; bi < nbatch; ++bi) one(bi);
+  parallel_for(nbatch, by_batch, [&](int64_t bi) { one(bi); });
 }
 
 template <class T>

@@ -43,12 +43,11 @@ void dropout(KernelCtx& c, double ratio) {
   const uint32_t stream = philox_stream_id(c.node.name.c_str());
   const float threshold = float(ratio);
   const T scale = T(1.0 / (1.0 - ratio));
-#pragma omp parallel for schedule(static) if (n > parallel_min_elements())
-  for (int64_t j = 0; j < n; ++j) {
+  parallel_for(n, n > parallel_min_elements(), [&](int64_t j) {
     bool keep = dropout_uniform(seed, step, stream, base + uint64_t(j)) >= threshold;
     y[j] = keep ? T(x[j] * scale) : T(0);
     if (mask) mask[j] = keep;
-  }
+  });
 }
 
 // Which losses count and with what weight: labels [N, D] against scores [N, C, D].
@@ -116,8 +115,7 @@ void nll(KernelCtx& c, bool softmax) {
   const T* x = xr.as<T>();
   std::vector<double> picked(size_t(N * D), 0.0);
   T* log_prob = softmax && c.has_out(1) ? c.out(1).as<T>() : nullptr;
-#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
-  for (int64_t i = 0; i < N * D; ++i) {
+  parallel_for(N * D, xr.numel > parallel_min_elements(), [&](int64_t i) {
     const int64_t n = i / D, d = i % D;
     const T* xi = x + n * C * D + d;  // class k at xi[k * D]
     double lse = 0;
@@ -132,7 +130,7 @@ void nll(KernelCtx& c, bool softmax) {
     }
     const int64_t l = t.label[size_t(i)];
     if (l >= 0) picked[size_t(i)] = -t.weight[size_t(i)] * (double(xi[l * D]) - lse);
-  }
+  });
   reduce_loss<T>(c, t, picked);
 }
 

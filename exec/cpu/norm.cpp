@@ -54,8 +54,7 @@ void batch_norm(KernelCtx& c) {
 
   if (training) {
     std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
-#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
-    for (int64_t ch = 0; ch < C; ++ch) {
+    parallel_for(C, xr.numel > parallel_min_elements(), [&](int64_t ch) {
       double s = 0, ss = 0;
       for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < S; ++i) s += double(x[(n * C + ch) * S + i]);
@@ -67,7 +66,7 @@ void batch_norm(KernelCtx& c) {
         }
       batch_mean[size_t(ch)] = m;
       batch_var[size_t(ch)] = ss / double(N * S);
-    }
+    });
     for (int64_t ch = 0; ch < C; ++ch) {
       if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)] * momentum + batch_mean[size_t(ch)] * (1 - momentum));
       if (c.has_out(2))
@@ -83,13 +82,12 @@ void batch_norm(KernelCtx& c) {
     }
   }
 
-#pragma omp parallel for schedule(static) if (xr.numel > parallel_min_elements())
-  for (int64_t nc = 0; nc < N * C; ++nc) {
+  parallel_for(N * C, xr.numel > parallel_min_elements(), [&](int64_t nc) {
     const size_t ch = size_t(nc % C);
     const double a = scale[ch] / std::sqrt(var[ch] + eps);
     const double b = bias[ch] - mean[ch] * a;
     for (int64_t i = 0; i < S; ++i) y[nc * S + i] = T(double(x[nc * S + i]) * a + b);
-  }
+  });
 }
 
 // Element j of the normalised block [inner] from a tensor that broadcasts to `norm` (Scale, B).

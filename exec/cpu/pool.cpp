@@ -22,8 +22,7 @@ void max_pool(KernelCtx& c) {
   T* y = c.out(0).as<T>();
   int64_t* indices = c.has_out(1) ? c.out(1).as<int64_t>() : nullptr;
 
-#pragma omp parallel for schedule(static) if (c.in(0).numel > parallel_min_elements())
-  for (int64_t plane = 0; plane < planes; ++plane) {
+  parallel_for(planes, c.in(0).numel > parallel_min_elements(), [&](int64_t plane) {
     const T* xp = x + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
       T best = std::numeric_limits<T>::lowest();
@@ -44,7 +43,7 @@ void max_pool(KernelCtx& c) {
       }
       indices[plane * w.out_size + p] = at < 0 ? -1 : plane * w.in_size + at;
     }
-  }
+  });
 }
 
 template <class T>
@@ -55,8 +54,7 @@ void average_pool(KernelCtx& c) {
   const T* x = c.in(0).as<T>();
   T* y = c.out(0).as<T>();
 
-#pragma omp parallel for schedule(static) if (c.in(0).numel > parallel_min_elements())
-  for (int64_t plane = 0; plane < planes; ++plane) {
+  parallel_for(planes, c.in(0).numel > parallel_min_elements(), [&](int64_t plane) {
     const T* xp = x + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
       double sum = 0;
@@ -65,7 +63,7 @@ void average_pool(KernelCtx& c) {
       // A window entirely in padding (count_include_pad=0 with pads as large as the kernel) is 0/0.
       y[plane * w.out_size + p] = T(count > 0 ? sum / double(count) : std::nan(""));
     }
-  }
+  });
 }
 
 template <class T>
@@ -75,12 +73,11 @@ void global_average_pool(KernelCtx& c) {
   const int64_t size = planes ? xr.numel / planes : 0;
   const T* x = xr.as<T>();
   T* y = c.out(0).as<T>();
-#pragma omp parallel for schedule(static) if (c.in(0).numel > parallel_min_elements())
-  for (int64_t p = 0; p < planes; ++p) {
+  parallel_for(planes, c.in(0).numel > parallel_min_elements(), [&](int64_t p) {
     double s = 0;
     for (int64_t i = 0; i < size; ++i) s += double(x[p * size + i]);
     y[p] = T(s / double(size));
-  }
+  });
 }
 
 }  // namespace

@@ -4,11 +4,10 @@
 // and merging neighbours of the same kind (reducing the last two dims of [B, C, H, W] walks
 // K = [B*C], R = [H*W]). Output element o reduces the R-space at the input offset of o's K
 // coordinates. Floats accumulate in double, integers and bools in int64. Many outputs are split
-// over OpenMP threads; few outputs with a large R-space split the R-space instead, and combine the
+// over the thread team; few outputs with a large R-space split the R-space instead, and combine the
 // per-thread partial results in a fixed order (so a run is reproducible for a thread count).
 // Two fast paths (see reduce()) cover the common layouts of training graphs: a wide contiguous
 // kept block (bias gradients) and a sum over one contiguous reduced dim (Softmax backward).
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -102,7 +101,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   };
 
   const bool parallel = n_out * n_red > parallel_min_elements();
-  const int threads = omp_get_max_threads();
+  const int threads = cpu_threads();
 
   // Fast path 1: the innermost kept dim is contiguous (stride 1) and wide, e.g. a bias gradient
   // ([rows, n] -> [n]). The generic loop walks each output's R-space down a column (a strided,
@@ -119,12 +118,10 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
       (!parallel || threads == 1 || n_tasks >= 2 * int64_t(threads))) {
     const int64_t n = n_inner;
     const bool par = parallel && threads > 1 && n_tasks > 1;
-#pragma omp parallel if (par)
-    {
+    split_rows(n_tasks, par, [&](int, int64_t lo, int64_t hi) {
       std::vector<A> acc(static_cast<size_t>(w));
       std::vector<int64_t> idx(static_cast<size_t>(nr));
-#pragma omp for schedule(static)
-      for (int64_t task = 0; task < n_tasks; ++task) {
+      for (int64_t task = lo; task < hi; ++task) {
         const int64_t ob = task / n_blocks, c0 = (task % n_blocks) * w, cw = std::min(w, n - c0);
         const T* base = src + base_of(ob * n) + c0;
         std::fill(acc.begin(), acc.begin() + cw, init);
@@ -142,7 +139,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
         }
         for (int64_t c = 0; c < cw; ++c) store(ob * n + c0 + c, acc[size_t(c)]);
       }
-    }
+    });
     return;
   }
 
@@ -154,8 +151,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   // depend on the thread count. Floats still accumulate in double.
   if constexpr (K != ReduceKind::max && E::kind == ElemKind::floating) {
     if (nr == 1 && row_stride == 1 && row >= 32 && (n_out >= 4 * int64_t(threads) || !parallel || threads == 1)) {
-#pragma omp parallel for if (parallel) schedule(static)
-      for (int64_t o = 0; o < n_out; ++o) {
+      parallel_for(n_out, parallel, [&](int64_t o) {
         const T* p = src + base_of(o);
         double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int64_t t = 0;
@@ -164,23 +160,22 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
         double acc = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
         for (; t < row; ++t) acc += load(p[t]);
         store(o, acc);
-      }
+      });
       return;
     }
   }
 
   if (!parallel || n_out >= 4 * int64_t(threads) || threads == 1) {
-#pragma omp parallel for if (parallel) schedule(static)
-    for (int64_t o = 0; o < n_out; ++o) store(o, partial(base_of(o), 0, n_red));
+    parallel_for(n_out, parallel, [&](int64_t o) { store(o, partial(base_of(o), 0, n_red)); });
     return;
   }
   // Few outputs, much to reduce: split each output's R-space into one chunk per thread.
   std::vector<A> parts(static_cast<size_t>(threads));
   for (int64_t o = 0; o < n_out; ++o) {
     const int64_t base = base_of(o), chunk = (n_red + threads - 1) / threads;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < threads; ++t)
+    parallel_for(threads, true, [&](int64_t t) {
       parts[size_t(t)] = partial(base, std::min(n_red, t * chunk), std::min(n_red, (t + 1) * chunk));
+    });
     A acc = init;
     for (A p : parts) acc = combine(acc, p);
     store(o, acc);

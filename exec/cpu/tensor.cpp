@@ -3,8 +3,8 @@
 // Most of these ops only move elements: they copy them as unsigned integers of the element's
 // size (dispatch_bytes), whatever the dtype. The output shapes come from the shape rules; the
 // per-dim arithmetic a kernel needs beyond them (Slice's starts, Pad's amounts ...) comes from the
-// helpers the shape rules use (graph/shape_helpers.h). No exception is thrown inside an OpenMP
-// region: arguments are checked before the parallel loops.
+// helpers the shape rules use (graph/shape_helpers.h). Arguments are checked before the
+// parallel loops (an exception thrown in a share waits for the other shares to end).
 #include <cstring>
 
 #include "exec/cpu/broadcast.h"
@@ -66,8 +66,7 @@ void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides
     const int64_t rows2 = dims[size_t(r - 2)], outer = numel / (rows2 * row);
     constexpr int64_t kTile = 32;
     const int64_t ta = (rows2 + kTile - 1) / kTile, tb = (row + kTile - 1) / kTile, per = ta * tb;
-#pragma omp parallel for if (numel > parallel_min_elements()) schedule(static)
-    for (int64_t t = 0; t < outer * per; ++t) {
+    parallel_for(outer * per, numel > parallel_min_elements(), [&](int64_t t) {
       const int64_t o = t / per, a0 = (t % per) / tb * kTile, b0 = (t % per) % tb * kTile;
       int64_t rest = o, off = base;
       for (int d = r - 3; d >= 0; --d) {
@@ -78,7 +77,7 @@ void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides
       const int64_t a1 = std::min(a0 + kTile, rows2), b1 = std::min(b0 + kTile, row);
       for (int64_t a = a0; a < a1; ++a)
         for (int64_t b = b0; b < b1; ++b) om[a * row + b] = in[off + a + b * inner];
-    }
+    });
     return;
   }
   // Threads take chunks of rows; within a chunk the input offset of the next row is carried
@@ -86,8 +85,7 @@ void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides
   // elements for attention's [b, t, heads, d] -> [b, heads, t, d]).
   constexpr int64_t kChunk = 256;
   const int64_t chunks = (rows + kChunk - 1) / kChunk;
-#pragma omp parallel for if (numel > parallel_min_elements()) schedule(static)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  parallel_for(chunks, numel > parallel_min_elements(), [&](int64_t ch) {
     const int64_t i0 = ch * kChunk, i1 = std::min(rows, i0 + kChunk);
     std::vector<int64_t> coord(size_t(r), 0);
     int64_t rest = i0, off = base;
@@ -111,7 +109,7 @@ void strided_copy(const U* in, U* out, Shape shape, std::vector<int64_t> strides
         coord[size_t(d)] = 0;
       }
     }
-  }
+  });
 }
 
 void strided_copy(const TensorRef& in, const TensorRef& out, const Shape& shape, const std::vector<int64_t>& strides,
@@ -124,13 +122,12 @@ void strided_copy(const TensorRef& in, const TensorRef& out, const Shape& shape,
 // Element type conversion: integers and bools go through int64 (exact), floats through double.
 template <class S, class D>
 void cast_elems(const typename S::T* in, typename D::T* out, int64_t n) {
-#pragma omp parallel for if (n > parallel_min_elements()) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n > parallel_min_elements(), [&](int64_t i) {
     if constexpr (S::kind == ElemKind::floating)
       out[i] = D::from_f64(S::to_f64(in[i]));
     else
       out[i] = D::from_i64(S::to_i64(in[i]));
-  }
+  });
 }
 
 }  // namespace
@@ -190,8 +187,8 @@ void Concat_forward(KernelCtx& c) {
     const size_t block = size_t(in.dim(int(axis)) * inner) * es;
     const auto* src = static_cast<const uint8_t*>(in.data);
     auto* dst = static_cast<uint8_t*>(out.data) + offset;
-#pragma omp parallel for if (out.numel > parallel_min_elements()) schedule(static)
-    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + size_t(o) * out_block, src + size_t(o) * block, block);
+    parallel_for(outer, out.numel > parallel_min_elements(),
+                 [&](int64_t o) { std::memcpy(dst + size_t(o) * out_block, src + size_t(o) * block, block); });
     offset += block;
   }
 }
@@ -215,8 +212,8 @@ void Split_forward(KernelCtx& c) {
     const size_t block = size_t(out.dim(int(axis)) * inner) * es;
     const auto* src = static_cast<const uint8_t*>(in.data) + offset;
     auto* dst = static_cast<uint8_t*>(out.data);
-#pragma omp parallel for if (in.numel > parallel_min_elements()) schedule(static)
-    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + size_t(o) * block, src + size_t(o) * in_block, block);
+    parallel_for(outer, in.numel > parallel_min_elements(),
+                 [&](int64_t o) { std::memcpy(dst + size_t(o) * block, src + size_t(o) * in_block, block); });
     offset += block;
   }
 }
@@ -258,11 +255,10 @@ void Gather_forward(KernelCtx& c) {
   const size_t row = size_t(inner) * dtype_size(data.dtype);
   const auto* src = static_cast<const uint8_t*>(data.data);
   auto* dst = static_cast<uint8_t*>(out.data);
-#pragma omp parallel for if (out.numel > parallel_min_elements()) schedule(static)
-  for (int64_t k = 0; k < outer * n; ++k) {
+  parallel_for(outer * n, out.numel > parallel_min_elements(), [&](int64_t k) {
     const int64_t o = k / n, i = k % n;
     std::memcpy(dst + size_t(k) * row, src + size_t(o * dim + idx[size_t(i)]) * row, row);
-  }
+  });
 }
 
 void Expand_forward(KernelCtx& c) {
@@ -346,8 +342,7 @@ void Pad_forward(KernelCtx& c) {
     const U* src = in.as<const U>();
     U* dst = out.as<U>();
     const auto& last = map[size_t(r - 1)];
-#pragma omp parallel for if (out.numel > parallel_min_elements()) schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
+    parallel_for(rows, out.numel > parallel_min_elements(), [&](int64_t i) {
       U* o = dst + i * row;
       int64_t rest = i, off = 0;
       bool border = false;
@@ -359,10 +354,10 @@ void Pad_forward(KernelCtx& c) {
       }
       if (border) {
         for (int64_t j = 0; j < row; ++j) o[j] = value;
-        continue;
+        return;
       }
       for (int64_t j = 0; j < row; ++j) o[j] = last[size_t(j)] < 0 ? value : src[off + last[size_t(j)]];
-    }
+    });
   });
 }
 
@@ -378,14 +373,13 @@ void Trilu_forward(KernelCtx& c) {
   dispatch_bytes(dtype_size(in.dtype), [&]<class U>() {
     const U* src = in.as<const U>();
     U* dst = out.as<U>();
-#pragma omp parallel for if (in.numel > parallel_min_elements()) schedule(static)
-    for (int64_t m = 0; m < mats * rows; ++m) {
+    parallel_for(mats * rows, in.numel > parallel_min_elements(), [&](int64_t m) {
       const int64_t i = m % rows;
       for (int64_t j = 0; j < cols; ++j) {
         const bool keep = upper ? j - i >= k : j - i <= k;
         dst[m * cols + j] = keep ? src[m * cols + j] : U(0);
       }
-    }
+    });
   });
 }
 

@@ -13,7 +13,7 @@
 // integers and bools exactly.
 //
 // Each case runs in a child process, so a crash or a hang in one kernel is reported as that case's
-// failure and the run goes on. The parent never runs a kernel (no OpenMP before fork).
+// failure and the run goes on. The parent never runs a kernel (no thread team before fork).
 //
 // The last lines are `N passed, N failed, N skipped` and the pass rate over the cases of claimed
 // ops, passed / (passed + failed + excluded). Exit 1 on any failure or a pass rate below 95 %.

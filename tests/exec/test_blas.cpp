@@ -1,10 +1,9 @@
-// blas_gemm (exec/cpu/blas.h): products split into row or column blocks among OpenMP threads equal
+// blas_gemm (exec/cpu/blas.h): products split into row or column blocks among the thread team equal
 // the definition, for every transpose pair, alpha / beta, a C that is a block of a wider matrix,
 // block edges that are not multiples of the alignment, 1 to 3 threads, and inside a parallel
 // region; and after blas_prepare has readied BLAS's buffers. The operands are small integers, so every sum is exact and the check is equality.
 #include <doctest/doctest.h>
 #include <cblas.h>
-#include <omp.h>
 
 #include <strings.h>
 
@@ -15,6 +14,7 @@
 
 #include "exec/cpu/blas.h"
 #include "exec/cpu/clones.h"
+#include "exec/cpu/threads.h"
 
 using namespace onnxdp;
 
@@ -59,12 +59,12 @@ int64_t mismatches(Dims d, bool ta, bool tb, double alpha, double beta, std::mt1
 
 TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the definition") {
   std::mt19937 rng(11);
-  const int before = omp_get_max_threads();
+  const int before = cpu_threads();
   // Above the split threshold: tall (split by rows), wide (by columns), and uneven edges.
   const Dims dims[] = {{300, 140, 120}, {80, 602, 100}, {1000, 17, 264}, {33, 1000, 136}};
   for (Dims d : dims) REQUIRE(d.m * d.n * d.k >= blas_split_min_work());
   for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
+    set_cpu_threads(threads);
     for (Dims d : dims)
       for (bool ta : {false, true})
         for (bool tb : {false, true})
@@ -79,17 +79,23 @@ TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the 
             CHECK(mismatches<double>(d, ta, tb, 1.0, beta, rng) == 0);
           }
   }
-  omp_set_num_threads(before);
+  set_cpu_threads(before);
   CHECK(openblas_get_num_threads() == 1);  // BLAS itself stays on one thread
 }
 
-TEST_CASE("blas_gemm: inside a parallel region each call runs whole on its thread") {
+TEST_CASE("blas_gemm: inside a share of the team's work each call runs whole on its thread") {
   std::mt19937 rng(12);
   std::vector<int64_t> bad(4, -1);
   std::vector<std::mt19937> rngs;
   for (int t = 0; t < 4; ++t) rngs.emplace_back(rng());
-#pragma omp parallel for num_threads(2)
-  for (int t = 0; t < 4; ++t) bad[size_t(t)] = mismatches<float>({150, 70, 60}, t % 2 == 1, t >= 2, 1.0, 1.0, rngs[size_t(t)]);
+  const int before = cpu_threads();
+  set_cpu_threads(2);
+  REQUIRE(int64_t(300) * 140 * 120 >= blas_split_min_work());  // would split outside a share
+  parallel_for(4, true, [&](int64_t t) {
+    REQUIRE(in_thread_share());
+    bad[size_t(t)] = mismatches<float>({300, 140, 120}, t % 2 == 1, t >= 2, 1.0, 1.0, rngs[size_t(t)]);
+  });
+  set_cpu_threads(before);
   for (int64_t b : bad) CHECK(b == 0);
 }
 
@@ -111,25 +117,4 @@ TEST_CASE("blas_prepare: readying buffers keeps BLAS on one thread and products 
   CHECK(openblas_get_num_threads() == 1);
   CHECK(mismatches<float>({150, 70, 60}, false, true, 1.0, 0.0, rng) == 0);
   CHECK(mismatches<float>({64, 128, 256}, true, false, 1.0, 1.0, rng) == 0);
-}
-
-TEST_CASE("thread thresholds: passive waits (the test runner's) take the higher ones, ACTIVE in any case spins") {
-  // The runner re-executes itself with OMP_WAIT_POLICY=PASSIVE unless it was set (tests/main.cpp).
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  REQUIRE(policy != nullptr);
-  const std::string saved = policy;
-  const bool spin = strcasecmp(policy, "active") == 0;
-  CHECK(parallel_min_elements() == (spin ? int64_t(1) << 15 : int64_t(1) << 17));
-  CHECK(blas_split_min_work() == (spin ? int64_t(1) << 19 : int64_t(1) << 22));
-  for (const char* v : {"ACTIVE", "active", "Active"}) {
-    setenv("OMP_WAIT_POLICY", v, 1);
-    CHECK(openmp_threads_spin());
-  }
-  for (const char* v : {"PASSIVE", "passive", ""}) {
-    setenv("OMP_WAIT_POLICY", v, 1);
-    CHECK_FALSE(openmp_threads_spin());
-  }
-  unsetenv("OMP_WAIT_POLICY");
-  CHECK_FALSE(openmp_threads_spin());
-  setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
 }

@@ -8,7 +8,6 @@
 // plain loop of their arithmetic, bit for bit: the kernels' x86-64-v3 clones compute what the
 // baseline code does.
 #include <doctest/doctest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "exec/cpu/row_sum.h"
+#include "exec/cpu/threads.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
 
@@ -83,13 +83,13 @@ void check_transpose(DType dt, const Shape& s, const std::vector<int64_t>& perm)
                          << perm.back() << " dtype " << std::string(dtype_name(dt)));
   Tensor x = filled<T>(dt, s, 0.1);
   Tensor want = transpose_ref<T>(x, perm);
-  const int before = omp_get_max_threads();
+  const int before = cpu_threads();
   for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
+    set_cpu_threads(threads);
     Tensor got = run_op(Op::Transpose, {x}, {{"perm", perm}})[0];
     CHECK(same_bytes(got, want));
   }
-  omp_set_num_threads(before);
+  set_cpu_threads(before);
 }
 
 // ---- binary ops -------------------------------------------------------------------------------
@@ -148,13 +148,13 @@ void check_binary(DType dt, Op op, const Shape& sa, const Shape& sb) {
                      << std::string(dtype_name(dt)));
   Tensor a = filled<T>(dt, sa, 0.2), b = filled<T>(dt, sb, 1.3);
   Tensor want = binary_ref<T>(op, a, b, bshape(sa, sb));
-  const int before = omp_get_max_threads();
+  const int before = cpu_threads();
   for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
+    set_cpu_threads(threads);
     Tensor got = run_op(op, {a, b}, {}, 1, 2)[0];
     CHECK(same_bytes(got, want));
   }
-  omp_set_num_threads(before);
+  set_cpu_threads(before);
 }
 
 }  // namespace
@@ -246,12 +246,12 @@ void check_where(DType dt, const Shape& sc, const Shape& sx, const Shape& sy) {
   Tensor want(dt, os);
   for (int64_t i = 0; i < numel_of(os); ++i)
     want.as<T>()[i] = c.as<bool>()[offset_in(sc, os, i)] ? x.as<T>()[offset_in(sx, os, i)] : y.as<T>()[offset_in(sy, os, i)];
-  const int before = omp_get_max_threads();
+  const int before = cpu_threads();
   for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
+    set_cpu_threads(threads);
     CHECK(same_bytes(run_op(Op::Where, {c, x, y}, {}, 1, 2)[0], want));
   }
-  omp_set_num_threads(before);
+  set_cpu_threads(before);
 }
 
 }  // namespace
@@ -271,9 +271,9 @@ TEST_CASE("Where, Not, Equal and Greater read and write bools as bytes on every 
     check_where<int64_t>(DType::i64, sc, sx, sy);
     check_where<bool>(DType::boolean, sc, sx, sy);
   }
-  const int before = omp_get_max_threads();
+  const int before = cpu_threads();
   for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
+    set_cpu_threads(threads);
     CAPTURE(threads);
     Tensor a = bools({600, 257}, 8), b = bools({257}, 9), x = filled<float>(DType::f32, {600, 257}, 0.7);
     Tensor not_a = run_op(Op::Not, {a})[0], a_eq_b = run_op(Op::Equal, {a, b})[0];
@@ -286,7 +286,7 @@ TEST_CASE("Where, Not, Equal and Greater read and write bools as bytes on every 
     }
     CHECK(bad == 0);
   }
-  omp_set_num_threads(before);
+  set_cpu_threads(before);
 }
 
 namespace {

@@ -2,10 +2,10 @@
 // BLAS) and the one-GEMM path for a weight shared by every batch, against a plain triple loop.
 #include <doctest/doctest.h>
 #include <cblas.h>
-#include <omp.h>
 
 #include <random>
 
+#include "exec/cpu/threads.h"
 #include "exec/kernel.h"
 
 using namespace onnxdp;
@@ -80,14 +80,14 @@ void check_batched(DType dt, std::mt19937& rng) {
 
 TEST_CASE("math: MatMul: batches split among threads match the definition, BLAS stays on one thread") {
   std::mt19937 rng(7);
-  const int omp_before = omp_get_max_threads();
+  const int threads_before = cpu_threads();
   for (int threads : {1, 2, 3}) {
     INFO(threads << " threads");
-    omp_set_num_threads(threads);
+    set_cpu_threads(threads);
     check_batched<float>(DType::f32, rng);
     check_batched<double>(DType::f64, rng);
     check_batched<int64_t>(DType::i64, rng);
     CHECK(openblas_get_num_threads() == 1);  // onnxdp threads the products (exec/cpu/blas.h)
   }
-  omp_set_num_threads(omp_before);
+  set_cpu_threads(threads_before);
 }

@@ -3,12 +3,12 @@
 // (Softmax backward). Each is compared with a plain double-precision loop, for f32 and f64, on 1
 // and 2 threads; the results must not depend on the thread count.
 #include <doctest/doctest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <map>
 #include <set>
 
+#include "exec/cpu/threads.h"
 #include "exec/kernel.h"
 
 #include "tests/ops/op_test_util.h"
@@ -65,13 +65,13 @@ void check_case(DType dt, const Shape& s, const std::vector<int64_t>& axes, Op o
   Tensor x = filled<T>(dt, s);
   const std::set<int64_t> ax(axes.begin(), axes.end());
   const std::vector<double> want = reference(x.to_f64(), s, ax, op);
-  const int before = omp_get_max_threads();
+  const int before = cpu_threads();
   std::vector<std::vector<double>> got;
   for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
+    set_cpu_threads(threads);
     got.push_back(run_op(op, {x, ints(axes)}, {{"keepdims", int64_t(0)}})[0].to_f64());
   }
-  omp_set_num_threads(before);
+  set_cpu_threads(before);
   REQUIRE(got[0].size() == want.size());
   CHECK(got[0] == got[1]);  // bit-identical whatever the thread count
   int64_t bad = 0;

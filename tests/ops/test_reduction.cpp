@@ -70,7 +70,7 @@ TEST_CASE("Reductions over an empty set, and NaN in ReduceMax") {
   check(run_op(Op::ReduceMax, {make(DType::f32, {2, 3}, {1, NAN, 2, 3, 4, 5}), ints({1})})[0], DType::f32, {2, 1}, {NAN, 5});
 }
 
-TEST_CASE("Reductions of large tensors (the OpenMP paths)") {
+TEST_CASE("Reductions of large tensors (the paths split over threads)") {
   Tensor l = large();
   // L.sum(dtype=np.float64), L.max()
   check(run_op(Op::ReduceSum, {l})[0], DType::f32, {1, 1}, {-6.0});
