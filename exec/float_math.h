@@ -13,15 +13,19 @@
 #include <cstdint>
 #include <cstring>
 
+// Always inlined: GCC inlines no plain function of the default target into a loop built for
+// another (exec/cpu/clones.h's x86-64-v3 clones), and a call per element keeps the loop scalar.
+#define ONNXDP_FM_INLINE __attribute__((always_inline)) inline
+
 namespace onnxdp::fm {
 
 // Bit moves (memcpy, which compilers turn into register moves; also under nvcc's host pass).
-inline int32_t bits_of(float v) {
+ONNXDP_FM_INLINE int32_t bits_of(float v) {
   int32_t i;
   std::memcpy(&i, &v, sizeof i);
   return i;
 }
-inline float float_of(int32_t i) {
+ONNXDP_FM_INLINE float float_of(int32_t i) {
   float v;
   std::memcpy(&v, &i, sizeof v);
   return v;
@@ -30,7 +34,7 @@ inline float float_of(int32_t i) {
 // e^x = 2^n e^r with n = round(x / ln2) and r = x - n ln2 (ln2 in two parts, so n * ln2_hi is
 // exact), |r| <= ln2 / 2; e^r by a degree-6 polynomial; 2^n applied as two powers of two, so that
 // n from -150 to 128 (subnormal results, overflow to inf) needs no branch.
-inline float exp_f32(float x) {
+ONNXDP_FM_INLINE float exp_f32(float x) {
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  // beyond: 0 and inf; NaN passes
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: t's low mantissa bits hold round(x / ln2)
   const float t = xc * 1.44269504f + kShift;
@@ -46,7 +50,7 @@ inline float exp_f32(float x) {
 
 // erf(x) = x P(x^2) / Q(x^2) on |x| <= 4, a rational fit (relative error 2e-9 in float64); beyond
 // 4, erf is +-1 in float32. Odd by construction: x^2 is the same for +-x.
-inline float erf_f32(float x) {
+ONNXDP_FM_INLINE float erf_f32(float x) {
   const float xc = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);  // NaN passes
   const float t = xc * xc;
   const float p =

@@ -24,9 +24,9 @@ namespace onnxdp::fn {
 
 // Float math by overload; double versions for f64. (std:: overloads are not all device-callable.)
 namespace m {
-// float exp and erf: on the host, exec/float_math.h's straight-line versions, so elementwise loops
-// vectorize (exp within 1 float32 step of the exact value, erf within 8); on the device, CUDA's own.
-ONNXDP_HD inline float exp(float x) {
+// float exp and erf: on the host, exec/float_math.h's straight-line versions, always inlined, so
+// elementwise loops vectorize (exp within 1 float32 step of the exact value, erf within 8); on the device, CUDA's own.
+ONNXDP_HD ONNXDP_FM_INLINE float exp(float x) {
 #if defined(__CUDA_ARCH__)
   return ::expf(x);
 #else
@@ -42,7 +42,7 @@ ONNXDP_HD inline float sqrt(float x) { return ::sqrtf(x); }
 ONNXDP_HD inline double sqrt(double x) { return ::sqrt(x); }
 ONNXDP_HD inline float tanh(float x) { return ::tanhf(x); }
 ONNXDP_HD inline double tanh(double x) { return ::tanh(x); }
-ONNXDP_HD inline float erf(float x) {
+ONNXDP_HD ONNXDP_FM_INLINE float erf(float x) {
 #if defined(__CUDA_ARCH__)
   return ::erff(x);
 #else
