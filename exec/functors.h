@@ -24,8 +24,9 @@ namespace onnxdp::fn {
 
 // Float math by overload; double versions for f64. (std:: overloads are not all device-callable.)
 namespace m {
-// float exp and erf: on the host, exec/float_math.h's straight-line versions, always inlined, so
-// elementwise loops vectorize (exp within 1 float32 step of the exact value, erf within 8); on the device, CUDA's own.
+// float exp, erf and tanh: on the host, exec/float_math.h's straight-line versions, always inlined,
+// so elementwise loops vectorize (exp within 1 float32 step of the exact value, erf within 8, tanh
+// within 2); on the device, CUDA's own.
 ONNXDP_HD ONNXDP_FM_INLINE float exp(float x) {
 #if defined(__CUDA_ARCH__)
   return ::expf(x);
@@ -40,7 +41,13 @@ ONNXDP_HD inline float log1p(float x) { return ::log1pf(x); }
 ONNXDP_HD inline double log1p(double x) { return ::log1p(x); }
 ONNXDP_HD inline float sqrt(float x) { return ::sqrtf(x); }
 ONNXDP_HD inline double sqrt(double x) { return ::sqrt(x); }
-ONNXDP_HD inline float tanh(float x) { return ::tanhf(x); }
+ONNXDP_HD ONNXDP_FM_INLINE float tanh(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::tanhf(x);
+#else
+  return fm::tanh_f32(x);
+#endif
+}
 ONNXDP_HD inline double tanh(double x) { return ::tanh(x); }
 ONNXDP_HD ONNXDP_FM_INLINE float erf(float x) {
 #if defined(__CUDA_ARCH__)

@@ -19,7 +19,7 @@ class Plan;
 
 struct PlanOptions {
   // Where the plan runs: nullptr is the host CPU. Plans of one replica share their device.
-  std::shared_ptr<DeviceBackend> device;
+  std::shared_ptr<DeviceBackend> device = nullptr;
   // On a device where every node has a kernel: the second run is recorded as one CUDA graph and
   // later runs replay it (the inputs, parameters and RunScalars are uploaded before; Dropout reads
   // the step there). False: every run launches node by node.

@@ -6,7 +6,8 @@ prints them as C++ float literals. Near-minimax: least squares on Chebyshev node
 
 exp:  e^r on |r| <= ln2 / 2, degree 6, in r.
 erf:  x P(x^2) / Q(x^2) on |x| <= 4, P of degree 6, Q of degree 5 (beyond 4, erf is 1 in float32).
-The fit is relative to erf; its float64 error is printed.
+tanh: x + x^3 P(x^2) on |x| < 0.625, P of degree 4 (beyond, the header uses 1 - 2 / (e^2|x| + 1)).
+The erf and tanh fits are relative to the function; their float64 errors are printed.
 The header's test checks the float32 results against double-precision exp / erf over a sweep.
 """
 import math
@@ -53,3 +54,18 @@ for _ in range(30):
     w = w * (1 + err / err.max())
 show("erf P, in t = x^2", p, err.max())
 show("erf Q, in t = x^2", q, err.max())
+
+# tanh(x) ~ x + x t P(t), t = x^2, on 0 < x < 0.625: least squares on (tanh(x) - x) relative to
+# tanh, Lawson-weighted as above.
+c = 0.625
+x = np.concatenate([c * (np.cos(np.pi * (np.arange(n) + 0.5) / n) + 1) / 2, np.linspace(1e-4, c, n)])
+x = x[x >= 1e-4]
+t, f = x * x, np.tanh(x)
+w = np.ones_like(x)
+for _ in range(40):
+    a = (x * t)[:, None] * t[:, None] ** np.arange(5)
+    scale = w / f
+    p = np.linalg.lstsq(a * scale[:, None], (f - x) * scale, rcond=None)[0]
+    err = np.abs(x + x * t * np.polynomial.polynomial.polyval(t, p) - f) / f
+    w = w * (1 + err / err.max())
+show("tanh P, in t = x^2", p, err.max())

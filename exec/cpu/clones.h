@@ -4,6 +4,10 @@
 // keeps multiply-adds from being fused, and GCC vectorizes no floating-point sum in an order
 // other than the source's (sums of many terms spell their partial sums out: exec/cpu/row_sum.h).
 //
+// The clones are flattened: every call in them whose body the compiler sees is inlined (GCC
+// otherwise inlines only small default-target functions into an x86-64-v3 clone, and a functor
+// called per element keeps the loop scalar: GeluTanh's did).
+//
 // A cloned function holds the whole loop over one thread's share of the work (a lambda passed to
 // the thread team is a function of its own, which target_clones does not reach), and split_rows
 // hands the shares out (also to the flat elementwise loop, exec/cpu/broadcast.h):
@@ -19,7 +23,7 @@
 #include "exec/cpu/threads.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define ONNXDP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define ONNXDP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
 #else
 #define ONNXDP_CPU_CLONES
 #endif

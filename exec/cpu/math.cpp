@@ -98,8 +98,16 @@ ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, in
     const T* xo = x + o * n * inner;
     T* yo = y + o * n * inner;
     if (inner == 1) {
+      // The row's max in 8 lanes (max is exact: any order finds the same value), so it vectorizes.
+      // A NaN makes every output NaN whichever max it leaves (through its own exp and the sum).
+      T lane[8];
+      for (int k = 0; k < 8; ++k) lane[k] = xo[0];
+      int64_t j = 0;
+      for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; ++k) lane[k] = std::max(lane[k], xo[j + k]);
       T mx = xo[0];
-      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, xo[j]);
+      for (int k = 0; k < 8; ++k) mx = std::max(mx, lane[k]);
+      for (; j < n; ++j) mx = std::max(mx, xo[j]);
       // The exponentials first (a loop that vectorizes), then their sum.
       for (int64_t j = 0; j < n; ++j) yo[j] = fn::m::exp(T(xo[j] - mx));
       const double sum = row_sum(n, [&](int64_t j) { return double(yo[j]); });

@@ -366,7 +366,7 @@ TEST_CASE("train: 20 steps straight equal 10 steps, stop, resume, 10 steps") {
   auto sb = read_safetensors((d / "b" / "checkpoint-20" / "optimizer.safetensors").string());
   CHECK(sa.size() == 2 * a.trainable.size());
   for (const std::string& p : a.trainable)
-    for (const std::string key : {"exp_avg/" + p, "exp_avg_sq/" + p}) {
+    for (const std::string& key : {"exp_avg/" + p, "exp_avg_sq/" + p}) {
       CAPTURE(key);
       REQUIRE(sa.count(key));
       REQUIRE(sb.count(key));
