@@ -5,7 +5,6 @@
 #include "exec/device_backend.h"
 #include "graph/error.h"
 
-
 #include <algorithm>
 #include <cstdlib>
 #include <string>

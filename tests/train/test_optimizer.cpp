@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <vector>
 
+#include "exec/cpu/clones.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 
@@ -164,4 +166,34 @@ TEST_CASE("schedules: warmup, linear and cosine decay") {
   CHECK(scheduled_lr(ScheduleKind::linear, 1.0f, 10, 2, 10) == doctest::Approx(0.0));
   CHECK(scheduled_lr(ScheduleKind::cosine, 1.0f, 6, 2, 10) == doctest::Approx(0.5));
   CHECK(scheduled_lr(ScheduleKind::cosine, 1.0f, 10, 2, 10) == doctest::Approx(0.0).epsilon(1e-6));
+}
+
+TEST_CASE("optimizer: the gradient's squared norm and the update are the same on 1, 2 and 3 threads") {
+  // Large enough that the squared norm and the update are split among the threads.
+  const int64_t n = 5 * (int64_t(1) << 15) + 123;
+  REQUIRE(n > parallel_min_elements());
+  std::vector<float> g0(static_cast<size_t>(n)), p0(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    g0[size_t(i)] = float(std::sin(0.37 * double(i))) * 1e-3f * float(1 + i % 7);
+    p0[size_t(i)] = float(std::cos(0.11 * double(i)));
+  }
+  const int before = cpu_threads();
+  std::vector<double> sqs;
+  std::vector<float> first_p;
+  for (int threads : {1, 2, 3}) {
+    set_cpu_threads(threads);
+    OptimizerOptions o;
+    o.max_grad_norm = 0.5f;
+    Optimizer opt(o, n);
+    std::vector<float> p = p0, g = g0;
+    sqs.push_back(opt.apply(opt.begin_step(1e-3f), p.data(), g.data()));
+    if (first_p.empty()) first_p = p;
+    CAPTURE(threads);
+    CHECK(sqs.back() == sqs.front());  // bit for bit: fixed chunks, added in order
+    CHECK(p == first_p);
+  }
+  set_cpu_threads(before);
+  double sq = 0;  // and it is the squared norm
+  for (float v : g0) sq += double(v) * double(v);
+  CHECK(sqs.front() == doctest::Approx(sq).epsilon(1e-12));
 }
