@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <tuple>
@@ -216,6 +217,29 @@ TEST_CASE("train: --mixed-precision fp16 on the emulated CUDA device and over tw
     for (size_t i = 0; i < r.losses.size(); ++i) CHECK(r.losses[i] == doctest::Approx(want->losses[i]).epsilon(1e-5));
   }
 #endif
+}
+
+// Each replica's kernels split their loops over a thread team of the replica's own thread: with
+// OMP_NUM_THREADS=4, two replicas get two threads each. They train as replicas of one thread do
+// (the thread count may change only the rounding of per-thread partial sums).
+TEST_CASE("train: two replicas of two threads each train as two of one thread") {
+  for (const char* name : {"mlp", "tiny_lm"}) {
+    CAPTURE(name);
+    TrainOptions o = fp16_options(name);
+    o.mixed_precision = "no";
+    o.devices = "cpu:2";
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    const std::string saved = env ? env : "";
+    setenv("OMP_NUM_THREADS", "2", 1);
+    const TrainResult one = train(o);
+    setenv("OMP_NUM_THREADS", "4", 1);
+    const TrainResult two = train(o);
+    if (env) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+    else unsetenv("OMP_NUM_THREADS");
+    REQUIRE(one.losses.size() == two.losses.size());
+    REQUIRE(one.losses.size() >= 10);
+    for (size_t i = 0; i < one.losses.size(); ++i) CHECK(two.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("train: --mixed-precision fp16 resumes with its loss scale and growth count") {
