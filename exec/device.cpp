@@ -118,8 +118,11 @@ DeviceList parse_devices(const std::string& devices, int local_rank, int local_s
 
 namespace {
 int threads_per_replica(int replicas, int processes) {
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  const int per_process = env_int("OMP_NUM_THREADS") ? env_int("OMP_NUM_THREADS") : std::max(1, cores / std::max(1, processes));
+  // The machine's cores split among the processes, but no more than this one may run on (a rank
+  // bound to a core or a socket by its launcher, taskset, a cpuset).
+  const int machine = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = std::min(available_cores(), std::max(1, machine / std::max(1, processes)));
+  const int per_process = env_int("OMP_NUM_THREADS") ? env_int("OMP_NUM_THREADS") : cores;
   return std::max(1, per_process / std::max(1, replicas));
 }
 }  // namespace

@@ -15,8 +15,8 @@ struct CudaInfo {
 CudaInfo cuda_info();
 
 // CPU threads for one of `replicas` replicas of this process when `processes_on_host` processes
-// (MPI ranks) share the machine: the cores split evenly, at least one each (OMP_NUM_THREADS, when
-// set, is the whole process's budget instead of the core count). Call it on each replica's thread
+// (MPI ranks) share the machine: the cores split evenly, at least one each, and no more than the
+// process's CPU affinity allows (OMP_NUM_THREADS, when set, is the whole process's budget instead). Call it on each replica's thread
 // before it runs a plan. BLAS itself runs on one thread; the products split among the replica's
 // thread team (exec/cpu/blas.h, exec/cpu/threads.h). Returns the threads each replica gets.
 int use_replica_threads(int replicas, int processes_on_host);

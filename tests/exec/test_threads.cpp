@@ -1,6 +1,7 @@
 // The kernels' thread teams (exec/cpu/threads.h) and the shares split_rows / parallel_for deal
 // out (exec/cpu/clones.h).
 #include <doctest/doctest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,7 +29,7 @@ struct ThreadsFor {
 };
 }  // namespace
 
-TEST_CASE("threads: run_shares runs every share once, at the same time, share 0 on the caller") {
+TEST_CASE("threads: run_shares runs every share once, at the same time when helpers are free, share 0 on the caller") {
   for (int size : {1, 2, 3, 4}) {
     ThreadsFor scope(size);
     for (int want : {1, 2, 3, 5}) {
@@ -134,13 +135,14 @@ TEST_CASE("threads: split_rows deals contiguous shares that cover every row once
   }
 }
 
-TEST_CASE("threads: no share is lost when helpers have gone to sleep, across team sizes") {
+TEST_CASE("threads: no share is lost when helpers have gone to sleep, across team sizes and with more threads than cores") {
   // Gaps longer than kThreadSpin put the helpers to sleep before the next call; short ones find
   // them watching. A lost wake-up would hang (the CTest timeout) or miss a count.
   std::mt19937 rng(5);
   int64_t total = 0, expected = 0;
   std::atomic<int64_t> counted{0};
-  for (int size : {2, 3, 2}) {  // the team is rebuilt when the size changes
+  // The last size outnumbers the cores: its helpers sleep at once, and callers take over shares.
+  for (int size : {2, 3, 2, 4 * available_cores() + 1}) {  // the team is rebuilt when the size changes
     ThreadsFor scope(size);
     for (int call = 0; call < 300; ++call) {
       if (rng() % 4 == 0) std::this_thread::sleep_for(kThreadSpin + std::chrono::microseconds(rng() % 300));
@@ -162,7 +164,7 @@ TEST_CASE("threads: cpu_threads is the calling thread's own setting") {
     other_after = cpu_threads();
   }).join();
   const char* env = std::getenv("OMP_NUM_THREADS");
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = available_cores();
   CHECK(other == (env && std::atoi(env) > 0 ? std::atoi(env) : cores));
   CHECK(other_after == 7);
   CHECK(cpu_threads() == 3);
@@ -181,6 +183,23 @@ TEST_CASE("threads: a child of fork() builds a team of its own") {
     std::atomic<int> child_calls{0};
     run_shares(2, [&](int, int) { child_calls.fetch_add(1); });
     _exit(child_calls.load() == 2 ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("threads: available_cores follows the CPU affinity (taskset, a cpuset)") {
+  CHECK(available_cores() >= 1);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the child narrows itself to one CPU, as `taskset -c 0` would
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) _exit(2);
+    _exit(available_cores() == 1 ? 0 : 1);
   }
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
