@@ -26,7 +26,7 @@ int default_threads() {
     if (const char* v = std::getenv("OMP_NUM_THREADS")) {
       char* end = nullptr;
       const long n = std::strtol(v, &end, 10);
-      if (end != v && n > 0) return int(std::min<long>(n, kMaxThreads));
+      if (end != v && *end == '\0' && n > 0) return int(std::min<long>(n, kMaxThreads));  // as exec/device.cpp reads it
     }
     return available_cores();
   }();
@@ -40,12 +40,14 @@ thread_local bool tl_in_share = false;
 // `spin`), yielding the core between looks, then asleep (counted in `sleepers`, so that a changer
 // knows to wake it).
 uint32_t await_change(const std::atomic<uint32_t>& value, uint32_t seen, std::atomic<int>& sleepers, bool spin) {
-  const auto spin_until = Clock::now() + (spin ? kThreadSpin : std::chrono::microseconds(0));
-  for (int i = 1;; ++i) {
-    const uint32_t now = value.load(std::memory_order_acquire);
-    if (now != seen) return now;
-    if (i % 16 == 0 && Clock::now() >= spin_until) break;
-    std::this_thread::yield();
+  if (spin) {
+    const auto spin_until = Clock::now() + kThreadSpin;
+    for (int i = 1;; ++i) {
+      const uint32_t now = value.load(std::memory_order_acquire);
+      if (now != seen) return now;
+      if (i % 16 == 0 && Clock::now() >= spin_until) break;
+      std::this_thread::yield();
+    }
   }
   // The changer stores the value, then reads `sleepers`; this counts itself in `sleepers`, then
   // reads the value (all sequentially consistent): one of the two sees the other's write.
