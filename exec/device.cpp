@@ -10,8 +10,6 @@
 #include <string>
 #include <thread>
 
-#include <unistd.h>
-
 namespace onnxdp {
 
 #ifndef ONNXDP_HAVE_CUDA

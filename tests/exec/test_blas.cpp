@@ -1,15 +1,11 @@
 // blas_gemm (exec/cpu/blas.h): products split into row or column blocks among the thread team equal
 // the definition, for every transpose pair, alpha / beta, a C that is a block of a wider matrix,
-// block edges that are not multiples of the alignment, 1 to 3 threads, and inside a parallel
-// region; and after blas_prepare has readied BLAS's buffers. The operands are small integers, so every sum is exact and the check is equality.
+// block edges that are not multiples of the alignment, 1 to 3 threads, and inside a share of
+// the thread team's work; and after blas_prepare has readied BLAS's buffers. The operands are small integers, so every sum is exact and the check is equality.
 #include <doctest/doctest.h>
 #include <cblas.h>
 
-#include <strings.h>
-
-#include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "exec/cpu/blas.h"
