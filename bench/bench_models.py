@@ -48,6 +48,8 @@ MODELS = {
                     data=_tokens(mm.VOCAB, mm.CONTEXT), batch=64, steps=20),
     "mlp_dynamo": dict(build=lambda: mm.MLP(), seed=1, export="dynamo", input="x",
                        data=_features((64,), 10), batch=256, steps=100),
+    "rope_lm": dict(build=lambda: mm.RopeLM(), seed=6, export="dynamo", input="tokens",
+                    data=_tokens(mm.VOCAB, mm.CONTEXT), batch=64, steps=20),
     "gpt_small": dict(build=lambda: mm.TinyLM(**GPT_SMALL), seed=7, export="legacy", input="tokens",
                       data=_tokens(GPT_SMALL["vocab"], GPT_SMALL["context"]), batch=8, steps=3),
 }
@@ -98,12 +100,20 @@ def load_weights(model, onnx_path):
     import onnx
     import torch
     from onnx import numpy_helper
-    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(onnx_path).graph.initializer}
+    m = onnx.load(onnx_path)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    for init, param in mm.transposed_parameters(m).items():  # the dynamo exporter's transposed weights
+        inits[param] = inits[init].T
     state = model.state_dict()
     for key in state:
         if key.endswith("num_batches_tracked"):
             continue
         if key not in inits:
+            # The dynamo exporter merges equal initializers: the module (built with the same seed)
+            # has the value, which the file holds under another name.
+            value = state[key].numpy()
+            if any(v.shape == value.shape and np.array_equal(v, value) for v in inits.values()):
+                continue
             raise SystemExit(f"{onnx_path}: no initializer named {key}")
         state[key] = torch.from_numpy(inits[key].copy())
     model.load_state_dict(state)

@@ -17,6 +17,7 @@
 #include "graph/graph.h"
 #include "importer/importer.h"
 #include "importer/onnx_io.h"
+#include "importer/export_metadata.h"
 
 namespace onnxdp::cli {
 
@@ -164,7 +165,9 @@ std::set<std::string> gradient_values(const onnx::GraphProto& gp) {
 }
 
 json inspect_model(const std::string& path) {
-  onnx::ModelProto m = load_model_proto(path);
+  std::vector<std::string> notes;
+  onnx::ModelProto m = load_model_proto(path, &notes);
+  for (const std::string& w : export_warnings(m)) notes.push_back("warning: " + w);
   ModelInfo info = model_info(m, path);
   const onnx::GraphProto& gp = m.graph();
   json problems = json::array();
@@ -210,6 +213,7 @@ json inspect_model(const std::string& path) {
   }
   for (const auto& o : gp.output()) ++uses[o.name()];
   const std::set<std::string> grad = gradient_values(gp);
+  const std::map<std::string, std::string> constants = export_constants(m);
 
   struct Sum {
     int64_t tensors = 0, elements = 0, bytes = 0;
@@ -234,6 +238,7 @@ json inspect_model(const std::string& path) {
     std::string reason;
     if (!is_float_type(t.data_type())) reason = dtype_str(t.data_type()) + " (not floating point)";
     else if (frozen_by_use.count(t.name())) reason = frozen_by_use[t.name()];
+    else if (constants.count(t.name())) reason = constants.at(t.name());
     else if (!uses.count(t.name())) reason = "unused";
     else if (t.data_type() != 1) reason = dtype_str(t.data_type()) + " (onnxdp trains f32 parameters)";
     else if (!grad.count(t.name())) reason = "no gradient path to an output";
@@ -281,6 +286,7 @@ json inspect_model(const std::string& path) {
     }
   }
   j["problems"] = problems;
+  j["export_notes"] = notes;
   j["supported"] = unsupported.empty() && problems.empty();
   return j;
 }
@@ -337,6 +343,7 @@ void print_text(const json& j) {
                        u["domain"].get<std::string>()));
     }
   }
+  for (const auto& note : j["export_notes"]) line("export: " + note.get<std::string>());
   for (const auto& pr : j["problems"]) line("problem: " + pr.get<std::string>());
   std::fputs(out.c_str(), stdout);
 }

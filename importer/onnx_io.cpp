@@ -1,5 +1,7 @@
 #include "importer/onnx_io.h"
 
+#include "importer/export_metadata.h"
+
 #include <sys/stat.h>
 
 #include <cstring>
@@ -64,13 +66,15 @@ int64_t parse_i64(const std::string& s, const std::string& tensor, const char* k
 
 }  // namespace
 
-onnx::ModelProto load_model_proto(const std::string& path) {
+onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::string>* notes) {
   std::string bytes = read_file(path, "model file");
   if (bytes.size() > (size_t(2) << 30)) fail("model file '{}' is larger than protobuf's 2 GiB limit", path);
   onnx::ModelProto m;
   if (!m.ParseFromString(bytes))
     fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
   if (!m.has_graph()) fail("model file '{}' has no graph", path);
+  std::vector<std::string> untied = untie_merged_parameters(m);
+  if (notes) notes->insert(notes->end(), untied.begin(), untied.end());
   return m;
 }
 

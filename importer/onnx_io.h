@@ -5,12 +5,16 @@
 #include <string>
 
 #include "graph/tensor.h"
+#include <string>
+#include <vector>
+
 #include "onnx/onnx_pb.h"
 
 namespace onnxdp {
 
-// Parses a ModelProto from a file; throws Error naming the file on any failure.
-onnx::ModelProto load_model_proto(const std::string& path);
+// Parses a ModelProto from a file; throws Error naming the file on any failure. Parameters the
+// dynamo exporter merged are untied (importer/export_metadata.h); `notes` gets a line for each.
+onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 // A TensorProto's value. `model_dir` is where external data locations are resolved; a location
 // that is absolute, contains "..", is a symlink or hard link, or whose offset/length falls outside

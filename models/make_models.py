@@ -201,6 +201,76 @@ class TinyLM(nn.Module):
         return self.head(self.ln_f(x))                      # logits [B, T, vocab]
 
 
+class RMSNorm(nn.Module):
+    """LLaMA's RMSNorm, written out as its reference code does (x.pow(2).mean, rsqrt)."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class RopeBlock(nn.Module):
+    """A LLaMA block: RMSNorm, attention with rotary positions (HF's rotate_half form, cos / sin
+    computed in forward from an inv_freq buffer) through F.scaled_dot_product_attention(is_causal),
+    RMSNorm, SwiGLU MLP; no biases."""
+
+    def __init__(self, d_model, n_head, ffn):
+        super().__init__()
+        self.n_head = n_head
+        self.attn_norm = RMSNorm(d_model)
+        self.wq = nn.Linear(d_model, d_model, bias=False)
+        self.wk = nn.Linear(d_model, d_model, bias=False)
+        self.wv = nn.Linear(d_model, d_model, bias=False)
+        self.wo = nn.Linear(d_model, d_model, bias=False)
+        self.mlp_norm = RMSNorm(d_model)
+        self.w1 = nn.Linear(d_model, ffn, bias=False)
+        self.w3 = nn.Linear(d_model, ffn, bias=False)
+        self.w2 = nn.Linear(ffn, d_model, bias=False)
+        hd = d_model // n_head
+        self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, hd, 2).float() / hd)), persistent=False)
+
+    def forward(self, x):                                   # x [B, T, C]
+        B, T, C = x.shape
+        hd = C // self.n_head
+        h = self.attn_norm(x)
+        q = self.wq(h).view(B, T, self.n_head, hd).transpose(1, 2)
+        k = self.wk(h).view(B, T, self.n_head, hd).transpose(1, 2)
+        v = self.wv(h).view(B, T, self.n_head, hd).transpose(1, 2)
+        freqs = torch.outer(torch.arange(T, dtype=torch.float32), self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(y.transpose(1, 2).reshape(B, T, C))
+        h = self.mlp_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class RopeLM(nn.Module):
+    def __init__(self, vocab=VOCAB, d_model=32, n_head=2, n_layer=2, ffn=64):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab, d_model)
+        self.blocks = nn.ModuleList([RopeBlock(d_model, n_head, ffn) for _ in range(n_layer)])
+        self.norm = RMSNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+
+    def forward(self, x):                                   # x [B, T] int64
+        h = self.tok_emb(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.head(self.norm(h))                      # logits [B, T, vocab]
+
+
 # ---------------------------------------------------------------------------------------------
 # Export and checks
 
@@ -270,6 +340,23 @@ def check_initializers(model, path):
     for k, v in sd.items():
         if k in inits:
             assert np.array_equal(inits[k], v.numpy()), f"{path}: initializer {k} differs from torch"
+    for init, param in transposed_parameters(m).items():
+        assert np.array_equal(inits[init], sd[param].numpy().T), f"{path}: {init} is not {param} transposed"
+
+
+def transposed_parameters(m):
+    """The dynamo exporter's optimizer stores a Linear weight used by MatMul transposed, as a new
+    initializer whose value_info metadata says `pkg.onnxscript.optimizer.folded_from` ['<name>'].
+    Returns {initializer name: parameter name} for those."""
+    out = {}
+    inits = {i.name for i in m.graph.initializer}
+    for vi in m.graph.value_info:
+        for p in vi.metadata_props:
+            if vi.name in inits and p.key == "pkg.onnxscript.optimizer.folded_from":
+                src = [s.strip(" '") for s in p.value.strip("[]").split(",")]
+                if len(src) == 1 and src[0] not in inits:
+                    out[vi.name] = src[0]
+    return out
 
 
 def write_reference(model, d, input_name, output_name, x_ref):
@@ -428,7 +515,24 @@ def make_mlp_dynamo(name="mlp_dynamo"):
     return path, ref, "x", "logits", []
 
 
-MAKERS = {"mlp": make_mlp, "cnn": make_cnn, "tiny_lm": make_tiny_lm, "mlp_dynamo": make_mlp_dynamo}
+def make_rope_lm(name="rope_lm"):
+    d = model_dir(name)
+    for f in ("model.npz", "eval.npz"):      # tiny_lm's data (made if missing)
+        if not os.path.exists(os.path.join(HERE, "tiny_lm", f)):
+            make_tiny_lm()
+        shutil.copyfile(os.path.join(HERE, "tiny_lm", f), os.path.join(d, f))
+    tt = np.load(os.path.join(d, "model.npz"))["tokens"]
+    torch.manual_seed(6)
+    model = RopeLM()
+    path = os.path.join(d, "model.onnx")
+    export_dynamo(model, torch.from_numpy(tt[:REF_BATCH]), path, "tokens", "logits")
+    check_initializers(model, path)
+    ref = write_reference(model, d, "tokens", "logits", tt[:REF_SAMPLES])
+    return path, ref, "tokens", "logits", []
+
+
+MAKERS = {"mlp": make_mlp, "cnn": make_cnn, "tiny_lm": make_tiny_lm, "mlp_dynamo": make_mlp_dynamo,
+          "rope_lm": make_rope_lm}
 
 
 def main(names):

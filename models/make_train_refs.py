@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's per-step training losses for onnxdp's sample models: models/<name>/train_reference.npz.
 
-    python3 models/make_train_refs.py            # mlp, tiny_lm, mlp_dynamo, cnn
+    python3 models/make_train_refs.py            # mlp, tiny_lm, mlp_dynamo, cnn, rope_lm
     python3 models/make_train_refs.py mlp
 
 For each model the torch module of make_models.py is built and given the exact initial weights
@@ -45,8 +45,9 @@ SGD_LR = 0.05
 ADAMW_LR = 1e-3
 
 MODULES = {"mlp": (mm.MLP, "x"), "mlp_dynamo": (mm.MLP, "x"), "tiny_lm": (mm.TinyLM, "tokens"),
-           "cnn": (mm.CNN, "x")}
+           "cnn": (mm.CNN, "x"), "rope_lm": (mm.RopeLM, "tokens")}
 SEED = 0
+SEEDS = {"rope_lm": 6}  # make_models.py's seed, for parameters the export merged (load_module)
 BF16_MODELS = ("mlp", "tiny_lm", "cnn")  # and the fp16 references
 FP16_INIT_SCALE = 2.0 ** 24  # large enough that the first steps overflow float16 and are skipped
 FP16_GROWTH_INTERVAL = 4     # small enough that the scale also grows within STEPS
@@ -102,12 +103,22 @@ class OnnxdpDropout(torch.nn.Module):
 
 def load_module(name):
     cls, input_name = MODULES[name]
+    if name in SEEDS:
+        torch.manual_seed(SEEDS[name])
     model = cls()
     onnx_model = onnx.load(os.path.join(HERE, name, "model.onnx"))
     inits = {i.name: torch.from_numpy(onnx.numpy_helper.to_array(i).copy()) for i in onnx_model.graph.initializer}
+    for init, param in mm.transposed_parameters(onnx_model).items():  # dynamo's folded Linear weights
+        inits[param] = inits[init].T.contiguous()
     state = model.state_dict()
     for key in state:
         if key.endswith("num_batches_tracked"):  # torch's counter; not in ONNX, unused with momentum set
+            continue
+        if key not in inits and name in SEEDS:
+            # The dynamo exporter merges initializers of equal value (every RMSNorm weight starts at
+            # ones): the module, made with make_models.py's seed, has the value, which the file holds
+            # under another parameter's name.
+            assert any(v.shape == state[key].shape and torch.equal(v, state[key]) for v in inits.values()), key
             continue
         if key not in inits:
             raise SystemExit(f"{name}: initializer {key} not found in model.onnx")
@@ -174,4 +185,4 @@ def main(names):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["mlp", "tiny_lm", "mlp_dynamo", "cnn"])
+    main(sys.argv[1:] or ["mlp", "tiny_lm", "mlp_dynamo", "cnn", "rope_lm"])

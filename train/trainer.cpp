@@ -31,6 +31,7 @@
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
+#include "importer/export_metadata.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "train/checkpoint.h"
@@ -344,11 +345,13 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
     lo.shard_fraction = double(rows) / double(mb.step_rows);
   }
   ValueId loss = add_loss(g, lo);
-  // Trainable: f32 initializers that reach the loss, minus running statistics and --freeze.
+  // Trainable: f32 initializers that reach the loss, minus running statistics, the export's
+  // constants (importer/export_metadata.h) and --freeze.
+  const std::map<std::string, std::string> constants = export_constants(proto);
   std::vector<ValueId> candidates;
   for (ValueId p : g.parameters()) {
     const Value& v = g.value(p);
-    bool frozen = stats.count(p) || v.dtype != DType::f32;
+    bool frozen = stats.count(p) || v.dtype != DType::f32 || constants.count(v.name);
     for (const auto& re : freeze) frozen |= std::regex_search(v.name, re);
     if (frozen) tg.frozen.push_back(v.name);
     else candidates.push_back(p);
@@ -439,7 +442,9 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   if (device) device->connect(comm);  // every replica at once, before any plan
   TrainOptions o = options;
   if (o.per_device_batch_size > 0) o.batch_size = o.per_device_batch_size * world;
-  onnx::ModelProto proto = load_model_proto(o.model);
+  std::vector<std::string> export_notes;
+  onnx::ModelProto proto = load_model_proto(o.model, &export_notes);
+  for (const std::string& w : export_warnings(proto)) export_notes.push_back("warning: " + w);
   std::string data_path = o.data;
   if (data_path.empty()) data_path = (fs::path(o.model).parent_path() / fs::path(o.model).stem()).string() + ".npz";
   const bool need_label = o.loss != LossKind::none;
@@ -628,6 +633,8 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
     fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}{}, {} steps\n",
                trainable.size(), trainable_numel, result.frozen.size(), data.samples, batch,
                K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps);
+  if (!quiet)
+    for (const std::string& note : export_notes) fmt::print("onnxdp train: {}\n", note);
   // The memory a replica holds for the training (on its device, or the host): the flat parameters,
   // gradients and optimizer state, and every plan made so far (one per batch size: activations,
   // and on a device its constants). Reported at the start, in every metrics line and at the end.

@@ -365,7 +365,7 @@ TEST_CASE("cli: run checks symbolic dims shared by several inputs") {
 
 TEST_CASE("cli: run matches PyTorch's eval-mode outputs on the sample models") {
   const std::string models = std::string(ONNXDP_SOURCE_DIR) + "/models";
-  for (std::string name : {"mlp", "mlp_dynamo", "cnn", "tiny_lm"}) {
+  for (std::string name : {"mlp", "mlp_dynamo", "cnn", "tiny_lm", "rope_lm"}) {
     CAPTURE(name);
     std::string dir = models + "/" + name;
     if (!fs::exists(dir + "/model.onnx") || !fs::exists(dir + "/reference.npz")) {

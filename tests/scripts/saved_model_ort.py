@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The model `onnxdp train --save` writes loads in ONNX Runtime, and ONNX Runtime's outputs on it
-equal `onnxdp run`'s (mlp and tiny_lm: graphs without training-mode BatchNorm or Dropout, where
+equal `onnxdp run`'s (mlp, tiny_lm and rope_lm: graphs without training-mode BatchNorm or Dropout, where
 ONNX Runtime and onnxdp's inference mode compute the same thing).
 
     saved_model_ort.py ONNXDP_BINARY
@@ -44,7 +44,7 @@ def check(onnxdp, name, tmp):
 def main():
     onnxdp = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
-        ok = all([check(onnxdp, "mlp", tmp), check(onnxdp, "tiny_lm", tmp)])
+        ok = all([check(onnxdp, "mlp", tmp), check(onnxdp, "tiny_lm", tmp), check(onnxdp, "rope_lm", tmp)])
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
 

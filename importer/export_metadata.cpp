@@ -1,0 +1,290 @@
+#include "importer/export_metadata.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <set>
+
+#include "google/protobuf/unknown_field_set.h"
+
+namespace onnxdp {
+
+std::map<std::string, std::string> metadata_props(const google::protobuf::Message& msg, int field_number) {
+  std::map<std::string, std::string> props;
+  const google::protobuf::Reflection* r = msg.GetReflection();
+  if (const auto* f = msg.GetDescriptor()->FindFieldByNumber(field_number)) {
+    if (f->is_repeated() && f->message_type() == onnx::StringStringEntryProto::descriptor())
+      for (int i = 0; i < r->FieldSize(msg, f); ++i) {
+        const auto& e = static_cast<const onnx::StringStringEntryProto&>(r->GetRepeatedMessage(msg, f, i));
+        props[e.key()] = e.value();
+      }
+    return props;
+  }
+  const google::protobuf::UnknownFieldSet& unknown = r->GetUnknownFields(msg);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField& u = unknown.field(i);
+    if (u.number() != field_number || u.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    onnx::StringStringEntryProto e;
+    if (e.ParseFromString(u.length_delimited())) props[e.key()] = e.value();
+  }
+  return props;
+}
+
+namespace {
+
+constexpr int kValueInfoMetadata = 4, kNodeMetadata = 9;
+const char* const kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+const char* const kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
+const char* const kFxNode = "pkg.torch.onnx.fx_node";
+
+// "['a', 'b.c']" -> {a, b.c}
+std::vector<std::string> name_list(const std::string& s) {
+  std::vector<std::string> names;
+  for (size_t i = 0; (i = s.find('\'', i)) != std::string::npos;) {
+    size_t end = s.find('\'', i + 1);
+    if (end == std::string::npos) break;
+    names.push_back(s.substr(i + 1, end - i - 1));
+    i = end + 1;
+  }
+  return names;
+}
+
+// torch.export's placeholder for parameter `name`: p_ + the name lower-cased, dots as '_'.
+std::string placeholder(const std::string& name) {
+  std::string p = "p_";
+  for (char c : name) p += c == '.' ? '_' : char(std::tolower(static_cast<unsigned char>(c)));
+  return p;
+}
+
+// The %p_... placeholders (parameters) one node's fx_node text names.
+std::set<std::string> node_placeholders(const onnx::NodeProto& n) {
+  std::set<std::string> found;
+  auto props = metadata_props(n, kNodeMetadata);
+  auto fx = props.find(kFxNode);
+  if (fx == props.end()) return found;
+  const std::string& s = fx->second;
+  for (size_t i = 0; (i = s.find("%p_", i)) != std::string::npos;) {
+    size_t end = i + 1;
+    while (end < s.size() && (std::isalnum(static_cast<unsigned char>(s[end])) || s[end] == '_')) ++end;
+    found.insert(s.substr(i + 1, end - i - 1));
+    i = end;
+  }
+  return found;
+}
+
+// Every %p_... placeholder the exported program's nodes name.
+std::set<std::string> parameter_placeholders(const onnx::GraphProto& gp) {
+  std::set<std::string> found;
+  for (const auto& n : gp.node()) found.merge(node_placeholders(n));
+  return found;
+}
+
+std::string joined(const std::vector<std::string>& names, size_t most) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < most; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > most) s += fmt::format(", … ({} in all)", names.size());
+  return s;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> export_constants(const onnx::ModelProto& m) {
+  const onnx::GraphProto& gp = m.graph();
+  std::set<std::string> floats, scalars;
+  for (const auto& t : gp.initializer())
+    if (t.data_type() == onnx::TensorProto::FLOAT || t.data_type() == onnx::TensorProto::DOUBLE ||
+        t.data_type() == onnx::TensorProto::FLOAT16 || t.data_type() == onnx::TensorProto::BFLOAT16) {
+      floats.insert(t.name());
+      bool scalar = true;
+      for (int64_t d : t.dims()) scalar &= d == 1;
+      if (scalar) scalars.insert(t.name());
+    }
+
+  // torch.export's marks, on value_info (and, in some versions, on graph inputs).
+  std::map<std::string, std::string> kind;
+  std::map<std::string, std::vector<std::string>> folded_from;
+  auto read = [&](const onnx::ValueInfoProto& vi) {
+    if (!floats.count(vi.name())) return;
+    auto props = metadata_props(vi, kValueInfoMetadata);
+    if (auto k = props.find(kKind); k != props.end()) kind[vi.name()] = k->second;
+    if (auto f = props.find(kFoldedFrom); f != props.end()) folded_from[vi.name()] = name_list(f->second);
+  };
+  for (const auto& vi : gp.value_info()) read(vi);
+  for (const auto& vi : gp.input()) read(vi);
+  const bool torch_export = !kind.empty() || !folded_from.empty();
+  const std::set<std::string> placeholders = torch_export ? parameter_placeholders(gp) : std::set<std::string>{};
+  auto is_parameter = [&](const std::string& name) {
+    auto k = kind.find(name);
+    return (k != kind.end() && k->second == "PARAMETER") || placeholders.count(placeholder(name));
+  };
+
+  std::map<std::string, std::string> constants;
+  for (const auto& n : gp.node()) {
+    bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    if (default_domain && n.op_type() == "Pow" && n.input_size() > 1 && floats.count(n.input(1)) &&
+        !is_parameter(n.input(1)) && !constants.count(n.input(1)))
+      constants[n.input(1)] = fmt::format("the exponent of Pow node '{}'", n.name());
+  }
+  if (!torch_export) return constants;
+  for (const std::string& name : floats) {
+    if (constants.count(name)) continue;
+    if (auto k = kind.find(name); k != kind.end()) {
+      if (k->second != "PARAMETER")
+        constants[name] = fmt::format("torch.export marks it {}, not a parameter", k->second);
+    } else if (auto f = folded_from.find(name); f != folded_from.end()) {
+      bool from_parameter = false;
+      for (const std::string& source : f->second) from_parameter |= is_parameter(source);
+      if (!from_parameter)
+        constants[name] = fmt::format("the exporter computed it from constants ({})", joined(f->second, 4));
+    } else if (scalars.count(name) && !placeholders.empty() && !is_parameter(name)) {
+      constants[name] = "a scalar constant of the export (the exported program has no parameter of that name)";
+    }
+  }
+  return constants;
+}
+
+
+namespace {
+
+// The parameter name behind placeholder `token` used by node n: the module path of one of the
+// node's `pkg.torch.onnx.name_scopes` plus the attribute the token ends with, when that spells the
+// token back; else the token without "p_".
+std::string parameter_name(const std::string& token, const onnx::NodeProto& n) {
+  auto props = metadata_props(n, kNodeMetadata);
+  if (auto sc = props.find("pkg.torch.onnx.name_scopes"); sc != props.end()) {
+    std::vector<std::string> scopes;
+    for (const std::string& part : name_list(sc->second))
+      if (!part.empty()) scopes.push_back(part);
+    // Each scope is a module's full path ("blocks.0", "blocks.0.norm"), the last one the op's own
+    // name; the longest path that prefixes the token wins.
+    for (size_t k = scopes.empty() ? 0 : scopes.size() - 1; k-- > 0;) {
+      const std::string path = scopes[k] + ".";
+      const std::string prefix = placeholder(path);  // "p_blocks_0_norm_"
+      if (token.size() > prefix.size() && token.compare(0, prefix.size(), prefix) == 0)
+        return path + token.substr(prefix.size());
+    }
+  }
+  return token.substr(2);
+}
+
+}  // namespace
+
+std::vector<std::string> untie_merged_parameters(onnx::ModelProto& m) {
+  onnx::GraphProto& gp = *m.mutable_graph();
+  std::map<std::string, const onnx::ValueInfoProto*> info;
+  std::map<std::string, std::string> kind, original;
+  std::set<std::string> accounted;  // placeholders of parameters the file holds, or folded into a tensor
+  for (const auto& vi : gp.value_info()) {
+    auto props = metadata_props(vi, kValueInfoMetadata);
+    info[vi.name()] = &vi;
+    if (auto k = props.find(kKind); k != props.end()) kind[vi.name()] = k->second;
+    if (auto o = props.find("pkg.torch.onnx.original_node_name"); o != props.end()) original[vi.name()] = o->second;
+    if (auto f = props.find(kFoldedFrom); f != props.end())
+      for (const std::string& source : name_list(f->second)) accounted.insert(placeholder(source));
+  }
+  if (kind.empty()) return {};
+  std::set<std::string> names;
+  for (const auto& t : gp.initializer()) {
+    names.insert(t.name());
+    accounted.insert(original.count(t.name()) ? original[t.name()] : placeholder(t.name()));
+  }
+  for (const auto& n : gp.node())
+    for (const auto& o : n.output()) names.insert(o);
+  for (const auto& vi : gp.input()) names.insert(vi.name());
+
+  std::vector<std::string> notes;
+  const int initializers = gp.initializer_size();
+  for (int t = 0; t < initializers; ++t) {
+    const std::string name = gp.initializer(t).name();
+    if (!kind.count(name) || kind[name] != "PARAMETER") continue;
+    const std::string own = original.count(name) ? original[name] : placeholder(name);
+    const std::string attr = name.substr(name.rfind('.') + 1);
+    // Each use of the initializer, by the parameter its exported op names: its own, or the one
+    // missing parameter the op takes (of the same attribute name when it takes several).
+    std::map<std::string, std::vector<std::pair<int, int>>> uses;  // placeholder -> (node, input)
+    std::map<std::string, int> first_node;
+    for (int i = 0; i < gp.node_size(); ++i) {
+      const onnx::NodeProto& n = gp.node(i);
+      for (int k = 0; k < n.input_size(); ++k) {
+        if (n.input(k) != name) continue;
+        std::set<std::string> tokens = node_placeholders(n);
+        std::string owner = own;
+        if (!tokens.empty() && !tokens.count(own)) {
+          std::vector<std::string> missing, same_attr;
+          for (const std::string& tok : tokens)
+            if (!accounted.count(tok)) {
+              missing.push_back(tok);
+              if (tok.size() > attr.size() + 1 && tok.compare(tok.size() - attr.size() - 1, std::string::npos, "_" + attr) == 0)
+                same_attr.push_back(tok);
+            }
+          if (missing.size() == 1) owner = missing[0];
+          else if (same_attr.size() == 1) owner = same_attr[0];
+        }
+        uses[owner].emplace_back(i, k);
+        first_node.emplace(owner, i);
+      }
+    }
+    if (uses.size() < 2) continue;
+    std::vector<std::string> copies;
+    for (const auto& [owner, slots] : uses) {
+      if (owner == own) continue;
+      std::string copy = parameter_name(owner, gp.node(first_node[owner]));
+      for (int suffix = 2; names.count(copy); ++suffix) copy = parameter_name(owner, gp.node(first_node[owner])) + "_" + std::to_string(suffix);
+      names.insert(copy);
+      onnx::TensorProto* dup = gp.add_initializer();
+      *dup = gp.initializer(t);
+      dup->set_name(copy);
+      if (info.count(name)) {
+        onnx::ValueInfoProto* vi = gp.add_value_info();
+        *vi = *info[name];
+        vi->set_name(copy);
+      }
+      for (auto [node, input] : slots) gp.mutable_node(node)->set_input(input, copy);
+      copies.push_back(copy);
+    }
+    notes.push_back(fmt::format("initializer '{}' stood for {} parameters of the exported module (the exporter merged "
+                                "them: equal initial values); onnxdp trains them apart: {}, {}",
+                                name, copies.size() + 1, name, joined(copies, 8)));
+  }
+  return notes;
+}
+
+std::vector<std::string> export_warnings(const onnx::ModelProto& m) {
+  std::vector<std::string> lines;
+  std::set<std::string> seen;  // one line per BatchNorm of the exported program
+  const char* const advice =
+      "torch.onnx.export(dynamo=True) keeps no training-mode BatchNorm: export with dynamo=False and "
+      "training=torch.onnx.TrainingMode.TRAINING (README: Exporting from PyTorch)";
+  for (const auto& n : m.graph().node()) {
+    auto props = metadata_props(n, kNodeMetadata);
+    auto fx = props.find(kFxNode);
+    if (fx == props.end() || fx->second.find("_native_batch_norm_legit_functional") == std::string::npos) continue;
+    // A BatchNormalization trains with training_mode 1 (opset 14 on), or with its statistics
+    // outputs before that.
+    bool training_form = false;
+    if (n.op_type() == "BatchNormalization") {
+      training_form = n.output_size() > 1;
+      for (const auto& a : n.attribute())
+        if (a.name() == "training_mode") training_form = a.i() != 0;
+    }
+    if (training_form || !seen.insert(fx->second.substr(0, fx->second.find(' '))).second) continue;
+    std::string module = "?";
+    if (auto sc = props.find("pkg.torch.onnx.name_scopes"); sc != props.end()) {
+      std::vector<std::string> scopes = name_list(sc->second);
+      if (scopes.size() >= 2) module = scopes[scopes.size() - 2];
+    }
+    std::string form = n.op_type() == "BatchNormalization"
+                           ? "in inference form (training_mode 0): it normalizes with the running statistics and never "
+                             "updates them"
+                           : fmt::format("fused into this {} ({}): it trains without it", n.op_type(),
+                                         props.count("pkg.onnxscript.rewriter.rule_name")
+                                             ? props["pkg.onnxscript.rewriter.rule_name"]
+                                             : "an exporter rewrite");
+    lines.push_back(fmt::format("node '{}': BatchNorm '{}' ran in training mode in the exported program, but the file "
+                                "has it {}. {}",
+                                n.name(), module, form, advice));
+  }
+  return lines;
+}
+
+}  // namespace onnxdp
