@@ -193,36 +193,38 @@ std::vector<std::string> untie_merged_parameters(onnx::ModelProto& m) {
   for (const auto& vi : gp.input()) names.insert(vi.name());
 
   std::vector<std::string> notes;
+  std::map<std::string, std::vector<std::pair<int, int>>> slots_of;  // value -> (node, input) reading it
+  for (int i = 0; i < gp.node_size(); ++i)
+    for (int k = 0; k < gp.node(i).input_size(); ++k) {
+      const std::string& in = gp.node(i).input(k);
+      if (kind.count(in) && kind[in] == "PARAMETER") slots_of[in].emplace_back(i, k);
+    }
   const int initializers = gp.initializer_size();
   for (int t = 0; t < initializers; ++t) {
     const std::string name = gp.initializer(t).name();
-    if (!kind.count(name) || kind[name] != "PARAMETER") continue;
+    if (slots_of[name].size() < 2) continue;
     const std::string own = original.count(name) ? original[name] : placeholder(name);
     const std::string attr = name.substr(name.rfind('.') + 1);
     // Each use of the initializer, by the parameter its exported op names: its own, or the one
     // missing parameter the op takes (of the same attribute name when it takes several).
     std::map<std::string, std::vector<std::pair<int, int>>> uses;  // placeholder -> (node, input)
     std::map<std::string, int> first_node;
-    for (int i = 0; i < gp.node_size(); ++i) {
-      const onnx::NodeProto& n = gp.node(i);
-      for (int k = 0; k < n.input_size(); ++k) {
-        if (n.input(k) != name) continue;
-        std::set<std::string> tokens = node_placeholders(n);
-        std::string owner = own;
-        if (!tokens.empty() && !tokens.count(own)) {
-          std::vector<std::string> missing, same_attr;
-          for (const std::string& tok : tokens)
-            if (!accounted.count(tok)) {
-              missing.push_back(tok);
-              if (tok.size() > attr.size() + 1 && tok.compare(tok.size() - attr.size() - 1, std::string::npos, "_" + attr) == 0)
-                same_attr.push_back(tok);
-            }
-          if (missing.size() == 1) owner = missing[0];
-          else if (same_attr.size() == 1) owner = same_attr[0];
-        }
-        uses[owner].emplace_back(i, k);
-        first_node.emplace(owner, i);
+    for (auto [i, k] : slots_of[name]) {
+      std::set<std::string> tokens = node_placeholders(gp.node(i));
+      std::string owner = own;
+      if (!tokens.empty() && !tokens.count(own)) {
+        std::vector<std::string> missing, same_attr;
+        for (const std::string& tok : tokens)
+          if (!accounted.count(tok)) {
+            missing.push_back(tok);
+            if (tok.size() > attr.size() + 1 && tok.compare(tok.size() - attr.size() - 1, std::string::npos, "_" + attr) == 0)
+              same_attr.push_back(tok);
+          }
+        if (missing.size() == 1) owner = missing[0];
+        else if (same_attr.size() == 1) owner = same_attr[0];
       }
+      uses[owner].emplace_back(i, k);
+      first_node.emplace(owner, i);
     }
     if (uses.size() < 2) continue;
     std::vector<std::string> copies;
