@@ -57,6 +57,12 @@ ONNXDP_HD ONNXDP_FM_INLINE float erf(float x) {
 #endif
 }
 ONNXDP_HD inline double erf(double x) { return ::erf(x); }
+ONNXDP_HD inline float sin(float x) { return ::sinf(x); }
+ONNXDP_HD inline double sin(double x) { return ::sin(x); }
+ONNXDP_HD inline float cos(float x) { return ::cosf(x); }
+ONNXDP_HD inline double cos(double x) { return ::cos(x); }
+ONNXDP_HD inline float fmod(float x, float y) { return ::fmodf(x, y); }
+ONNXDP_HD inline double fmod(double x, double y) { return ::fmod(x, y); }
 ONNXDP_HD inline float pow(float x, float y) { return ::powf(x, y); }
 ONNXDP_HD inline double pow(double x, double y) { return ::pow(x, y); }
 }  // namespace m
@@ -106,6 +112,24 @@ struct Pow {
       return m::pow(a, b);
     } else {
       return T(m::pow(double(a), double(b)));
+    }
+  }
+};
+// Mod, fmod = 1: C's fmod, the sign of the dividend (floats need it); fmod = 0 (integers only):
+// the sign of the divisor, as Python's % and numpy's mod. An integer division by zero gives 0.
+struct Mod {
+  bool fmod = false;
+  template <class T> ONNXDP_HD T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return m::fmod(a, b);
+    } else {
+      if (b == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>)
+        if (b == T(-1)) return T(0);  // lowest % -1 overflows in C++
+      T r = T(a % b);
+      if constexpr (std::is_signed_v<T>)
+        if (!fmod && r != T(0) && ((r < T(0)) != (b < T(0)))) r = T(r + b);
+      return r;
     }
   }
 };
@@ -212,6 +236,29 @@ struct Softplus {
   template <class T> ONNXDP_HD T operator()(T x) const {
     T ax = x < T(0) ? -x : x;
     return (x > T(0) ? x : T(0)) + m::log1p(m::exp(-ax));
+  }
+};
+struct Sin {
+  template <class T> ONNXDP_HD T operator()(T x) const { return m::sin(x); }
+};
+struct Cos {
+  template <class T> ONNXDP_HD T operator()(T x) const { return m::cos(x); }
+};
+// max(0, min(1, alpha x + beta)) (ONNX; PyTorch's hardsigmoid exports as alpha 1/6, beta 1/2).
+struct HardSigmoid {
+  float alpha = 0.2f, beta = 0.5f;
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    const T y = T(alpha) * x + T(beta);
+    return y < T(0) ? T(0) : y > T(1) ? T(1) : y;
+  }
+};
+// x * min(max(x + 3, 0), 6) / 6, in PyTorch's order (ONNX's x * HardSigmoid(x; 1/6, 1/2) rounds
+// differently in the last bit).
+struct HardSwish {
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    T c = x + T(3);
+    c = c < T(0) ? T(0) : c > T(6) ? T(6) : c;
+    return x * c / T(6);
   }
 };
 // Clip to [lo, hi] (ONNX: min(max(x, lo), hi), so hi wins when lo > hi). NaN passes through.

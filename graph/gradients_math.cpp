@@ -140,6 +140,37 @@ void grad_Gelu(GradCtx& c) {
   c.add(0, c.emit(Op::GeluGrad, {c.dy(), c.in_id(0)}, {{"approximate", Attr(a)}}));
 }
 
+void grad_Sin(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Cos, {c.in_id(0)})})); }
+
+void grad_Cos(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Neg, {c.emit(Op::Sin, {c.in_id(0)})})})); }
+
+// dy * alpha where 0 < alpha x + beta < 1 (PyTorch's hardsigmoid_backward: -3 < x < 3), else 0.
+void grad_HardSigmoid(GradCtx& c) {
+  const float alpha = c.node.f("alpha"), beta = c.node.f("beta");
+  ValueId t = c.emit(Op::Add, {c.emit(Op::Mul, {c.in_id(0), c.scalar(alpha, dt(c))}), c.scalar(beta, dt(c))});
+  ValueId zero = c.scalar(0, dt(c));
+  ValueId g = c.emit(Op::Mul, {c.dy(), c.scalar(alpha, dt(c))});
+  g = c.emit(Op::Where, {c.emit(Op::Greater, {t, zero}), g, zero});
+  c.add(0, c.emit(Op::Where, {c.emit(Op::Less, {t, c.scalar(1, dt(c))}), g, zero}));
+}
+
+// PyTorch's hardswish_backward: 0 for x <= -3, dy (x / 3 + 1/2) for -3 < x < 3, dy for x >= 3.
+void grad_HardSwish(GradCtx& c) {
+  ValueId x = c.in_id(0);
+  ValueId slope = c.emit(Op::Add, {c.emit(Op::Div, {x, c.scalar(3, dt(c))}), c.scalar(0.5, dt(c))});
+  ValueId g = c.emit(Op::Where, {c.emit(Op::Less, {x, c.scalar(3, dt(c))}), c.emit(Op::Mul, {c.dy(), slope}), c.dy()});
+  c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {x, c.scalar(-3, dt(c))}), g, c.scalar(0, dt(c))}));
+}
+
+// y = fmod(a, b) = a - trunc(a / b) b: da = dy, db = -dy trunc(a / b) = dy (y - a) / b.
+void grad_Mod(GradCtx& c) {
+  if (c.needs(0)) add_reduced(c, 0, c.dy());
+  if (c.needs(1)) {
+    ValueId q = c.emit(Op::Div, {c.emit(Op::Sub, {c.out_id(0), c.in_id(0)}), c.in_id(1)});
+    add_reduced(c, 1, c.emit(Op::Mul, {c.dy(), q}));
+  }
+}
+
 void grad_Softplus(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Sigmoid, {c.in_id(0)})})); }
 
 void grad_Clip(GradCtx& c) {  // dy where min <= x <= max (PyTorch's clamp passes the bounds through)

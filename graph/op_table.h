@@ -44,6 +44,11 @@
   X(Erf,                        math,       1, 1, 1, 1, "")                                         \
   X(Gelu,                       math,       1, 1, 1, 1, "approximate:s=none")                       \
   X(Softplus,                   math,       1, 1, 1, 1, "")                                         \
+  X(Sin,                        math,       1, 1, 1, 1, "")                                         \
+  X(Cos,                        math,       1, 1, 1, 1, "")                                         \
+  X(HardSigmoid,                math,       1, 1, 1, 1, "alpha:f=0.2,beta:f=0.5")                   \
+  X(HardSwish,                  math,       1, 1, 1, 1, "")                                         \
+  X(Mod,                        math,       2, 2, 1, 1, "fmod:i=0")                                 \
   X(Clip,                       math,       1, 3, 1, 1, "")                                         \
   X(Softmax,                    math,       1, 1, 1, 1, "axis:i=-1")                                \
   X(LogSoftmax,                 math,       1, 1, 1, 1, "axis:i=-1")                                \
@@ -155,7 +160,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 78
+#define ONNXDP_OP_COUNT 83
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

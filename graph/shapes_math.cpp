@@ -108,6 +108,17 @@ void shape_Sigmoid(ShapeCtx& c) { unary(c, kFloat); }
 void shape_Tanh(ShapeCtx& c) { unary(c, kFloat); }
 void shape_Erf(ShapeCtx& c) { unary(c, kFloat); }
 void shape_Softplus(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Sin(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Cos(ShapeCtx& c) { unary(c, kFloat); }
+void shape_HardSigmoid(ShapeCtx& c) { unary(c, kFloat); }
+void shape_HardSwish(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Mod(ShapeCtx& c) {
+  const int64_t fmod = c.node.i("fmod");
+  if (fmod != 0 && fmod != 1) c.fail("attribute fmod must be 0 or 1, not {}", fmod);
+  binary(c, kNumeric);
+  if (fmod == 0 && dtype_is_float(c.in(0).dtype))
+    c.fail("Mod of {} needs fmod=1 (fmod=0 is integer modulo)", dtype_name(c.in(0).dtype));
+}
 
 void shape_Gelu(ShapeCtx& c) {
   const std::string& a = c.node.s("approximate");

@@ -82,6 +82,11 @@ void import_Tanh(ImportCtx& c) {}
 void import_Erf(ImportCtx& c) {}
 void import_Gelu(ImportCtx& c) {}
 void import_Softplus(ImportCtx& c) {}
+void import_Sin(ImportCtx& c) {}
+void import_Cos(ImportCtx& c) {}
+void import_HardSigmoid(ImportCtx& c) {}
+void import_HardSwish(ImportCtx& c) {}
+void import_Mod(ImportCtx& c) {}
 
 // Clip-6 (opset < 11): float attributes min / max -> f32 scalar constant inputs 1 / 2 (the shape
 // rule and kernel accept f32 bounds for an f64 input). An absent attribute leaves its input absent.

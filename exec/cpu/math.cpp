@@ -290,6 +290,11 @@ void Gelu_forward(KernelCtx& c) {
 }
 
 void Softplus_forward(KernelCtx& c) { unary_float(c, fn::Softplus{}); }
+void Sin_forward(KernelCtx& c) { unary_float(c, fn::Sin{}); }
+void Cos_forward(KernelCtx& c) { unary_float(c, fn::Cos{}); }
+void HardSigmoid_forward(KernelCtx& c) { unary_float(c, fn::HardSigmoid{c.node.f("alpha"), c.node.f("beta")}); }
+void HardSwish_forward(KernelCtx& c) { unary_float(c, fn::HardSwish{}); }
+void Mod_forward(KernelCtx& c) { binary_numeric(c, fn::Mod{c.node.i("fmod") != 0}); }
 
 void Clip_forward(KernelCtx& c) {
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {

@@ -47,6 +47,11 @@ const char* ew_op_name(EwOp op) {
     case EwOp::GeluGrad: return "GeluGrad";
     case EwOp::GeluTanhGrad: return "GeluGrad(tanh)";
     case EwOp::Softplus: return "Softplus";
+    case EwOp::Sin: return "Sin";
+    case EwOp::Cos: return "Cos";
+    case EwOp::HardSigmoid: return "HardSigmoid";
+    case EwOp::HardSwish: return "HardSwish";
+    case EwOp::Mod: return "Mod";
     case EwOp::Equal: return "Equal";
     case EwOp::Less: return "Less";
     case EwOp::Greater: return "Greater";
@@ -92,6 +97,11 @@ bool ew_op(const Node& n, EwOp* out) {
     case Op::Gelu: *out = n.s("approximate") == "tanh" ? EwOp::GeluTanh : EwOp::Gelu; return true;
     case Op::GeluGrad: *out = n.s("approximate") == "tanh" ? EwOp::GeluTanhGrad : EwOp::GeluGrad; return true;
     case Op::Softplus: *out = EwOp::Softplus; return true;
+    case Op::Sin: *out = EwOp::Sin; return true;
+    case Op::Cos: *out = EwOp::Cos; return true;
+    case Op::HardSigmoid: *out = EwOp::HardSigmoid; return true;
+    case Op::HardSwish: *out = EwOp::HardSwish; return true;
+    case Op::Mod: *out = EwOp::Mod; return true;
     case Op::Clip: *out = EwOp::Clip; return true;
     case Op::Identity: *out = EwOp::Identity; return true;
     case Op::Equal: *out = EwOp::Equal; return true;
@@ -256,6 +266,7 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
     case EwOp::Sub:
     case EwOp::Mul:
     case EwOp::Div:
+    case EwOp::Mod:
     case EwOp::Pow:
     case EwOp::GeluGrad:
     case EwOp::GeluTanhGrad:
@@ -264,12 +275,14 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
     case EwOp::Greater:
       l.type = input_type(n, in[0].dtype);
       if (op == EwOp::Pow) l.type1 = input_type(n, in.at(1).dtype);
+      if (op == EwOp::Mod) l.fmod = n.i("fmod") != 0;
       l.in[0] = in[0].data, l.in[1] = in.at(1).data;
       l.layout = layout_of<2>(n, os, {in[0].shape, in[1].shape});
       return launch();
     default:  // unary
       l.type = input_type(n, in[0].dtype);
-      if (op == EwOp::LeakyRelu) l.alpha = n.f("alpha");
+      if (op == EwOp::LeakyRelu || op == EwOp::HardSigmoid) l.alpha = n.f("alpha");
+      if (op == EwOp::HardSigmoid) l.beta = n.f("beta");
       if (op == EwOp::Clip) set_clip(l, clip);
       l.in[0] = in[0].data;
       l.layout = layout_of<1>(n, os, {in[0].shape});

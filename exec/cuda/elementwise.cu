@@ -221,6 +221,7 @@ bool dispatch(const Ctx& c) {
     case EwOp::Div: return binary_number(c, fn::Div{});
     case EwOp::Min: return binary_number(c, fn::Min{});
     case EwOp::Max: return binary_number(c, fn::Max{});
+    case EwOp::Mod: return binary_number(c, fn::Mod{c.l.fmod});
     case EwOp::Pow: return pow(c);
     case EwOp::Identity:  // 16-bit floats: their bits (Gemm's C broadcast)
       if (c.l.type == EwType::u16) return go1<uint16_t, uint16_t>(c, fn::Identity{});
@@ -240,6 +241,10 @@ bool dispatch(const Ctx& c) {
     case EwOp::Gelu: return unary_float(c, fn::Gelu{});
     case EwOp::GeluTanh: return unary_float(c, fn::GeluTanh{});
     case EwOp::Softplus: return unary_float(c, fn::Softplus{});
+    case EwOp::Sin: return unary_float(c, fn::Sin{});
+    case EwOp::Cos: return unary_float(c, fn::Cos{});
+    case EwOp::HardSigmoid: return unary_float(c, fn::HardSigmoid{c.l.alpha, c.l.beta});
+    case EwOp::HardSwish: return unary_float(c, fn::HardSwish{});
     case EwOp::GeluGrad: return binary_float(c, fn::GeluGrad{});
     case EwOp::GeluTanhGrad: return binary_float(c, fn::GeluTanhGrad{});
     case EwOp::Equal: return compare(c, fn::Equal{});

@@ -192,7 +192,8 @@ TEST_SUITE("cuda") {
 TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64") {
   for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow, Op::Min, Op::Max, Op::Sqrt, Op::Exp, Op::Log, Op::Neg,
                 Op::Abs, Op::Reciprocal, Op::Relu, Op::LeakyRelu, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
-                Op::Softplus, Op::Clip, Op::Identity, Op::Equal, Op::Less, Op::Greater}) {
+                Op::Softplus, Op::Sin, Op::Cos, Op::HardSigmoid, Op::HardSwish, Op::Mod, Op::Clip, Op::Identity,
+                Op::Equal, Op::Less, Op::Greater}) {
     for (DType t : kFloats) {
       INFO(op_name(op) << " " << dtype_name(t));
       CHECK(cuda::is_elementwise(op));
@@ -208,9 +209,11 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
       ValueId a = input("a"), b = input("b");
       std::vector<ValueId> ins{a};
       if (op == Op::Add || op == Op::Sub || op == Op::Mul || op == Op::Div || op == Op::Pow || op == Op::Min ||
-          op == Op::Max || op == Op::Equal || op == Op::Less || op == Op::Greater)
+          op == Op::Max || op == Op::Mod || op == Op::Equal || op == Op::Less || op == Op::Greater)
         ins.push_back(b);
-      int ni = g.add_node(op, "n", ins, {"y"});
+      std::map<std::string, Attr> attrs;
+      if (op == Op::Mod) attrs["fmod"] = Attr(int64_t(1));  // floats need C's fmod
+      int ni = g.add_node(op, "n", ins, {"y"}, attrs);
       CHECK(cuda::elementwise_runs(g, g.nodes[size_t(ni)]));
     }
   }
@@ -234,6 +237,10 @@ void binary_arithmetic() {
       n += run_all_shapes(op, 1, t, rng);
       n += run_all_shapes(op, 3, t, rng);
     }
+  // Mod: integers with the divisor's sign and with the dividend's; floats with fmod=1 only.
+  for (DType t : kNumbers)
+    for (int64_t f : {0, 1})
+      if (f == 1 || !dtype_is_float(t)) n += run_all_shapes(Op::Mod, 2, t, rng, Domain::any, {{"fmod", Attr(f)}});
   report("binary arithmetic", n);
 }
 
@@ -250,12 +257,14 @@ void unary() {
   int n = 0;
   for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::Identity})
     for (DType t : kNumbers) n += run_all_shapes(op, 1, t, rng);
-  for (Op op : {Op::Exp, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Softplus})
+  for (Op op : {Op::Exp, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Softplus, Op::Sin, Op::Cos,
+                Op::HardSwish})
     for (DType t : kFloats) n += run_all_shapes(op, 1, t, rng);
   for (Op op : {Op::Sqrt, Op::Log})  // the CPU and CUDA agree on NaN for x < 0 too, but keep it real
     for (DType t : kFloats) n += run_all_shapes(op, 1, t, rng, Domain::positive);
   for (DType t : kFloats) {
     n += run_all_shapes(Op::LeakyRelu, 1, t, rng, Domain::any, {{"alpha", Attr(0.2f)}});
+    n += run_all_shapes(Op::HardSigmoid, 1, t, rng, Domain::any, {{"alpha", Attr(0.3f)}, {"beta", Attr(0.4f)}});
     n += run_all_shapes(Op::Gelu, 1, t, rng);
     n += run_all_shapes(Op::Gelu, 1, t, rng, Domain::any, {{"approximate", Attr(std::string("tanh"))}});
   }
@@ -291,7 +300,7 @@ void logical() {
 // The CUDA path's dispatch, layout, index math and functors, its element loop run on the host.
 TEST_SUITE("cuda") {
 
-TEST_CASE("cuda elementwise host emulation: binary arithmetic (Add Sub Mul Div Min Max) equals the CPU") {
+TEST_CASE("cuda elementwise host emulation: binary arithmetic (Add Sub Mul Div Min Max Mod) equals the CPU") {
   g_backend = Backend::emulation;
   binary_arithmetic();
 }
@@ -317,7 +326,7 @@ TEST_CASE("cuda elementwise host emulation: comparisons, Not and Where equal the
 // The kernels on the GPU; without one each case says "no GPU: <reason>" and returns.
 TEST_SUITE("gpu") {
 
-TEST_CASE("cuda elementwise on GPU: binary arithmetic (Add Sub Mul Div Min Max) equals the CPU") {
+TEST_CASE("cuda elementwise on GPU: binary arithmetic (Add Sub Mul Div Min Max Mod) equals the CPU") {
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
   binary_arithmetic();

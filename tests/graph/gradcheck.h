@@ -7,6 +7,8 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "exec/plan.h"
 #include "graph/autodiff.h"
 
@@ -61,9 +63,10 @@ struct Case {
   }
   ValueId ints(std::vector<int64_t> v, const std::string& name) { return constant(Tensor::from_i64(v), name); }
   std::vector<ValueId> node_n(Op op, std::vector<ValueId> ins, std::map<std::string, Attr> attrs, int n_out) {
-    std::string nm = "n" + std::to_string(g.nodes.size());
+    // fmt rather than "n" + std::to_string(..): GCC 12 warns falsely (-Wrestrict) on the latter.
+    std::string nm = fmt::format("n{}", g.nodes.size());
     std::vector<std::string> outs;
-    for (int k = 0; k < n_out; ++k) outs.push_back(nm + "_" + std::to_string(k));
+    for (int k = 0; k < n_out; ++k) outs.push_back(fmt::format("{}_{}", nm, k));
     int idx = g.add_node(op, nm, std::move(ins), outs, std::move(attrs));
     return g.nodes[size_t(idx)].outputs;
   }

@@ -82,7 +82,7 @@ TEST_CASE("autodiff: broadcasting arithmetic") {
 
 TEST_CASE("autodiff: unary math") {
   for (Op op : {Op::Sqrt, Op::Exp, Op::Log, Op::Neg, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
-                Op::Softplus, Op::Abs, Op::Relu, Op::LeakyRelu}) {
+                Op::Softplus, Op::Abs, Op::Relu, Op::LeakyRelu, Op::Sin, Op::Cos}) {
     CAPTURE(op_name(op));
     Case c;
     bool positive = op == Op::Sqrt || op == Op::Log || op == Op::Reciprocal;
@@ -95,6 +95,18 @@ TEST_CASE("autodiff: Gelu's tanh form (one GeluGrad node, as the exact form)") {
   Case c;
   ValueId x = c.param("x", {3, 5}, 0.1, 2.5, true);
   gradcheck(c, c.node(Op::Gelu, {x}, {{"approximate", Attr(std::string("tanh"))}}));
+}
+
+TEST_CASE("autodiff: HardSigmoid and HardSwish on both flat parts and the slope, Mod on both inputs") {
+  // x spans (-4.5, 4.5): below -3 and above 3 both ops are flat (HardSwish: 0, then the identity).
+  Case c;
+  ValueId x = c.param("x", {4, 6}, 0.1, 4.5, true);
+  ValueId hs = c.node(Op::HardSigmoid, {x}, {{"alpha", Attr(float(1.0 / 6.0))}, {"beta", Attr(0.5f)}});
+  gradcheck(c, c.node(Op::Add, {hs, c.node(Op::HardSwish, {x})}));
+  Case m;
+  ValueId a = m.param("a", {3, 4}, 0.5, 5.0, true);
+  ValueId b = m.param("b", {4}, 0.7, 1.9, false);
+  gradcheck(m, m.node(Op::Mod, {a, b}, {{"fmod", Attr(int64_t(1))}}));
 }
 
 TEST_CASE("autodiff: Clip passes the gradient inside the bounds only") {

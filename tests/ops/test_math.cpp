@@ -316,6 +316,19 @@ TEST_CASE("math: unary float ops match torch") {
   check_close(run(Op::LeakyRelu, {&x}), {8}, {-0.03, -0.015, -0.0025, 0, 0.5, 2, 10, -0.2});  // alpha 0.01
   check_close(run(Op::Relu, {&x}), {8}, {0, 0, 0, 0, 0.5, 2, 10, 0});
   check_close(run(Op::Neg, {&x}), {8}, {3, 1.5, 0.25, 0, -0.5, -2, -10, 20});
+  // torch.sin, torch.cos, F.hardsigmoid (ONNX alpha 1/6, beta 1/2), F.hardswish
+  check_close(run(Op::Sin, {&x}), {8},
+              {-0.14112000167369843, -0.9974949955940247, -0.24740396440029144, 0.0, 0.4794255495071411,
+               0.9092974066734314, -0.5440211296081543, -0.9129452705383301});
+  check_close(run(Op::Cos, {&x}), {8},
+              {-0.9899924993515015, 0.07073719799518585, 0.9689124226570129, 1.0, 0.8775825500488281,
+               -0.416146844625473, -0.83907151222229, 0.4080820679664612});
+  check_close(run(Op::HardSigmoid, {&x}, {{"alpha", Attr(float(1.0 / 6.0))}, {"beta", Attr(0.5f)}}), {8},
+              {0.0, 0.25, 0.4583333432674408, 0.5, 0.5833333134651184, 0.8333333134651184, 1.0, 0.0});
+  check_close(run(Op::HardSwish, {&x}), {8},
+              {-0.0, -0.375, -0.1145833358168602, 0.0, 0.2916666567325592, 1.6666666269302368, 10.0, -0.0});
+  // ONNX's defaults alpha 0.2, beta 0.5: np.clip(0.2 x + 0.5, 0, 1)
+  check_close(run(Op::HardSigmoid, {&x}), {8}, {0.0, 0.2, 0.45, 0.5, 0.6, 0.9, 1.0, 0.0});
   check_close(run(Op::Abs, {&x}), {8}, {3, 1.5, 0.25, 0, 0.5, 2, 10, 20});
 
   // np.sqrt, np.log, np.reciprocal of [0.25, 1, 2, 9, 1e-3] (f32)
@@ -324,6 +337,25 @@ TEST_CASE("math: unary float ops match torch") {
   check_close(run(Op::Log, {&p}), {5}, {-1.3862943649291992, 0.0, 0.6931471824645996, 2.1972246170043945,
                                         -6.907755374908447});
   check_close(run(Op::Reciprocal, {&p}), {5}, {4.0, 1.0, 0.5, 0.1111111119389534, 999.9999389648438});
+}
+
+TEST_CASE("math: Mod: integers take the divisor's sign (fmod=0) or the dividend's (fmod=1); floats need fmod=1") {
+  // np.mod and np.fmod of [-4, 7, 5, 4, -7, 8] by [2, -3, 8, -2, 3, 5] (ONNX's mixed-sign cases)
+  Tensor a = make<int64_t>(DType::i64, {6}, {-4, 7, 5, 4, -7, 8}), b = make<int64_t>(DType::i64, {6}, {2, -3, 8, -2, 3, 5});
+  CHECK(run(Op::Mod, {&a, &b}).to_i64() == std::vector<int64_t>{0, -2, 5, 0, 2, 3});
+  CHECK(run(Op::Mod, {&a, &b}, {{"fmod", Attr(int64_t(1))}}).to_i64() == std::vector<int64_t>{0, 1, 5, 0, -1, 3});
+  // Division by zero and lowest % -1 give 0 instead of trapping.
+  Tensor c = make<int32_t>(DType::i32, {2}, {7, std::numeric_limits<int32_t>::min()});
+  Tensor d = make<int32_t>(DType::i32, {2}, {0, -1});
+  CHECK(run(Op::Mod, {&c, &d}).to_i64() == std::vector<int64_t>{0, 0});
+  // np.fmod (f32), broadcast against a scalar too
+  Tensor x = f32({6}, {-4.3f, 7.2f, 5.0f, 4.3f, -7.2f, 8.0f}), y = f32({6}, {2.1f, -3.4f, 8.0f, -2.1f, 3.4f, 5.0f});
+  const std::map<std::string, Attr> fmod = {{"fmod", Attr(int64_t(1))}};
+  check_close(run(Op::Mod, {&x, &y}, fmod), {6},
+              {-0.10000038146972656, 0.39999961853027344, 5.0, 0.10000038146972656, -0.39999961853027344, 3.0});
+  Tensor three = f32({}, {3.0f});
+  check_close(run(Op::Mod, {&x, &three}, fmod), {6}, {-1.3, 1.2, 2.0, 1.3, -1.2, 2.0}, 1e-5, 1e-6);
+  CHECK_THROWS_WITH_AS(run(Op::Mod, {&x, &y}), doctest::Contains("needs fmod=1"), Error);
 }
 
 TEST_CASE("math: sigmoid and softplus do not overflow at large |x|") {

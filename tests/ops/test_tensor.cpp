@@ -168,14 +168,14 @@ std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::v
   std::map<std::string, Tensor> feed;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k].empty()) continue;
-    std::string name = "x" + std::to_string(k);
+    std::string name = fmt::format("x{}", k);  // not "x" + std::to_string: GCC 12's false -Wrestrict
     if (int(k) >= first_const) opt.constant_inputs[name] = inputs[k];
     else feed[name] = inputs[k];
   }
   Plan plan(load_graph(m, "", opt));
   auto out = plan.run(feed);
   std::vector<Tensor> r;
-  for (int k = 0; k < n_out; ++k) r.push_back(out.at("y" + std::to_string(k)));
+  for (int k = 0; k < n_out; ++k) r.push_back(out.at(fmt::format("y{}", k)));
   return r;
 }
 
