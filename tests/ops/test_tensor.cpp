@@ -144,7 +144,7 @@ onnx::ModelProto one_node_model(int opset, const std::string& op_type, const std
       n->add_input("");
       continue;
     }
-    std::string name = "x" + std::to_string(k);
+    std::string name = fmt::format("x{}", k);
     n->add_input(name);
     onnx::ValueInfoProto* vi = g->add_input();
     vi->set_name(name);
@@ -155,8 +155,8 @@ onnx::ModelProto one_node_model(int opset, const std::string& op_type, const std
   }
   for (const auto& a : attrs) *n->add_attribute() = a;
   for (int k = 0; k < n_out; ++k) {
-    n->add_output("y" + std::to_string(k));
-    g->add_output()->set_name("y" + std::to_string(k));
+    n->add_output(fmt::format("y{}", k));
+    g->add_output()->set_name(fmt::format("y{}", k));
   }
   return m;
 }
@@ -168,7 +168,7 @@ std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::v
   std::map<std::string, Tensor> feed;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k].empty()) continue;
-    std::string name = fmt::format("x{}", k);  // not "x" + std::to_string: GCC 12's false -Wrestrict
+    std::string name = fmt::format("x{}", k);
     if (int(k) >= first_const) opt.constant_inputs[name] = inputs[k];
     else feed[name] = inputs[k];
   }
