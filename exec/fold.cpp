@@ -11,8 +11,8 @@ void infer_and_fold(Graph& g) {
     infer_node(g, int(ni));
     Node& n = g.nodes[ni];
     bool known = true;
-    // Shape and its kin need only the static shape of their input.
-    if (n.op != Op::Shape) {
+    // Shape and Size need only the static shape of their input.
+    if (n.op != Op::Shape && n.op != Op::Size) {
       for (ValueId in : n.inputs)
         if (in != kNoValue && g.value(in).kind != ValueKind::constant) known = false;
     }
@@ -27,6 +27,8 @@ void infer_and_fold(Graph& g) {
       // The input may be an activation without data: Shape's kernel would see no shape, so the
       // shared helper reads the static shape from the graph.
       outs.push_back(Tensor::from_i64(shape_op_dims(g.value(n.inputs[0]).shape, n)));
+    } else if (n.op == Op::Size) {
+      outs.push_back(Tensor::scalar_i64(shape_numel(g.value(n.inputs[0]).shape)));
     } else {
       std::vector<const Tensor*> ins;
       for (ValueId in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &g.value(in).data);

@@ -283,8 +283,23 @@ struct Less {
 struct Greater {
   template <class T> ONNXDP_HD bool operator()(T a, T b) const { return a > b; }
 };
+struct LessOrEqual {
+  template <class T> ONNXDP_HD bool operator()(T a, T b) const { return a <= b; }
+};
+struct GreaterOrEqual {
+  template <class T> ONNXDP_HD bool operator()(T a, T b) const { return a >= b; }
+};
 struct Not {
   ONNXDP_HD bool operator()(bool x) const { return !x; }
+};
+struct And {
+  ONNXDP_HD bool operator()(bool a, bool b) const { return a && b; }
+};
+struct Or {
+  ONNXDP_HD bool operator()(bool a, bool b) const { return a || b; }
+};
+struct Xor {
+  ONNXDP_HD bool operator()(bool a, bool b) const { return a != b; }
 };
 // Where: cond ? x : y.
 struct Select {

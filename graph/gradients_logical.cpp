@@ -7,6 +7,11 @@ void grad_Equal(GradCtx& c) { no_gradient(c); }
 void grad_Less(GradCtx& c) { no_gradient(c); }
 void grad_Greater(GradCtx& c) { no_gradient(c); }
 void grad_Not(GradCtx& c) { no_gradient(c); }
+void grad_LessOrEqual(GradCtx& c) { no_gradient(c); }
+void grad_GreaterOrEqual(GradCtx& c) { no_gradient(c); }
+void grad_And(GradCtx& c) { no_gradient(c); }
+void grad_Or(GradCtx& c) { no_gradient(c); }
+void grad_Xor(GradCtx& c) { no_gradient(c); }
 
 void grad_Where(GradCtx& c) {  // dx = dy where cond, dy_other = dy where !cond
   ValueId zero = c.scalar(0, c.graph.value(c.dy()).dtype);

@@ -21,7 +21,12 @@ void grad_Cast(GradCtx& c) {
   c.add(0, c.emit(Op::Cast, {c.dy()}, {{"to", Attr(int64_t(dtype_to_onnx(c.in(0).dtype)))}}));
 }
 
+void grad_CastLike(GradCtx& c) {  // input 1 gives only its dtype
+  if (c.needs(0)) grad_Cast(c);
+}
+
 void grad_Shape(GradCtx& c) { no_gradient(c); }
+void grad_Size(GradCtx& c) { no_gradient(c); }
 void grad_Flatten(GradCtx& c) { reshape_back(c); }
 void grad_Reshape(GradCtx& c) { if (c.needs(0)) reshape_back(c); }
 void grad_Squeeze(GradCtx& c) { if (c.needs(0)) reshape_back(c); }

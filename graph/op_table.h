@@ -11,7 +11,7 @@
 //               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm, FusedGemm, FusedMatMul),
 //               reduce.* (Reduce*, Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad), norm.*
 //               (LayerNormalization, BatchNormalization, the losses, their Grads), tensor_ops.*
-//               (Gather, Cast, Concat, Slice, Split, Pad, Tile, Trilu, Dropout, GatherGrad),
+//               (Gather, Cast, CastLike, Concat, Slice, Split, Pad, Tile, Trilu, Dropout, GatherGrad),
 //               conv.* (Conv, ConvTranspose, ConvGradFilter,
 //               pooling and its Grads); collectives and reshapes in backend.cpp itself. Tests:
 //               tests/gpu/test_cuda_<file>.cpp (test_cuda_ops.cpp for reduce and the copies).
@@ -59,6 +59,11 @@
   X(Less,                       logical,    2, 2, 1, 1, "")                                         \
   X(Greater,                    logical,    2, 2, 1, 1, "")                                         \
   X(Not,                        logical,    1, 1, 1, 1, "")                                         \
+  X(LessOrEqual,                logical,    2, 2, 1, 1, "")                                         \
+  X(GreaterOrEqual,             logical,    2, 2, 1, 1, "")                                         \
+  X(And,                        logical,    2, 2, 1, 1, "")                                         \
+  X(Or,                         logical,    2, 2, 1, 1, "")                                         \
+  X(Xor,                        logical,    2, 2, 1, 1, "")                                         \
   X(Where,                      logical,    3, 3, 1, 1, "")                                         \
   X(Conv,                       nn,         2, 3, 1, 1,                                             \
     "auto_pad:s=NOTSET,dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")          \
@@ -85,7 +90,9 @@
   X(NegativeLogLikelihoodLoss,  nn,         2, 3, 1, 1, "ignore_index:i,reduction:s=mean")          \
   X(Identity,                   tensor,     1, 1, 1, 1, "")                                         \
   X(Cast,                       tensor,     1, 1, 1, 1, "saturate:i=1,to:i")                        \
+  X(CastLike,                   tensor,     2, 2, 1, 1, "saturate:i=1")                             \
   X(Shape,                      tensor,     1, 1, 1, 1, "end:i,start:i=0")                          \
+  X(Size,                       tensor,     1, 1, 1, 1, "")                                         \
   X(Flatten,                    tensor,     1, 1, 1, 1, "axis:i=1")                                 \
   X(Reshape,                    tensor,     2, 2, 1, 1, "allowzero:i=0")                            \
   X(Transpose,                  tensor,     1, 1, 1, 1, "perm:ints")                                \
@@ -160,7 +167,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 83
+#define ONNXDP_OP_COUNT 90
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

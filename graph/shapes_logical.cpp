@@ -27,10 +27,23 @@ void shape_Equal(ShapeCtx& c) { compare(c, true); }
 void shape_Less(ShapeCtx& c) { compare(c, false); }
 void shape_Greater(ShapeCtx& c) { compare(c, false); }
 
+void shape_LessOrEqual(ShapeCtx& c) { compare(c, false); }
+void shape_GreaterOrEqual(ShapeCtx& c) { compare(c, false); }
+
 void shape_Not(ShapeCtx& c) {
   if (c.dtype(0) != DType::boolean) c.fail("input 0 is {}; Not takes bool", dtype_name(c.dtype(0)));
   c.set(0, DType::boolean, c.shape(0));
 }
+
+// And, Or, Xor: two bool inputs, broadcast.
+static void logic(ShapeCtx& c) {
+  for (int k = 0; k < 2; ++k)
+    if (c.dtype(k) != DType::boolean) c.fail("input {} is {}; {} takes bool", k, dtype_name(c.dtype(k)), op_name(c.node.op));
+  c.set(0, DType::boolean, broadcast_or_fail(c, c.shape(0), c.shape(1)));
+}
+void shape_And(ShapeCtx& c) { logic(c); }
+void shape_Or(ShapeCtx& c) { logic(c); }
+void shape_Xor(ShapeCtx& c) { logic(c); }
 
 // Where(cond, x, y): cond bool, x and y of one dtype; all three broadcast together.
 void shape_Where(ShapeCtx& c) {

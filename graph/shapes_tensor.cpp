@@ -133,9 +133,14 @@ void shape_Cast(ShapeCtx& c) {
   c.set(0, t, c.shape(0));
 }
 
+// CastLike: input 0 converted to input 1's dtype (the dynamo exporter's and ONNX functions' form).
+void shape_CastLike(ShapeCtx& c) { c.set(0, c.dtype(1), c.shape(0)); }
+
 void shape_Shape(ShapeCtx& c) {
   c.set(0, DType::i64, {int64_t(shape_op_dims(c.shape(0), c.node).size())});
 }
+
+void shape_Size(ShapeCtx& c) { c.set(0, DType::i64, {}); }  // folded to a constant (exec/fold.cpp)
 
 void shape_Flatten(ShapeCtx& c) {
   const Shape& s = c.shape(0);

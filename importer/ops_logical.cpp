@@ -8,6 +8,11 @@ void import_Equal(ImportCtx& c) {}
 void import_Less(ImportCtx& c) {}
 void import_Greater(ImportCtx& c) {}
 void import_Not(ImportCtx& c) {}
+void import_LessOrEqual(ImportCtx& c) {}
+void import_GreaterOrEqual(ImportCtx& c) {}
+void import_And(ImportCtx& c) {}
+void import_Or(ImportCtx& c) {}
+void import_Xor(ImportCtx& c) {}
 void import_Where(ImportCtx& c) {}
 
 }  // namespace onnxdp

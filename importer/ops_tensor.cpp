@@ -17,7 +17,9 @@ void import_Cast(ImportCtx& c) {
   c.ignore_attr("round_mode");
 }
 
+void import_CastLike(ImportCtx& c) { c.ignore_attr("round_mode"); }
 void import_Shape(ImportCtx& c) {}
+void import_Size(ImportCtx& c) {}
 void import_Flatten(ImportCtx& c) {}
 void import_Reshape(ImportCtx& c) {}
 void import_Transpose(ImportCtx& c) {}

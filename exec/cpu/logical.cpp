@@ -24,7 +24,12 @@ void compare(KernelCtx& c, const F& f) {
 void Equal_forward(KernelCtx& c) { compare(c, fn::Equal{}); }
 void Less_forward(KernelCtx& c) { compare(c, fn::Less{}); }
 void Greater_forward(KernelCtx& c) { compare(c, fn::Greater{}); }
+void LessOrEqual_forward(KernelCtx& c) { compare(c, fn::LessOrEqual{}); }
+void GreaterOrEqual_forward(KernelCtx& c) { compare(c, fn::GreaterOrEqual{}); }
 void Not_forward(KernelCtx& c) { broadcast_map<bool, bool>(c.out(0), fn::Not{}, c.in(0)); }
+void And_forward(KernelCtx& c) { broadcast_map<bool, bool, bool>(c.out(0), fn::And{}, c.in(0), c.in(1)); }
+void Or_forward(KernelCtx& c) { broadcast_map<bool, bool, bool>(c.out(0), fn::Or{}, c.in(0), c.in(1)); }
+void Xor_forward(KernelCtx& c) { broadcast_map<bool, bool, bool>(c.out(0), fn::Xor{}, c.in(0), c.in(1)); }
 
 // Where: out = cond ? x : y with all three broadcast. Elements are copied, so any dtype works (f16
 // / bf16 as their 16-bit storage).

@@ -144,6 +144,10 @@ void Cast_forward(KernelCtx& c) {
   });
 }
 
+void CastLike_forward(KernelCtx& c) { Cast_forward(c); }  // the output already has input 1's dtype
+
+void Size_forward(KernelCtx& c) { *c.out(0).as<int64_t>() = c.in(0).numel; }
+
 void Shape_forward(KernelCtx& c) {
   std::vector<int64_t> dims = shape_op_dims(*c.in(0).shape, c.node);
   if (!dims.empty()) std::memcpy(c.out(0).data, dims.data(), dims.size() * sizeof(int64_t));

@@ -55,6 +55,11 @@ const char* ew_op_name(EwOp op) {
     case EwOp::Equal: return "Equal";
     case EwOp::Less: return "Less";
     case EwOp::Greater: return "Greater";
+    case EwOp::LessOrEqual: return "LessOrEqual";
+    case EwOp::GreaterOrEqual: return "GreaterOrEqual";
+    case EwOp::And: return "And";
+    case EwOp::Or: return "Or";
+    case EwOp::Xor: return "Xor";
     case EwOp::Not: return "Not";
     case EwOp::Where: return "Where";
   }
@@ -107,6 +112,11 @@ bool ew_op(const Node& n, EwOp* out) {
     case Op::Equal: *out = EwOp::Equal; return true;
     case Op::Less: *out = EwOp::Less; return true;
     case Op::Greater: *out = EwOp::Greater; return true;
+    case Op::LessOrEqual: *out = EwOp::LessOrEqual; return true;
+    case Op::GreaterOrEqual: *out = EwOp::GreaterOrEqual; return true;
+    case Op::And: *out = EwOp::And; return true;
+    case Op::Or: *out = EwOp::Or; return true;
+    case Op::Xor: *out = EwOp::Xor; return true;
     case Op::Not: *out = EwOp::Not; return true;
     case Op::Where: *out = EwOp::Where; return true;
     default: return false;
@@ -273,6 +283,11 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
     case EwOp::Equal:
     case EwOp::Less:
     case EwOp::Greater:
+    case EwOp::LessOrEqual:
+    case EwOp::GreaterOrEqual:
+    case EwOp::And:
+    case EwOp::Or:
+    case EwOp::Xor:
       l.type = input_type(n, in[0].dtype);
       if (op == EwOp::Pow) l.type1 = input_type(n, in.at(1).dtype);
       if (op == EwOp::Mod) l.fmod = n.i("fmod") != 0;

@@ -250,6 +250,11 @@ bool dispatch(const Ctx& c) {
     case EwOp::Equal: return compare(c, fn::Equal{});
     case EwOp::Less: return compare(c, fn::Less{});
     case EwOp::Greater: return compare(c, fn::Greater{});
+    case EwOp::LessOrEqual: return compare(c, fn::LessOrEqual{});
+    case EwOp::GreaterOrEqual: return compare(c, fn::GreaterOrEqual{});
+    case EwOp::And: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::And{});
+    case EwOp::Or: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::Or{});
+    case EwOp::Xor: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::Xor{});
     case EwOp::Not: return c.l.type == EwType::boolean && go1<bool, bool>(c, fn::Not{});
     case EwOp::Where: return where(c);
   }

@@ -22,9 +22,9 @@ enum class EwOp : uint8_t {
   // out = f(dy, x), f32 / f64: Gelu's gradient (exact and tanh forms)
   GeluGrad, GeluTanhGrad,
   // bool out = f(a, b), numbers and bool
-  Equal, Less, Greater,
-  // bool out = !a
-  Not,
+  Equal, Less, Greater, LessOrEqual, GreaterOrEqual,
+  // bool out = f(a, b) / !a, bool
+  And, Or, Xor, Not,
   // out = a ? b : c, any element type (copied by size)
   Where,
 };

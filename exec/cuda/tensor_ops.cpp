@@ -417,6 +417,7 @@ bool tensor_runs(const Graph& g, const Node& n) {
       return ds[size_t(axis)] < (int64_t(1) << 32) - 1 && shape_numel(in_shape(1)) < (int64_t(1) << 32);
     }
     case Op::Cast:
+    case Op::CastLike:
     case Op::Concat:
     case Op::Split:
       return true;
@@ -455,7 +456,8 @@ void tensor_forward(const Graph& g, KernelCtx& c, const CudaContext& cc) {
   switch (n.op) {
     case Op::Gather: return gather(g, c, cc);
     case Op::GatherGrad: return gather_grad(c, cc);
-    case Op::Cast: return cast(c, cc);
+    case Op::Cast:
+    case Op::CastLike: return cast(c, cc);
     case Op::Concat: return concat(c, cc);
     case Op::Split: return split(c, cc);
     case Op::Slice: {

@@ -193,7 +193,7 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
   for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow, Op::Min, Op::Max, Op::Sqrt, Op::Exp, Op::Log, Op::Neg,
                 Op::Abs, Op::Reciprocal, Op::Relu, Op::LeakyRelu, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
                 Op::Softplus, Op::Sin, Op::Cos, Op::HardSigmoid, Op::HardSwish, Op::Mod, Op::Clip, Op::Identity,
-                Op::Equal, Op::Less, Op::Greater}) {
+                Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual}) {
     for (DType t : kFloats) {
       INFO(op_name(op) << " " << dtype_name(t));
       CHECK(cuda::is_elementwise(op));
@@ -209,7 +209,8 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
       ValueId a = input("a"), b = input("b");
       std::vector<ValueId> ins{a};
       if (op == Op::Add || op == Op::Sub || op == Op::Mul || op == Op::Div || op == Op::Pow || op == Op::Min ||
-          op == Op::Max || op == Op::Mod || op == Op::Equal || op == Op::Less || op == Op::Greater)
+          op == Op::Max || op == Op::Mod || op == Op::Equal || op == Op::Less || op == Op::Greater ||
+          op == Op::LessOrEqual || op == Op::GreaterOrEqual)
         ins.push_back(b);
       std::map<std::string, Attr> attrs;
       if (op == Op::Mod) attrs["fmod"] = Attr(int64_t(1));  // floats need C's fmod
@@ -218,6 +219,9 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
     }
   }
   CHECK(cuda::is_elementwise(Op::Not));
+  CHECK(cuda::is_elementwise(Op::And));
+  CHECK(cuda::is_elementwise(Op::Or));
+  CHECK(cuda::is_elementwise(Op::Xor));
   CHECK(cuda::is_elementwise(Op::Where));
   CHECK_FALSE(cuda::is_elementwise(Op::MatMul));
 }
@@ -286,10 +290,11 @@ void clip_cases() {
 void logical() {
   std::mt19937 rng(5);
   int n = 0;
-  for (Op op : {Op::Equal, Op::Less, Op::Greater})
+  for (Op op : {Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual})
     for (DType t : kNumbers) n += run_all_shapes(op, 2, t, rng);
-  n += run_all_shapes(Op::Equal, 2, DType::boolean, rng);  // Less / Greater take numbers only
+  n += run_all_shapes(Op::Equal, 2, DType::boolean, rng);  // the orderings take numbers only
   n += run_all_shapes(Op::Not, 1, DType::boolean, rng);
+  for (Op op : {Op::And, Op::Or, Op::Xor}) n += run_all_shapes(op, 2, DType::boolean, rng);
   for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean, DType::f16, DType::bf16})
     for (const auto& shapes : shape_sets(3)) n += run_case(Case{Op::Where, {DType::boolean, t, t}, shapes}, rng);
   report("comparisons and Where", n);
@@ -316,7 +321,7 @@ TEST_CASE("cuda elementwise host emulation: Clip equals the CPU") {
   g_backend = Backend::emulation;
   clip_cases();
 }
-TEST_CASE("cuda elementwise host emulation: comparisons, Not and Where equal the CPU") {
+TEST_CASE("cuda elementwise host emulation: comparisons, And, Or, Xor, Not and Where equal the CPU") {
   g_backend = Backend::emulation;
   logical();
 }
@@ -346,7 +351,7 @@ TEST_CASE("cuda elementwise on GPU: Clip with both, one and no bounds equals the
   g_backend = Backend::gpu;
   clip_cases();
 }
-TEST_CASE("cuda elementwise on GPU: comparisons, Not and Where equal the CPU") {
+TEST_CASE("cuda elementwise on GPU: comparisons, And, Or, Xor, Not and Where equal the CPU") {
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
   logical();

@@ -287,6 +287,13 @@ std::vector<TCase> cast_cases() {
     cs.push_back({std::string("big int64 -> ") + dtype_name(to), Op::Cast, {fed("x", DType::i64, {6}, big)},
                   {{"to", Attr(int64_t(dtype_to_onnx(to)))}}});
   cs.push_back({"empty", Op::Cast, {fed("x", DType::f32, {0, 3})}, {{"to", Attr(int64_t(dtype_to_onnx(DType::i64)))}}});
+  // CastLike: the same conversion, to the dtype of its second input.
+  for (DType to : kAll) {
+    std::vector<double> v = cast_values(DType::f32);
+    Tensor x = tensor_of(DType::f32, {int64_t(v.size())}, v);
+    cs.push_back({std::string("CastLike float32 -> ") + dtype_name(to), Op::CastLike,
+                  {fed("x", DType::f32, x.shape(), x), fed("like", to, {1})}, {}});
+  }
   return cs;
 }
 

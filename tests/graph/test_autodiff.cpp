@@ -109,6 +109,13 @@ TEST_CASE("autodiff: HardSigmoid and HardSwish on both flat parts and the slope,
   gradcheck(m, m.node(Op::Mod, {a, b}, {{"fmod", Attr(int64_t(1))}}));
 }
 
+TEST_CASE("autodiff: CastLike passes the gradient to its input 0 only") {
+  Case c;
+  ValueId x = c.param("x", {2, 3});
+  ValueId like = c.scalar(7.0, "like");  // only its dtype matters
+  gradcheck(c, c.node(Op::Mul, {c.node(Op::CastLike, {x, like}), x}));
+}
+
 TEST_CASE("autodiff: Clip passes the gradient inside the bounds only") {
   Case c;
   ValueId x = c.param("x", {3, 4}, 0.1, 2.0, true);

@@ -71,6 +71,25 @@ TEST_CASE("logical: Equal, Less, Greater broadcast and give bool") {
   CHECK_THROWS_WITH_AS(run(Op::Greater, {&a, &c}), doctest::Contains("do not broadcast"), Error);
 }
 
+TEST_CASE("logical: LessOrEqual and GreaterOrEqual are false against NaN, unlike Not(Greater) / Not(Less)") {
+  Tensor a = f32({4}, {1, 2, 3, NAN}), b = f32({4}, {2, 2, 2, 0});
+  CHECK(bools(run(Op::LessOrEqual, {&a, &b})) == std::vector<int>{1, 1, 0, 0});
+  CHECK(bools(run(Op::GreaterOrEqual, {&a, &b})) == std::vector<int>{0, 1, 1, 0});
+  Tensor i = make<int64_t>(DType::i64, {3}, {-1, 0, 7}), j = make<int64_t>(DType::i64, {}, {0});
+  CHECK(bools(run(Op::GreaterOrEqual, {&i, &j})) == std::vector<int>{0, 1, 1});
+  Tensor p = boolean({2}, {true, false});
+  CHECK_THROWS_WITH_AS(run(Op::LessOrEqual, {&p, &p}), doctest::Contains("bool"), Error);
+}
+
+TEST_CASE("logical: And, Or, Xor broadcast their truth tables; numbers are refused") {
+  Tensor p = boolean({2, 1}, {true, false}), q = boolean({2}, {true, false});
+  CHECK(bools(run(Op::And, {&p, &q})) == std::vector<int>{1, 0, 0, 0});
+  CHECK(bools(run(Op::Or, {&p, &q})) == std::vector<int>{1, 1, 1, 0});
+  CHECK(bools(run(Op::Xor, {&p, &q})) == std::vector<int>{0, 1, 1, 0});
+  Tensor f = f32({2}, {1, 0});
+  CHECK_THROWS_WITH_AS(run(Op::And, {&p, &f}), doctest::Contains("input 1 is f32; And takes bool"), Error);
+}
+
 TEST_CASE("logical: Not") {
   Tensor p = boolean({2, 2}, {true, false, false, true});
   CHECK(bools(run(Op::Not, {&p})) == std::vector<int>{0, 1, 1, 0});

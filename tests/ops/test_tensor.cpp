@@ -392,6 +392,21 @@ TEST_CASE("Cast to f16 and bf16 rounds to nearest even, once") {
   check(back[0], DType::f32, {5}, {0.333251953125, 65504, 0, -2.5, INFINITY});
 }
 
+TEST_CASE("CastLike converts to its second input's dtype, as Cast would") {
+  auto a = run_op(Op::CastLike, {make(DType::f32, {5}, {1.7, -1.7, 2.5, -0.0, -2.5}), make(DType::i32, {1}, {0})});
+  check(a[0], DType::i32, {5}, {1, -1, 2, 0, -2});
+  // Through the importer, the target a graph input (fed at run time): only its dtype matters.
+  auto out = run_onnx(19, "CastLike", {make(DType::i64, {3}, {1, -2, 3}), make(DType::f64, {2}, {9, 9})}, {}, 1, 2);
+  check(out[0], DType::f64, {3}, {1, -2, 3});
+}
+
+TEST_CASE("Size is the element count, folded to a constant") {
+  check(run_op(Op::Size, {arange(DType::f32, {2, 3, 4})})[0], DType::i64, {}, {24});
+  check(run_op(Op::Size, {arange(DType::f32, {0, 3})})[0], DType::i64, {}, {0});
+  auto out = run_onnx(13, "Size", {arange(DType::f32, {2, 5})}, {}, 1, 1);  // a fed input: no data at fold time
+  check(out[0], DType::i64, {}, {10});
+}
+
 TEST_CASE("Cast refuses element types onnxdp lacks, naming them") {
   std::string e = error_of([] { run_onnx(13, "Cast", {arange(DType::f32, {2})}, {attr_i("to", 8)}); });
   CHECK(e.find("STRING") != std::string::npos);
