@@ -31,8 +31,9 @@ void grad_ReduceMean(GradCtx& c) {
   c.add(0, g);
 }
 
-// dy goes to the elements equal to the maximum, split evenly among ties (as torch.amax):
-// dx = Where(x == y, dy / count, 0) with y, dy and count kept as [.., 1, ..] over the reduced axes.
+// dy goes to the elements equal to the maximum (minimum), split evenly among ties (as torch.amax,
+// torch.amin): dx = Where(x == y, dy / count, 0) with y, dy and count kept as [.., 1, ..] over
+// the reduced axes.
 void grad_ReduceMax(GradCtx& c) {
   const Shape& s = c.in(0).shape;
   const int64_t r = int64_t(s.size());
@@ -60,5 +61,7 @@ void grad_ReduceMax(GradCtx& c) {
   ValueId share = c.emit(Op::Div, {keep(c.dy()), count});
   c.add(0, c.emit(Op::Where, {hit, share, c.scalar(0, t)}));
 }
+
+void grad_ReduceMin(GradCtx& c) { grad_ReduceMax(c); }
 
 }  // namespace onnxdp

@@ -112,6 +112,7 @@
   X(ReduceMean,                 reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceSum,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceMax,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
+  X(ReduceMin,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   /* Collectives (domain onnxdp), inserted by the data-parallel pass (parallel/data_parallel.h): */ \
   /* Scatter: this replica's `rows` rows of the global batch, from row RunState::batch_offset.   */ \
   X(Scatter,                    collective, 1, 1, 1, 1, "rows:i")                                   \
@@ -167,7 +168,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 90
+#define ONNXDP_OP_COUNT 91
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

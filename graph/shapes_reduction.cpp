@@ -34,5 +34,6 @@ void shape_reduce(ShapeCtx& c, bool allow_bool) {
 void shape_ReduceMean(ShapeCtx& c) { shape_reduce(c, false); }
 void shape_ReduceSum(ShapeCtx& c) { shape_reduce(c, false); }
 void shape_ReduceMax(ShapeCtx& c) { shape_reduce(c, true); }
+void shape_ReduceMin(ShapeCtx& c) { shape_reduce(c, true); }
 
 }  // namespace onnxdp

@@ -13,5 +13,8 @@ void import_ReduceSum(ImportCtx& c) {
 void import_ReduceMax(ImportCtx& c) {
   if (c.opset < 18) c.attr_to_input("axes", 1);
 }
+void import_ReduceMin(ImportCtx& c) {
+  if (c.opset < 18) c.attr_to_input("axes", 1);
+}
 
 }  // namespace onnxdp

@@ -24,17 +24,20 @@ namespace onnxdp {
 
 namespace {
 
-enum class ReduceKind { sum, mean, max };
+enum class ReduceKind { sum, mean, max, min };
+template <ReduceKind K>
+inline constexpr bool kExtremum = K == ReduceKind::max || K == ReduceKind::min;
 
-// acc[c] = acc[c] + p[c] (sum, mean) or the larger, NaN winning (max), for c < w, in double: one
+// acc[c] = acc[c] + p[c] (sum, mean) or the larger / smaller, NaN winning (max, min), for c < w, in double: one
 // row segment of a float or double input into fast path 1's block of accumulators (see reduce()).
 // Built for x86-64-v3 too: the columns are independent, so the loop runs 4 doubles at a time.
 template <ReduceKind K, class T>
 ONNXDP_CPU_CLONES void accumulate_segment(double* acc, const T* p, int64_t w) {
   for (int64_t c = 0; c < w; ++c) {
     const double v = double(p[c]);
-    if constexpr (K != ReduceKind::max) acc[c] = acc[c] + v;
-    else acc[c] = (v > acc[c] || v != v) ? v : acc[c];
+    if constexpr (K == ReduceKind::max) acc[c] = (v > acc[c] || v != v) ? v : acc[c];
+    else if constexpr (K == ReduceKind::min) acc[c] = (v < acc[c] || v != v) ? v : acc[c];
+    else acc[c] = acc[c] + v;
   }
 }
 
@@ -46,17 +49,18 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   T* dst = out.as<T>();
 
   A init;
-  if constexpr (K != ReduceKind::max) init = A(0);
-  else if constexpr (E::kind == ElemKind::floating) init = -std::numeric_limits<double>::infinity();
-  else init = int64_t(std::numeric_limits<T>::lowest());
+  if constexpr (!kExtremum<K>) init = A(0);
+  else if constexpr (E::kind == ElemKind::floating)
+    init = (K == ReduceKind::max ? -1 : 1) * std::numeric_limits<double>::infinity();
+  else init = K == ReduceKind::max ? int64_t(std::numeric_limits<T>::lowest()) : int64_t(std::numeric_limits<T>::max());
   auto load = [](T v) -> A {
     if constexpr (E::kind == ElemKind::floating) return E::to_f64(v);
     else return E::to_i64(v);
   };
   auto combine = [](A a, A b) -> A {
-    if constexpr (K != ReduceKind::max) return a + b;
-    else if constexpr (E::kind == ElemKind::floating) return (b > a || b != b) ? b : a;  // NaN wins
-    else return b > a ? b : a;
+    if constexpr (!kExtremum<K>) return a + b;
+    else if constexpr (K == ReduceKind::max) return (b > a || b != b) ? b : a;  // NaN wins (floats)
+    else return (b < a || b != b) ? b : a;
   };
 
   ReduceDims kd, rd;
@@ -165,7 +169,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   // the lanes as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) and adds the tail elements in order. The
   // lanes break the serial add chain; the order is fixed, so a run is reproducible and does not
   // depend on the thread count. Floats still accumulate in double.
-  if constexpr (K != ReduceKind::max && E::kind == ElemKind::floating) {
+  if constexpr (!kExtremum<K> && E::kind == ElemKind::floating) {
     if (nr == 1 && row_stride == 1 && row >= 32 && (n_out >= 4 * int64_t(threads) || !parallel || threads == 1)) {
       parallel_for(n_out, parallel, [&](int64_t o) {
         const T* p = src + base_of(o);
@@ -224,5 +228,6 @@ void reduce_forward(KernelCtx& c) {
 void ReduceMean_forward(KernelCtx& c) { reduce_forward<ReduceKind::mean>(c); }
 void ReduceSum_forward(KernelCtx& c) { reduce_forward<ReduceKind::sum>(c); }
 void ReduceMax_forward(KernelCtx& c) { reduce_forward<ReduceKind::max>(c); }
+void ReduceMin_forward(KernelCtx& c) { reduce_forward<ReduceKind::min>(c); }
 
 }  // namespace onnxdp

@@ -39,7 +39,7 @@ std::vector<int64_t> axes_of(const Graph& g, const Node& n) {
 }  // namespace
 
 bool is_reduce(Op op) {
-  return op == Op::ReduceSum || op == Op::ReduceMean || op == Op::ReduceMax || is_softmax(op);
+  return op == Op::ReduceSum || op == Op::ReduceMean || op == Op::ReduceMax || op == Op::ReduceMin || is_softmax(op);
 }
 
 bool reduce_runs(const Graph& g, const Node& n) {
@@ -106,7 +106,10 @@ void reduce_forward(const Graph& g, const Node& n, const std::vector<TensorRef>&
     fail("{}: CUDA reductions take at most {} kept and {} reduced dims after merging", n.describe(), kRdMaxRank,
          kRdMaxRank);
   ReduceLaunch l;
-  l.kind = n.op == Op::ReduceSum ? RdKind::sum : n.op == Op::ReduceMean ? RdKind::mean : RdKind::max;
+  l.kind = n.op == Op::ReduceSum    ? RdKind::sum
+           : n.op == Op::ReduceMean ? RdKind::mean
+           : n.op == Op::ReduceMax  ? RdKind::max
+                                    : RdKind::min;
   if (!reduce_type(x.dtype, &l.type)) fail("{}: no CUDA reduction for {}", n.describe(), dtype_name(x.dtype));
   l.nk = int(kept.size.size());
   l.nr = int(reduced.size.size());

@@ -21,7 +21,7 @@ namespace onnxdp::cuda {
 
 inline constexpr int kRdMaxRank = 8;
 
-enum class RdKind : uint8_t { sum, mean, max };
+enum class RdKind : uint8_t { sum, mean, max, min };
 
 // Output o reduces the elements at input offsets base(o) + r(j), j < n_red: kept dims give base,
 // reduced dims give r (exec/cpu/reduce_dims.h's split, the CPU kernel's).
@@ -63,10 +63,16 @@ struct ReduceLaunch {
   double* partial = nullptr;
 };
 
-// acc combined with v: the sum, or the max where NaN wins.
+// acc combined with v: the sum, or the max / min where NaN wins.
 ONNXDP_HD inline double rd_combine(const ReduceLaunch& l, double acc, double v) {
   if (l.kind == RdKind::max) return (v > acc || v != v) ? v : acc;
+  if (l.kind == RdKind::min) return (v < acc || v != v) ? v : acc;
   return acc + v;
+}
+
+// The reduction of the empty set: -inf (max), +inf (min), 0.
+ONNXDP_HD inline double rd_init(const ReduceLaunch& l) {
+  return l.kind == RdKind::max ? -INFINITY : l.kind == RdKind::min ? INFINITY : 0.0;
 }
 
 // Output o's reduction over the reduced elements j0 .. j1 - 1, in order.
@@ -79,7 +85,7 @@ ONNXDP_HD inline double reduce_range(const ReduceLaunch& l, int64_t o, int64_t j
     base += (k % l.kept_size[d]) * l.kept_stride[d];
     k /= l.kept_size[d];
   }
-  double acc = l.kind == RdKind::max ? -INFINITY : 0.0;
+  double acc = rd_init(l);
   for (int64_t j = j0; j < j1; ++j) {
     int64_t off = base, q = j;
     for (int d = l.nr - 1; d >= 0; --d) {
@@ -113,7 +119,7 @@ ONNXDP_HD inline void reduce_part(const ReduceLaunch& l, int64_t i) {
 // The second pass: output o from its shares, in order.
 template <class E>
 ONNXDP_HD inline void reduce_finish(const ReduceLaunch& l, int64_t o) {
-  double acc = l.kind == RdKind::max ? -INFINITY : 0.0;
+  double acc = rd_init(l);
   for (int64_t p = 0; p < l.parts; ++p) acc = rd_combine(l, acc, l.partial[p * l.n_out + o]);
   reduce_store<E>(l, o, acc);
 }

@@ -100,7 +100,7 @@ Tensor input_of(const Case& c, DType t, std::mt19937& rng) {
 
 std::vector<Case> cases() {
   std::vector<Case> cs;
-  for (Op op : {Op::ReduceSum, Op::ReduceMean, Op::ReduceMax}) {
+  for (Op op : {Op::ReduceSum, Op::ReduceMean, Op::ReduceMax, Op::ReduceMin}) {
     for (int64_t keep : {0, 1}) {
       cs.push_back({op, {4, 5, 6}, {}, false, keep, 0});         // all dims
       cs.push_back({op, {4, 5, 6}, {0}, true, keep, 0});         // leading

@@ -1,4 +1,4 @@
-// Gradient rules of Min / Max, ReduceMax, Gather, Tile and strided Slice: float64 central
+// Gradient rules of Min / Max, ReduceMax / ReduceMin, Gather, Tile and strided Slice: float64 central
 // differences (tests/graph/gradcheck.h), and hand-derived values where ties make the function
 // non-differentiable (the gradient is split evenly among the tied elements, as torch.amax and
 // torch.maximum do).
@@ -119,6 +119,18 @@ TEST_CASE("autodiff more: ReduceMax splits ties evenly (torch.amax)") {
   ValueId x = fixed_param(c, "x", {2, 3}, {1, 3, 3, 2, 2, 2});
   std::vector<Tensor> g = gradients(c, c.node(Op::ReduceMax, {x, c.ints({1}, "ax")}, {{"keepdims", Attr(int64_t(0))}}), {6, 9});
   check_values(g[0], {0, 3, 3, 3, 3, 3});
+}
+
+TEST_CASE("autodiff more: ReduceMin, as ReduceMax: the minimum takes dy, ties split evenly (torch.amin)") {
+  Case c;
+  ValueId x = c.param("x", {3, 4});
+  ValueId m = c.node(Op::ReduceMin, {x, c.ints({1}, "a")}, {{"keepdims", Attr(int64_t(0))}});
+  gradcheck(c, c.node(Op::Mul, {m, m}));
+  // x = [[1, 1, 3], [2, 0, 5]] min over axis 1 with R = [6, 9]
+  Case t;
+  ValueId y = fixed_param(t, "x", {2, 3}, {1, 1, 3, 2, 0, 5});
+  std::vector<Tensor> g = gradients(t, t.node(Op::ReduceMin, {y, t.ints({1}, "ax")}, {{"keepdims", Attr(int64_t(0))}}), {6, 9});
+  check_values(g[0], {3, 3, 0, 0, 9, 0});
 }
 
 // ---- Gather, Tile --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Tests of the reduction ops (ReduceMean, ReduceSum, ReduceMax) against numpy values (pasted),
+// Tests of the reduction ops (ReduceMean, ReduceSum, ReduceMax, ReduceMin) against numpy values (pasted),
 // the axes attribute of older opsets through the importer, and their ONNX node tests.
 #include <doctest/doctest.h>
 
@@ -42,6 +42,9 @@ TEST_CASE("ReduceSum / ReduceMean / ReduceMax over axes, keepdims, negative axes
   check(run_op(Op::ReduceSum, {x})[0], DType::f32, {1, 1, 1}, {60.25});
   check(run_op(Op::ReduceMean, {x}, {{"keepdims", int64_t(0)}})[0], DType::f32, {}, {2.5104167}, 1e-6);
   check(run_op(Op::ReduceMax, {x, Tensor(DType::i64, {0})})[0], DType::f32, {1, 1, 1}, {9.5});
+  // x.min(axis=-1, keepdims=True), x.min()
+  check(run_op(Op::ReduceMin, {x, ints({-1})})[0], DType::f32, {2, 3, 1}, {-3.0, -1.0, 1.0, 3.0, 5.0, -7.25});
+  check(run_op(Op::ReduceMin, {x}, {{"keepdims", int64_t(0)}})[0], DType::f32, {}, {-7.25});
   // noop_with_empty_axes: the identity
   check(run_op(Op::ReduceSum, {x}, {{"noop_with_empty_axes", int64_t(1)}})[0], DType::f32, {2, 3, 4}, x.to_f64());
   CHECK(error_of([&] { run_op(Op::ReduceSum, {x, ints({1, -2})}); }).find("more than once") != std::string::npos);
@@ -55,8 +58,10 @@ TEST_CASE("Reductions of integers and bools") {
   check(run_op(Op::ReduceMean, {m, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::i32, {3}, {1, 4, -3});
   check(run_op(Op::ReduceSum, {m, ints({0})})[0], DType::i32, {1, 2}, {1, 3});
   check(run_op(Op::ReduceMax, {m, ints({0})})[0], DType::i32, {1, 2}, {3, 5});
+  check(run_op(Op::ReduceMin, {m, ints({0})})[0], DType::i32, {1, 2}, {-3, -4});
   Tensor b = make(DType::boolean, {3, 2}, {1, 0, 0, 0, 1, 1});
   check(run_op(Op::ReduceMax, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {1, 0, 1});
+  check(run_op(Op::ReduceMin, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {0, 0, 1});
   CHECK(error_of([&] { run_op(Op::ReduceSum, {b, ints({1})}); }).find("bool") != std::string::npos);
 }
 
@@ -64,10 +69,12 @@ TEST_CASE("Reductions over an empty set, and NaN in ReduceMax") {
   Tensor e(DType::f32, {2, 0, 4});
   check(run_op(Op::ReduceSum, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, 0.0));
   check(run_op(Op::ReduceMax, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, -INFINITY));
+  check(run_op(Op::ReduceMin, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, INFINITY));
   check(run_op(Op::ReduceMean, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, NAN));
   CHECK(run_op(Op::ReduceSum, {e, ints({2})})[0].shape() == Shape{2, 0, 1});
   // np.max propagates NaN
   check(run_op(Op::ReduceMax, {make(DType::f32, {2, 3}, {1, NAN, 2, 3, 4, 5}), ints({1})})[0], DType::f32, {2, 1}, {NAN, 5});
+  check(run_op(Op::ReduceMin, {make(DType::f32, {2, 3}, {1, NAN, 2, 3, 4, 5}), ints({1})})[0], DType::f32, {2, 1}, {NAN, 3});
 }
 
 TEST_CASE("Reductions of large tensors (the paths split over threads)") {
@@ -104,6 +111,12 @@ TEST_CASE("Reductions of large tensors (the paths split over threads)") {
   double total = 0;
   for (double v : mx.to_f64()) total += v;
   CHECK(total == 35840.0);
+  // L3.min(axis=1), L.min(axis=0) (fast path 1: the kept inner dim is contiguous)
+  Tensor mn = run_op(Op::ReduceMin, {l3, ints({1})}, {{"keepdims", int64_t(0)}})[0];
+  total = 0;
+  for (double v : mn.to_f64()) total += v;
+  CHECK(total == -35840.0);
+  for (double v : run_op(Op::ReduceMin, {l, ints({0})}, {{"keepdims", int64_t(0)}})[0].to_f64()) CHECK(v == -5.0);
 }
 
 TEST_CASE("Reductions' axes attribute of older opsets") {
