@@ -269,7 +269,7 @@ json inspect_model(const std::string& path) {
     bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
     std::string key = default_domain ? n.op_type() : n.domain() + ":" + n.op_type();
     ops[key] = ops.value(key, 0) + 1;
-    if (!default_domain || !op_from_name(n.op_type()))
+    if (!default_domain || !imports_op(n.op_type()))
       unsupported.push_back(json{{"node", n.name()}, {"op_type", n.op_type()},
                                  {"domain", default_domain ? "ai.onnx" : n.domain()}});
   }

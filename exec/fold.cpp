@@ -11,10 +11,12 @@ void infer_and_fold(Graph& g) {
     infer_node(g, int(ni));
     Node& n = g.nodes[ni];
     bool known = true;
-    // Shape and Size need only the static shape of their input.
+    // Shape and Size need only the static shape of their input, CastLike only the dtype of its
+    // input 1.
     if (n.op != Op::Shape && n.op != Op::Size) {
-      for (ValueId in : n.inputs)
-        if (in != kNoValue && g.value(in).kind != ValueKind::constant) known = false;
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (n.inputs[k] != kNoValue && g.value(n.inputs[k]).kind != ValueKind::constant && !(n.op == Op::CastLike && k == 1))
+          known = false;
     }
     // Training-mode Dropout draws fresh masks every step, never folded.
     if (n.op == Op::Dropout) known = false;
@@ -32,6 +34,7 @@ void infer_and_fold(Graph& g) {
     } else {
       std::vector<const Tensor*> ins;
       for (ValueId in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &g.value(in).data);
+      if (n.op == Op::CastLike) ins[1] = nullptr;  // its kernel reads only input 0 and the output's dtype
       outs = run_node(g, n, ins);
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) {

@@ -67,6 +67,17 @@ std::optional<Op> op_from_name(const std::string& name) {
   return std::nullopt;
 }
 
+std::optional<Op> composite_from_name(const std::string& name) {
+  static const std::pair<const char*, Op> composites[] = {
+#define ONNXDP_X(op, cat, as) {#op, Op::as},
+      ONNXDP_COMPOSITES(ONNXDP_X)
+#undef ONNXDP_X
+  };
+  for (const auto& [n, as] : composites)
+    if (name == n) return as;
+  return std::nullopt;
+}
+
 // ---- Node -------------------------------------------------------------------------------------
 
 std::string Node::describe() const {

@@ -46,6 +46,10 @@ struct OpInfo {
 const OpInfo& op_info(Op op);
 const char* op_name(Op op);
 std::optional<Op> op_from_name(const std::string& name);
+// A composite op (graph/op_table.h's ONNXDP_COMPOSITES): the row its node starts as on import.
+std::optional<Op> composite_from_name(const std::string& name);
+// Whether onnxdp imports the default-domain ONNX op `name`: a row of the table or a composite.
+inline bool imports_op(const std::string& name) { return op_from_name(name) || composite_from_name(name); }
 
 using ValueId = int;
 inline constexpr ValueId kNoValue = -1;  // an absent optional input

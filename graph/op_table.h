@@ -170,6 +170,23 @@
 // compiler point at every table derived from the rows.
 #define ONNXDP_OP_COUNT 91
 
+// Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
+// gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets
+// the node as op `As` with the ONNX node's inputs and attributes, adds helper nodes ahead of it
+// and makes the node itself the last step; tests in tests/ops/test_<C>.cpp.
+//
+//  X(Op,                        C,          As)
+#define ONNXDP_COMPOSITES(X)                                                                       \
+  /* sum(x^2), sum|x|, sqrt(sum(x^2)), log(sum(x)), log(sum(exp(x - max))) + max                  */ \
+  X(ReduceSumSquare,            reduction,  ReduceSum)                                             \
+  X(ReduceL1,                   reduction,  ReduceSum)                                             \
+  X(ReduceL2,                   reduction,  ReduceSum)                                             \
+  X(ReduceLogSum,               reduction,  ReduceSum)                                             \
+  X(ReduceLogSumExp,            reduction,  ReduceSum)                                             \
+  /* (x - mean) / sqrt(var + epsilon) * scale + B over the spatial dims (a torch GroupNorm's      */ \
+  /* export too); the axes come from Shape / Size / Range, folded to constants at load           */ \
+  X(InstanceNormalization,      nn,         Add)
+
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as
 //   inputs 1/2.  Pad: pads input 1, constant_value input 2, axes input 3.

@@ -19,6 +19,21 @@ ImportFn import_fn(Op op) {
   return fns[size_t(op)];
 }
 
+#define ONNXDP_X(op, ...) void import_##op(ImportCtx&);
+ONNXDP_COMPOSITES(ONNXDP_X)
+#undef ONNXDP_X
+
+ImportFn composite_import_fn(const std::string& name) {
+  static const std::pair<const char*, ImportFn> fns[] = {
+#define ONNXDP_X(op, ...) {#op, &import_##op},
+      ONNXDP_COMPOSITES(ONNXDP_X)
+#undef ONNXDP_X
+  };
+  for (const auto& [n, fn] : fns)
+    if (name == n) return fn;
+  return nullptr;
+}
+
 ModelInfo model_info(const onnx::ModelProto& m, const std::string& path) {
   ModelInfo info;
   info.path = path;
@@ -39,6 +54,23 @@ ValueId ImportCtx::add_constant(Tensor t, const std::string& hint) {
   v.kind = ValueKind::constant;
   v.data = std::move(t);
   return graph.add_value(std::move(v));
+}
+
+ValueId ImportCtx::add_node(Op op, const std::string& suffix, std::vector<ValueId> inputs,
+                            std::map<std::string, Attr> attrs) {
+  const std::string base = (node.name.empty() ? std::string(op_name(node.op)) : node.name) + "/" + suffix;
+  Node n;
+  n.name = base;
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  Value v;
+  v.name = base;
+  for (int k = 1; graph.find(v.name) != kNoValue; ++k) v.name = base + "_" + std::to_string(k);
+  v.producer = int(graph.nodes.size());
+  n.outputs.push_back(graph.add_value(std::move(v)));
+  graph.nodes.push_back(std::move(n));
+  return graph.nodes.back().outputs[0];
 }
 
 void ImportCtx::attr_to_input(const std::string& attr, size_t index) {
@@ -150,6 +182,8 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
     if (!(domain.empty() || domain == "ai.onnx"))
       ctx.fail("domain '{}' is not supported (onnxdp imports the default ONNX domain)", domain);
     auto op = op_from_name(np.op_type());
+    ImportFn composite = nullptr;
+    if (!op && (op = composite_from_name(np.op_type()))) composite = composite_import_fn(np.op_type());
     if (!op) ctx.fail("op {} is not supported by onnxdp", np.op_type());
     n.op = *op;
     for (const auto& in : np.input()) {
@@ -165,7 +199,7 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
     }
     while (!n.inputs.empty() && n.inputs.back() == kNoValue) n.inputs.pop_back();
     for (const auto& a : np.attribute()) n.attrs[a.name()] = convert_attr(a, model_dir, ctx);
-    import_fn(n.op)(ctx);
+    (composite ? composite : import_fn(n.op))(ctx);
     const OpInfo& info = op_info(n.op);
     for (const auto& [name, a] : n.attrs)
       if (!info.find_attr(name)) ctx.fail("attribute '{}' is not supported", name);

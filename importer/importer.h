@@ -46,6 +46,10 @@ struct ImportCtx {
 
   // A new constant value (kind constant) holding t; returns its id.
   ValueId add_constant(Tensor t, const std::string& hint);
+  // Appends a helper node ahead of the node being imported (which the importer appends next, so
+  // the order stays topological), named <node>/<suffix>, and returns its one output.
+  ValueId add_node(Op op, const std::string& suffix, std::vector<ValueId> inputs,
+                   std::map<std::string, Attr> attrs = {});
   // Moves an ints attribute of older opsets into input `index` as an i64 constant (Squeeze's
   // axes, ReduceSum's axes, Split's split ...). No-op when the attribute is absent.
   void attr_to_input(const std::string& attr, size_t index);
@@ -62,5 +66,7 @@ struct ImportCtx {
 
 using ImportFn = void (*)(ImportCtx&);
 ImportFn import_fn(Op op);
+// A composite op's import (graph/op_table.h's ONNXDP_COMPOSITES); nullptr for other names.
+ImportFn composite_import_fn(const std::string& name);
 
 }  // namespace onnxdp

@@ -11,30 +11,6 @@ namespace onnxdp {
 
 namespace {
 
-std::string unique_value_name(const Graph& g, const std::string& base) {
-  std::string nm = base;
-  for (int k = 1; g.find(nm) != kNoValue; ++k) nm = base + "_" + std::to_string(k);
-  return nm;
-}
-
-// Appends a helper node ahead of the node being imported (which the importer appends next, so
-// the order stays topological) and returns its one output.
-ValueId add_helper_node(ImportCtx& c, Op op, const std::string& suffix, std::vector<ValueId> inputs,
-                        std::map<std::string, Attr> attrs) {
-  std::string base = (c.node.name.empty() ? std::string(op_name(c.node.op)) : c.node.name) + "/" + suffix;
-  Node n;
-  n.name = base;
-  n.op = op;
-  n.inputs = std::move(inputs);
-  n.attrs = std::move(attrs);
-  Value v;
-  v.name = unique_value_name(c.graph, base);
-  v.producer = int(c.graph.nodes.size());
-  n.outputs.push_back(c.graph.add_value(std::move(v)));
-  c.graph.nodes.push_back(std::move(n));
-  return c.graph.nodes.back().outputs[0];
-}
-
 // Softmax-1 / LogSoftmax-1 / -11 (opset < 13): y = reshape(softmax(flatten(x, axis) along its
 // last dim), shape(x)), the axis defaulting to 1. That is the opset-13 op along `axis` whenever
 // axis is the last dim, which is what exporters emit (torch: axis = rank - 1), so:
@@ -52,9 +28,9 @@ void import_legacy_softmax(ImportCtx& c) {
     return;
   }
   Op op = c.node.op;
-  ValueId shape = add_helper_node(c, Op::Shape, "input_shape", {x}, {});
-  ValueId flat = add_helper_node(c, Op::Flatten, "flatten", {x}, {{"axis", Attr(axis)}});
-  ValueId soft = add_helper_node(c, op, std::string(op_name(op)) + "_2d", {flat}, {{"axis", Attr(int64_t(-1))}});
+  ValueId shape = c.add_node(Op::Shape, "input_shape", {x}, {});
+  ValueId flat = c.add_node(Op::Flatten, "flatten", {x}, {{"axis", Attr(axis)}});
+  ValueId soft = c.add_node(op, std::string(op_name(op)) + "_2d", {flat}, {{"axis", Attr(int64_t(-1))}});
   c.node.op = Op::Reshape;
   c.node.inputs = {soft, shape};
   c.node.attrs = {{"allowzero", Attr(int64_t(1))}};

@@ -49,6 +49,37 @@ void import_BatchNormalization(ImportCtx& c) {
 
 void import_LayerNormalization(ImportCtx& c) {}
 
+// Composite (graph/op_table.h). InstanceNormalization(x [N, C, ...], scale [C], B [C]) normalises
+// each (n, c) over the spatial dims: LayerNormalization(x, ones, axis 2) with ones shaped like the
+// spatial dims, then * scale + B with scale and B unsqueezed to [C, 1, ...]. The ones, the axes and
+// the dtype come from Shape / Size / Range / CastLike of x, all folded to constants at load; the
+// gradient is LayerNormalization's fused one.
+void import_InstanceNormalization(ImportCtx& c) {
+  if (c.node.inputs.size() != 3 || c.node.inputs[1] == kNoValue || c.node.inputs[2] == kNoValue)
+    c.fail("needs its three inputs: x, scale and B");
+  float epsilon = 1e-5f;
+  if (auto it = c.node.attrs.find("epsilon"); it != c.node.attrs.end()) {
+    const float* e = std::get_if<float>(&it->second);
+    if (!e) c.fail("attribute 'epsilon' must be a float");
+    epsilon = *e;
+  }
+  const ValueId x = c.node.inputs[0], scale = c.node.inputs[1], bias = c.node.inputs[2];
+  auto i64 = [&](int64_t v, const char* hint) { return c.add_constant(Tensor::scalar_i64(v), hint); };
+  ValueId one = c.add_node(Op::CastLike, "one", {c.add_constant(Tensor::scalar_f32(1.0f), "one_f32"), x});
+  ValueId spatial = c.add_node(Op::Shape, "spatial_shape", {x}, {{"start", Attr(int64_t(2))}});
+  ValueId ones = c.add_node(Op::Expand, "ones", {one, spatial});
+  ValueId normed = c.add_node(Op::LayerNormalization, "normalized", {x, ones},
+                              {{"axis", Attr(int64_t(2))}, {"epsilon", Attr(epsilon)}});
+  ValueId rank = c.add_node(Op::Size, "rank", {c.add_node(Op::Shape, "shape", {x})});
+  ValueId last = c.add_node(Op::Sub, "rank_minus_1", {rank, i64(1, "one_i64")});
+  ValueId axes = c.add_node(Op::Range, "channel_axes", {i64(1, "start"), last, i64(1, "delta")});
+  ValueId s = c.add_node(Op::Unsqueeze, "scale", {scale, axes});
+  ValueId b = c.add_node(Op::Unsqueeze, "bias", {bias, axes});
+  c.node.op = Op::Add;
+  c.node.inputs = {c.add_node(Op::Mul, "scaled", {normed, s}), b};
+  c.node.attrs.clear();
+}
+
 // Opset 12 turned the `ratio` attribute into input 1 and added input 2 (training_mode). Older
 // models get their ratio as a constant input; without a training_mode input the op infers (a copy)
 // until the training pass turns it on. Opsets 7..9 typed the mask like the data; onnxdp gives

@@ -100,8 +100,8 @@ std::string skip_reason(const onnx::ModelProto& m, std::set<std::string>& ops) {
     ops.insert(n.op_type());
     if (!reason.empty()) continue;
     if (!is_default_domain(n.domain())) reason = "domain '" + n.domain() + "' (op " + n.op_type() + ")";
-    else if (auto op = op_from_name(n.op_type()); !op) reason = "op " + n.op_type() + " not in onnxdp's op table";
-    else if (is_internal_category(op_info(*op).category))
+    else if (!imports_op(n.op_type())) reason = "op " + n.op_type() + " not in onnxdp's op table";
+    else if (auto op = op_from_name(n.op_type()); op && is_internal_category(op_info(*op).category))
       reason = "op " + n.op_type() + " is an internal onnxdp op of the same name, not the ONNX op";
     for (const auto& a : n.attribute()) {
       if (a.name() == "to" && a.type() == onnx::AttributeProto::INT) note_type(int(a.i()), bad_types);

@@ -14,6 +14,7 @@
 #include "exec/plan.h"
 #include "importer/onnx_io.h"
 #include "train/pipeline.h"
+#include "tests/ops/op_test_util.h"
 
 using namespace onnxdp;
 
@@ -404,6 +405,39 @@ TEST_CASE("nn: LayerNormalization with broadcast Scale, Mean and InvStdDev") {
   CHECK(y[2].shape() == Shape{2, 1, 1});
   check_close(y[1], kLayerNormMean);
   check_close(y[2], kLayerNormInvStd);
+}
+
+// InstanceNormalization imports as LayerNormalization over the spatial dims, * scale + B
+// (graph/op_table.h's composites). Expected values: torch.nn.functional.instance_norm.
+TEST_CASE("nn: InstanceNormalization (a composite) matches torch's instance_norm, 3-D and 4-D") {
+  using optest::make;
+  Tensor x(DType::f32, {2, 3, 4});  // (torch.arange(24.).reshape(2, 3, 4) * 0.37) % 1.3 - 0.6
+  for (int64_t i = 0; i < 24; ++i) x.as<float>()[i] = std::fmod(float(i) * 0.37f, 1.3f) - 0.6f;
+  auto y = optest::run_onnx(17, "InstanceNormalization",
+                            {x, make(DType::f32, {3}, {1.5, -0.5, 2.0}), make(DType::f32, {3}, {0.1, 0.2, -0.3})},
+                            {optest::attr_f("epsilon", 1e-5f)}, 1, 1);
+  optest::check(y[0], DType::f32, {2, 3, 4},
+                {-1.9124025106430054, -0.5708008408546448, 0.7708008289337158, 2.1124024391174316, 0.870800793170929,
+                 0.42360028624534607, -0.02360020950436592, -0.47080084681510925, -1.5894722938537598,
+                 0.4848953187465668, 2.5592641830444336, -2.6546874046325684, -0.8671041131019592, 0.6886711120605469,
+                 2.24444842338562, -1.6660151481628418, 0.05846722051501274, -0.4927653968334198, 0.8927657604217529,
+                 0.341532438993454, 0.2661306858062744, 2.471062183380127, -3.0710623264312744, -0.8661307096481323},
+                1e-6);
+  Tensor x4(DType::f32, {2, 2, 2, 3});  // (torch.arange(24.).reshape(2, 2, 2, 3) * 0.71) % 1.7
+  for (int64_t i = 0; i < 24; ++i) x4.as<float>()[i] = std::fmod(float(i) * 0.71f, 1.7f);
+  auto y4 = optest::run_onnx(17, "InstanceNormalization",
+                             {x4, make(DType::f32, {2}, {1.0, 2.0}), make(DType::f32, {2}, {0.0, 1.0})},
+                             {optest::attr_f("epsilon", 1e-3f)}, 1, 1);
+  optest::check(y4[0], DType::f32, {2, 2, 2, 3},
+                {-1.2571699619293213, 0.13388055562973022, 1.5249310731887817, -0.4147030711174011, 0.9763475656509399,
+                 -0.9632863402366638, 0.6457486152648926, 3.99932599067688, -0.6767886877059937, 2.676788568496704,
+                 -1.9993261098861694, 1.3542512655258179, -1.2571700811386108, 0.13388049602508545, 1.5249310731887817,
+                 -0.41470277309417725, 0.9763478636741638, -0.9632860422134399, 0.6457486748695374, 3.99932599067688,
+                 -0.6767886877059937, 2.676788568496704, -1.9993259906768799, 1.3542512655258179},
+                1e-6);
+  // Missing inputs are named.
+  CHECK_THROWS_WITH_AS(optest::run_onnx(17, "InstanceNormalization", {x, make(DType::f32, {3}, {1, 1, 1})}, {}, 1, 1),
+                       doctest::Contains("x, scale and B"), Error);
 }
 
 // ---- losses --------------------------------------------------------------------------------------

@@ -133,6 +133,37 @@ TEST_CASE("Reductions' axes attribute of older opsets") {
         std::string::npos);
 }
 
+// The composite reductions (graph/op_table.h) through the importer, both axes forms; numpy in float64.
+TEST_CASE("ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp import as table ops") {
+  Tensor x = sample();
+  for (int opset : {13, 18}) {
+    CAPTURE(opset);
+    auto run = [&](const char* op, std::vector<int64_t> axes, int64_t keepdims) {
+      std::vector<Tensor> in{x};
+      std::vector<onnx::AttributeProto> attrs{attr_i("keepdims", keepdims)};
+      if (opset >= 18) in.push_back(ints(axes));
+      else attrs.push_back(attr_ints("axes", axes));
+      return run_onnx(opset, op, in, attrs, 1, 1)[0];
+    };
+    check(run("ReduceSumSquare", {1}, 1), DType::f32, {2, 1, 4}, {11.0, 98.75, 8.0, 8.75, 83.0, 98.75, 116.0, 115.0625});
+    check(run("ReduceL1", {-1}, 0), DType::f32, {2, 3}, {9.0, 11.0, 7.0, 15.0, 23.0, 29.75});
+    check(run("ReduceL2", {0, 2}, 0), DType::f32, {3}, {8.88819408416748, 15.0, 15.339899063110352}, 1e-6);
+    check(run("ReduceLogSumExp", {1}, 0), DType::f32, {2, 4},
+          {1.142931580543518, 9.500341415405273, 2.1429316997528076, 2.6429316997528076, 7.1429314613342285,
+           7.6429314613342285, 8.142931938171387, 6.626928806304932}, 1e-6);
+  }
+  // log(sum(|x| + 1)) over axis 2; logsumexp over everything (no axes)
+  Tensor p(DType::f32, x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) p.as<float>()[i] = std::abs(x.as<float>()[i]) + 1;
+  check(run_onnx(18, "ReduceLogSum", {p, ints({2})}, {}, 1, 1)[0], DType::f32, {2, 3, 1},
+        {2.5649492740631104, 2.70805025100708, 2.397895336151123, 2.944438934326172, 3.295836925506592,
+         3.5189805030822754}, 1e-6);
+  check(run_onnx(18, "ReduceLogSumExp", {x}, {attr_i("keepdims", 0)})[0], DType::f32, {}, {9.94918441772461}, 1e-6);
+  // No exp overflows: logsumexp([1000, 1000]) = 1000 + log 2
+  check(run_onnx(18, "ReduceLogSumExp", {make(DType::f32, {2}, {1000, 1000})}, {attr_i("keepdims", 0)})[0], DType::f32,
+        {}, {1000.6931471805599}, 1e-6);
+}
+
 TEST_CASE("ONNX node tests of the reduction ops") {
   check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax"}, 30);
 }
