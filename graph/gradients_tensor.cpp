@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "graph/autodiff.h"
+#include "graph/resize.h"
 #include "graph/shape_helpers.h"
 
 namespace onnxdp {
@@ -160,6 +161,30 @@ void grad_Pad(GradCtx& c) {  // constant mode: the interior slice of dy
     axes.push_back(a);
   }
   c.add(0, c.emit(Op::Slice, {c.dy(), c.ints(starts), c.ints(ends), c.ints(axes)}));
+}
+
+// Resize (nearest) gathers along each axis in turn: its gradient scatter-adds dy back along each
+// resized axis in reverse, GatherGrad by GatherGrad (sums where an input element was copied
+// several times, as PyTorch's upsample_nearest backward).
+void grad_Resize(GradCtx& c) {
+  if (!c.needs(0)) return;
+  auto known = [&](int k) -> const Tensor* {
+    return c.node.has_input(k) ? &c.graph.value(c.in_id(k)).data : nullptr;
+  };
+  const Shape& in = c.in(0).shape;
+  const ResizeNearest rz = resize_nearest(c.node, in, known(2), known(3));
+  std::vector<Shape> before(in.size() + 1);  // before[k]: the shape with axes < k resized
+  before[0] = in;
+  for (size_t k = 0; k < in.size(); ++k) {
+    before[k + 1] = before[k];
+    before[k + 1][k] = rz.out[k];
+  }
+  ValueId g = c.dy();
+  for (size_t k = in.size(); k-- > 0;) {
+    if (rz.identity(k) && rz.out[k] == in[k]) continue;
+    g = c.emit(Op::GatherGrad, {g, c.ints(rz.src[k]), c.ints(before[k])}, {{"axis", Attr(int64_t(k))}});
+  }
+  c.add(0, g);
 }
 
 void grad_Trilu(GradCtx& c) {

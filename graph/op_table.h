@@ -106,6 +106,11 @@
   X(Tile,                       tensor,     2, 2, 1, 1, "")                                         \
   X(Pad,                        tensor,     2, 4, 1, 1, "mode:s=constant")                          \
   X(Trilu,                      tensor,     1, 2, 1, 1, "upper:i=1")                                \
+  /* Resize (x, roi, scales, sizes): mode nearest only (graph/resize.h); scales or sizes known.  */ \
+  X(Resize,                     tensor,     1, 4, 1, 1,                                             \
+    "antialias:i=0,axes:ints,coordinate_transformation_mode:s=half_pixel,cubic_coeff_a:f=-0.75,"    \
+    "exclude_outside:i=0,extrapolation_value:f=0,keep_aspect_ratio_policy:s=stretch,mode:s=nearest," \
+    "nearest_mode:s=round_prefer_floor")                                                            \
   X(Constant,                   generator,  0, 0, 1, 1, "value:t")                                  \
   X(ConstantOfShape,            generator,  1, 1, 1, 1, "value:t")                                  \
   X(Range,                      generator,  3, 3, 1, 1, "")                                         \
@@ -168,7 +173,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 91
+#define ONNXDP_OP_COUNT 92
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

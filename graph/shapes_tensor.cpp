@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "graph/graph.h"
+#include "graph/resize.h"
 #include "graph/shape_helpers.h"
 
 namespace onnxdp {
@@ -381,6 +382,14 @@ void shape_Pad(ShapeCtx& c) {
       c.fail("mode '{}' cannot pad dim {}, which is empty", mode, d);
   }
   c.set(0, c.dtype(0), out);
+}
+
+void shape_Resize(ShapeCtx& c) {
+  const Tensor* scales = c.has(2) ? &c.require_constant(2, "scales") : nullptr;
+  const Tensor* sizes = c.has(3) ? &c.require_constant(3, "sizes") : nullptr;
+  if (c.node.s("coordinate_transformation_mode") == "tf_crop_and_resize")
+    c.fail("coordinate_transformation_mode tf_crop_and_resize is not supported");
+  c.set(0, c.dtype(0), resize_nearest(c.node, c.shape(0), scales, sizes).out);
 }
 
 void shape_Trilu(ShapeCtx& c) {

@@ -79,4 +79,16 @@ void import_Pad(ImportCtx& c) {
 
 void import_Trilu(ImportCtx& c) {}
 
+// Resize-10 took (X, scales); opset 11 added roi (input 1) and sizes (input 3). A float
+// initializer read as roi or scales (the dynamo exporter stores the scales so) is a constant of
+// the model, not a parameter: it sets the output's shape.
+void import_Resize(ImportCtx& c) {
+  if (c.opset < 11 && c.node.inputs.size() == 2) c.node.inputs = {c.node.inputs[0], kNoValue, c.node.inputs[1]};
+  for (size_t k : {size_t(1), size_t(2)})
+    if (k < c.node.inputs.size() && c.node.inputs[k] != kNoValue) {
+      Value& v = c.graph.value(c.node.inputs[k]);
+      if (v.kind == ValueKind::parameter) v.kind = ValueKind::constant;
+    }
+}
+
 }  // namespace onnxdp

@@ -6,9 +6,11 @@
 // helpers the shape rules use (graph/shape_helpers.h). Arguments are checked before the
 // parallel loops (an exception thrown in a share waits for the other shares to end).
 #include <cstring>
+#include <optional>
 
 #include "exec/cpu/broadcast.h"
 #include "exec/kernel.h"
+#include "graph/resize.h"
 #include "graph/shape_helpers.h"
 
 namespace onnxdp {
@@ -363,6 +365,42 @@ void Pad_forward(KernelCtx& c) {
       for (int64_t j = 0; j < row; ++j) o[j] = last[size_t(j)] < 0 ? value : src[off + last[size_t(j)]];
     });
   });
+}
+
+// Resize, mode nearest: every output element copies the input element graph/resize.h picks, axis
+// by axis (an odometer over the output, rows of the last axis at a time).
+void Resize_forward(KernelCtx& c) {
+  auto owned = [&](int k) -> std::optional<Tensor> {
+    if (!c.has_in(k)) return std::nullopt;
+    const TensorRef& r = c.in(k);
+    Tensor t(r.dtype, *r.shape);
+    if (t.nbytes()) std::memcpy(t.data(), r.data, t.nbytes());
+    return t;
+  };
+  const std::optional<Tensor> scales = owned(2), sizes = owned(3);
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  const ResizeNearest rz = resize_nearest(c.node, *in.shape, scales ? &*scales : nullptr, sizes ? &*sizes : nullptr);
+  const int r = in.rank();
+  if (out.numel == 0) return;
+  if (r == 0) return copy_all(in, out);
+  std::vector<int64_t> in_stride(size_t(r), 1);
+  for (int d = r - 2; d >= 0; --d) in_stride[size_t(d)] = in_stride[size_t(d + 1)] * in.dim(d + 1);
+  const size_t es = dtype_size(in.dtype);
+  const int64_t row = rz.out.back(), rows = out.numel / row;
+  const auto& last = rz.src.back();
+  const char* src = static_cast<const char*>(in.data);
+  char* dst = static_cast<char*>(out.data);
+  std::vector<int64_t> idx(size_t(r), 0);  // the output coordinates of the current row (last axis 0)
+  for (int64_t q = 0; q < rows; ++q) {
+    int64_t base = 0;
+    for (int d = 0; d + 1 < r; ++d) base += rz.src[size_t(d)][size_t(idx[size_t(d)])] * in_stride[size_t(d)];
+    char* o = dst + size_t(q * row) * es;
+    for (int64_t j = 0; j < row; ++j) std::memcpy(o + size_t(j) * es, src + size_t(base + last[size_t(j)]) * es, es);
+    for (int d = r - 2; d >= 0; --d) {
+      if (++idx[size_t(d)] < rz.out[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
 }
 
 // Keeps element (i, j) of each trailing [N, M] matrix where j - i >= k (upper) or j - i <= k

@@ -8,7 +8,8 @@
 // of onnxdp's internal ops: categories collective and grad), a non-default domain, or an element
 // type onnxdp does not hold (uint16, string, float8, int4 ...: dtype_from_onnx refuses it). Every
 // other case runs: float graph inputs are fed at run time with their exact shapes, other inputs
-// (shapes, axes, indices) are bound as constants. Outputs must match in dtype and shape exactly,
+// (shapes, axes, indices) are bound as constants, and so are float inputs read only as Resize's
+// roi or scales (parameters that set the output shape, constants in any model onnxdp trains). Outputs must match in dtype and shape exactly,
 // floats within |a-b| <= atol + rtol*|b| (rtol 1e-3, atol 1e-5), NaN == NaN,
 // integers and bools exactly.
 //
@@ -180,6 +181,15 @@ std::string run_data_set(const fs::path& case_dir, const onnx::ModelProto& m, co
   std::set<std::string> init_names;
   for (const auto& init : gp.initializer()) init_names.insert(init.name());
 
+  // Float inputs read only as Resize's roi (1) or scales (2).
+  std::map<std::string, bool> shape_parameter;
+  for (const auto& n : gp.node())
+    for (int j = 0; j < n.input_size(); ++j) {
+      const bool param = n.op_type() == "Resize" && (j == 1 || j == 2);
+      auto [it, fresh] = shape_parameter.emplace(n.input(j), param);
+      if (!fresh) it->second = it->second && param;
+    }
+
   // input_k.pb belongs to the k-th graph input that is not an initializer.
   ImportOptions opts;
   std::map<std::string, Tensor> feeds;
@@ -189,7 +199,7 @@ std::string run_data_set(const fs::path& case_dir, const onnx::ModelProto& m, co
     fs::path f = set_dir / fmt::format("input_{}.pb", k++);
     if (!fs::exists(f)) return fmt::format("{} is missing (graph input '{}')", f.filename().string(), vi.name());
     Tensor t = load_tensor_pb(f.string());
-    if (dtype_is_float(t.dtype())) {
+    if (dtype_is_float(t.dtype()) && !shape_parameter[vi.name()]) {
       opts.input_shapes[vi.name()] = t.shape();
       feeds[vi.name()] = std::move(t);
     } else {

@@ -133,6 +133,25 @@ TEST_CASE("autodiff more: ReduceMin, as ReduceMax: the minimum takes dy, ties sp
   check_values(g[0], {3, 3, 0, 0, 9, 0});
 }
 
+// ---- Resize (nearest) ----------------------------------------------------------------------------
+
+TEST_CASE("autodiff more: Resize nearest, up on some axes and down on others, scales and sizes") {
+  auto f32 = [](std::vector<float> v) {
+    Tensor t(DType::f32, {int64_t(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.as<float>()[i] = v[i];
+    return t;
+  };
+  Case c;
+  ValueId x = c.param("x", {1, 2, 3, 4});
+  ValueId up = c.node(Op::Resize, {x, kNoValue, c.constant(f32({1, 1, 2, 0.5}), "scales")},
+                      {{"coordinate_transformation_mode", Attr(std::string("asymmetric"))},
+                       {"nearest_mode", Attr(std::string("floor"))}});
+  ValueId sized = c.node(Op::Resize, {x, kNoValue, kNoValue, c.ints({1, 3, 5, 7}, "sizes")});  // half_pixel
+  ValueId s1 = c.node(Op::ReduceSum, {c.node(Op::Mul, {up, up})}, {{"keepdims", Attr(int64_t(0))}});
+  ValueId s2 = c.node(Op::ReduceSum, {c.node(Op::Mul, {sized, sized})}, {{"keepdims", Attr(int64_t(0))}});
+  gradcheck(c, c.node(Op::Add, {s1, s2}));
+}
+
 // ---- Gather, Tile --------------------------------------------------------------------------------
 
 TEST_CASE("autodiff more: Gather with repeated and negative indices, on inner axes, scalar index") {

@@ -407,6 +407,49 @@ TEST_CASE("Size is the element count, folded to a constant") {
   check(out[0], DType::i64, {}, {10});
 }
 
+// Expected values: onnx.reference's Resize on x = np.arange(24).reshape(1, 2, 3, 4) * 0.5.
+TEST_CASE("Resize, mode nearest: every coordinate mode and rounding, scales or sizes, up and down") {
+  Tensor x(DType::f32, {1, 2, 3, 4});
+  for (int64_t i = 0; i < 24; ++i) x.as<float>()[i] = float(i) * 0.5f;
+  auto attrs = [](const char* ct, const char* nearest) {
+    return std::vector<onnx::AttributeProto>{attr_s("mode", "nearest"), attr_s("coordinate_transformation_mode", ct),
+                                             attr_s("nearest_mode", nearest)};
+  };
+  auto scales = [](std::vector<double> v) { return make(DType::f32, {int64_t(v.size())}, v); };
+  auto sizes = [](std::vector<double> v) { return make(DType::i64, {int64_t(v.size())}, v); };
+  // torch's nn.Upsample(scale_factor=2): asymmetric, floor; each element twice along H and W
+  auto up = run_onnx(19, "Resize", {x, Tensor(), scales({1, 1, 2, 2})}, attrs("asymmetric", "floor"), 1, 1)[0];
+  REQUIRE(up.shape() == Shape{1, 2, 6, 8});
+  for (int64_t i = 0; i < up.numel(); ++i) {
+    const int64_t w = i % 8, h = (i / 8) % 6, ch = i / 48;
+    CHECK(up.as<float>()[i] == x.as<float>()[ch * 12 + (h / 2) * 4 + w / 2]);
+  }
+  check(run_onnx(19, "Resize", {x, Tensor(), scales({1, 1, 1.5, 0.5})}, attrs("half_pixel", "round_prefer_floor"), 1, 1)[0],
+        DType::f32, {1, 2, 4, 2}, {0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 6, 7, 8, 9, 10, 11});
+  check(run_onnx(19, "Resize", {x, Tensor(), Tensor(), sizes({1, 2, 5, 3})}, attrs("align_corners", "round_prefer_ceil"), 1, 1)[0],
+        DType::f32, {1, 2, 5, 3},
+        {0, 1, 1.5, 2, 3, 3.5, 2, 3, 3.5, 4, 5, 5.5, 4, 5, 5.5, 6, 7, 7.5, 8, 9, 9.5, 8, 9, 9.5, 10, 11, 11.5, 10, 11, 11.5});
+  check(run_onnx(19, "Resize", {x, Tensor(), Tensor(), sizes({1, 2, 2, 7})}, attrs("pytorch_half_pixel", "floor"), 1, 1)[0],
+        DType::f32, {1, 2, 2, 7},
+        {0, 0, 0, 0.5, 1, 1, 1.5, 2, 2, 2, 2.5, 3, 3, 3.5, 6, 6, 6, 6.5, 7, 7, 7.5, 8, 8, 8, 8.5, 9, 9, 9.5});
+  // Resize-10: (X, scales)
+  CHECK(run_onnx(10, "Resize", {x, scales({1, 1, 2, 2})}, {attr_s("mode", "nearest")}, 1, 1)[0].shape() == Shape{1, 2, 6, 8});
+  // The dynamo exporter stores the scales as a float initializer: a constant of the model.
+  onnx::ModelProto m = one_node_model(19, "Resize", {x, Tensor(), scales({1, 1, 2, 2})}, attrs("asymmetric", "floor"), 1);
+  tensor_to_proto(scales({1, 1, 2, 2}), m.mutable_graph()->add_initializer());
+  m.mutable_graph()->mutable_initializer(0)->set_name("x2");
+  m.mutable_graph()->mutable_input()->DeleteSubrange(1, 1);
+  Graph g = load_graph(m, "", {});
+  CHECK(g.value(g.find("x2")).kind == ValueKind::constant);
+  CHECK(Plan(std::move(g)).run({{"x0", x}}).at("y0").shape() == Shape{1, 2, 6, 8});
+  // What onnxdp does not resize is named.
+  std::vector<onnx::AttributeProto> linear{attr_s("mode", "linear")};
+  CHECK(error_of([&] { run_onnx(19, "Resize", {x, Tensor(), scales({1, 1, 2, 2})}, linear, 1, 1); })
+            .find("mode 'linear' is not supported") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(19, "Resize", {x, Tensor(), scales({1, 1, 2, 2})}, attrs("asymmetric", "floor"), 1, 3); })
+            .find("must be known") != std::string::npos);
+}
+
 TEST_CASE("Cast refuses element types onnxdp lacks, naming them") {
   std::string e = error_of([] { run_onnx(13, "Cast", {arange(DType::f32, {2})}, {attr_i("to", 8)}); });
   CHECK(e.find("STRING") != std::string::npos);
