@@ -64,4 +64,7 @@ void grad_ReduceMax(GradCtx& c) {
 
 void grad_ReduceMin(GradCtx& c) { grad_ReduceMax(c); }
 
+void grad_ArgMax(GradCtx& c) { no_gradient(c); }
+void grad_ArgMin(GradCtx& c) { no_gradient(c); }
+
 }  // namespace onnxdp

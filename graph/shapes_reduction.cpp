@@ -36,4 +36,19 @@ void shape_ReduceSum(ShapeCtx& c) { shape_reduce(c, false); }
 void shape_ReduceMax(ShapeCtx& c) { shape_reduce(c, true); }
 void shape_ReduceMin(ShapeCtx& c) { shape_reduce(c, true); }
 
+// ArgMax / ArgMin: int64 indices along `axis`, which becomes 1 (keepdims) or disappears.
+static void shape_arg(ShapeCtx& c) {
+  if (c.dtype(0) == DType::boolean) c.fail("input 0 is bool; {} takes numbers", op_name(c.node.op));
+  Shape out = c.shape(0);
+  const int64_t r = int64_t(out.size());
+  if (r == 0) c.fail("input 0 is a scalar; {} needs an axis", op_name(c.node.op));
+  const int64_t axis = normalize_axis(c.node.i("axis"), r, c.node);
+  if (out[size_t(axis)] == 0) c.fail("axis {} has no elements to pick from", axis);
+  if (c.node.i("keepdims")) out[size_t(axis)] = 1;
+  else out.erase(out.begin() + axis);
+  c.set(0, DType::i64, out);
+}
+void shape_ArgMax(ShapeCtx& c) { shape_arg(c); }
+void shape_ArgMin(ShapeCtx& c) { shape_arg(c); }
+
 }  // namespace onnxdp

@@ -17,6 +17,9 @@ void import_ReduceMin(ImportCtx& c) {
   if (c.opset < 18) c.attr_to_input("axes", 1);
 }
 
+void import_ArgMax(ImportCtx& c) {}
+void import_ArgMin(ImportCtx& c) {}
+
 // ---- composites (graph/op_table.h): each arrives as a ReduceSum node with its own inputs and
 // attributes (keepdims, noop_with_empty_axes; axes as an attribute before opset 18).
 

@@ -228,6 +228,52 @@ void reduce_forward(KernelCtx& c) {
 void ReduceMean_forward(KernelCtx& c) { reduce_forward<ReduceKind::mean>(c); }
 void ReduceSum_forward(KernelCtx& c) { reduce_forward<ReduceKind::sum>(c); }
 void ReduceMax_forward(KernelCtx& c) { reduce_forward<ReduceKind::max>(c); }
+
+namespace {
+
+// The index of the largest (ArgMax) or smallest element along the axis: the first one, or with
+// select_last_index the last one; a NaN wins as numpy's and torch's argmax / argmin.
+template <bool kMax>
+void arg_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  const int64_t r = in.rank(), axis = normalize_axis(c.node.i("axis"), r, c.node);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= in.dim(int(d));
+  for (int64_t d = axis + 1; d < r; ++d) inner *= in.dim(int(d));
+  const int64_t n = in.dim(int(axis));
+  const bool last = c.node.i("select_last_index") != 0;
+  int64_t* dst = out.as<int64_t>();
+  dispatch_elem(in.dtype, [&]<class E>() {
+    using A = std::conditional_t<E::kind == ElemKind::floating, double, int64_t>;  // exact for int64
+    auto load = [](typename E::T v) -> A {
+      if constexpr (E::kind == ElemKind::floating) return E::to_f64(v);
+      else return E::to_i64(v);
+    };
+    const auto* src = in.as<const typename E::T>();
+    parallel_for(outer * inner, outer * inner * n > parallel_min_elements(), [&](int64_t o) {
+      const int64_t q = o / inner, i = o % inner;
+      const auto* p = src + q * n * inner + i;
+      A best = load(p[0]);
+      int64_t at = 0;
+      for (int64_t j = 1; j < n; ++j) {
+        const A v = load(p[j * inner]);
+        if (best != best) {  // a NaN is picked: only a later NaN replaces it, with select_last_index
+          if (!last) break;
+          if (v != v) at = j;
+          continue;
+        }
+        const bool better = v != v || (kMax ? (last ? v >= best : v > best) : (last ? v <= best : v < best));
+        if (better) best = v, at = j;
+      }
+      dst[o] = at;
+    });
+  });
+}
+
+}  // namespace
+
+void ArgMax_forward(KernelCtx& c) { arg_forward<true>(c); }
+void ArgMin_forward(KernelCtx& c) { arg_forward<false>(c); }
 void ReduceMin_forward(KernelCtx& c) { reduce_forward<ReduceKind::min>(c); }
 
 }  // namespace onnxdp

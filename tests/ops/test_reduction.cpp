@@ -164,6 +164,26 @@ TEST_CASE("ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp im
         {}, {1000.6931471805599}, 1e-6);
 }
 
+TEST_CASE("ArgMax and ArgMin: first or last index, keepdims, NaN wins (numpy's argmax / argmin)") {
+  Tensor x = make(DType::f32, {3, 4}, {3, 1, 3, 0, 2, 5, 5, -1, NAN, 1, 2, NAN});
+  auto arg = [&](Op op, int64_t axis, int64_t keep, int64_t last) {
+    return run_op(op, {x}, {{"axis", axis}, {"keepdims", keep}, {"select_last_index", last}})[0];
+  };
+  // np.argmax(x, 1), np.argmin(x, 1), np.argmax(x, 0), np.argmin(x, 0)
+  check(arg(Op::ArgMax, 1, 0, 0), DType::i64, {3}, {0, 1, 0});
+  check(arg(Op::ArgMin, 1, 0, 0), DType::i64, {3}, {3, 3, 0});
+  check(arg(Op::ArgMax, 0, 1, 0), DType::i64, {1, 4}, {2, 1, 1, 2});
+  check(arg(Op::ArgMin, -2, 1, 0), DType::i64, {1, 4}, {2, 0, 2, 2});
+  // select_last_index: 3 - np.argmax(x[:, ::-1], 1), and the same for argmin
+  check(arg(Op::ArgMax, 1, 1, 1), DType::i64, {3, 1}, {2, 2, 3});
+  check(arg(Op::ArgMin, 1, 1, 1), DType::i64, {3, 1}, {3, 3, 3});
+  // int64 beyond double's 53 bits compare exactly
+  Tensor big = make(DType::i64, {2}, {0, 0});
+  big.as<int64_t>()[0] = (int64_t(1) << 60) + 1;
+  big.as<int64_t>()[1] = (int64_t(1) << 60);
+  check(run_op(Op::ArgMin, {big}, {{"keepdims", int64_t(0)}})[0], DType::i64, {}, {1});
+}
+
 TEST_CASE("ONNX node tests of the reduction ops") {
   check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax"}, 30);
 }
