@@ -37,6 +37,8 @@ ONNXDP_HD ONNXDP_FM_INLINE float exp(float x) {
 ONNXDP_HD inline double exp(double x) { return ::exp(x); }
 ONNXDP_HD inline float log(float x) { return ::logf(x); }
 ONNXDP_HD inline double log(double x) { return ::log(x); }
+ONNXDP_HD inline float expm1(float x) { return ::expm1f(x); }
+ONNXDP_HD inline double expm1(double x) { return ::expm1(x); }
 ONNXDP_HD inline float log1p(float x) { return ::log1pf(x); }
 ONNXDP_HD inline double log1p(double x) { return ::log1p(x); }
 ONNXDP_HD inline float sqrt(float x) { return ::sqrtf(x); }
@@ -260,6 +262,38 @@ struct HardSwish {
     c = c < T(0) ? T(0) : c > T(6) ? T(6) : c;
     return x * c / T(6);
   }
+};
+// x for x > 0, alpha (e^x - 1) below (PyTorch's elu, with expm1).
+struct Elu {
+  float alpha = 1.0f;
+  template <class T> ONNXDP_HD T operator()(T x) const { return x > T(0) ? x : T(alpha) * m::expm1(x); }
+};
+// gamma * Elu(x; alpha).
+struct Selu {
+  float alpha = 1.67326319217681884765625f, gamma = 1.05070102214813232421875f;
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * m::expm1(x));
+  }
+};
+// max(0, x) + min(0, alpha (e^(x / alpha) - 1)).
+struct Celu {
+  float alpha = 1.0f;
+  template <class T> ONNXDP_HD T operator()(T x) const { return x > T(0) ? x : T(alpha) * m::expm1(x / T(alpha)); }
+};
+// x tanh(softplus(x)).
+struct Mish {
+  template <class T> ONNXDP_HD T operator()(T x) const { return x * m::tanh(Softplus{}(x)); }
+};
+// -1, 0 or 1 (NaN stays NaN, as numpy's sign).
+struct Sign {
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x > T(0) ? T(1) : T(0);
+    else return x > T(0) ? T(1) : x < T(0) ? T(-1) : x == T(0) ? T(0) : x;
+  }
+};
+// PRelu(x, slope): x for x >= 0, slope x below.
+struct PRelu {
+  template <class T> ONNXDP_HD T operator()(T x, T slope) const { return x < T(0) ? T(slope * x) : x; }
 };
 // Clip to [lo, hi] (ONNX: min(max(x, lo), hi), so hi wins when lo > hi). NaN passes through.
 template <class T>

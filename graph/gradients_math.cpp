@@ -162,6 +162,40 @@ void grad_HardSwish(GradCtx& c) {
   c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {x, c.scalar(-3, dt(c))}), g, c.scalar(0, dt(c))}));
 }
 
+// Elu, Selu, Celu: dy (times gamma) for x > 0, and below dy (gamma) alpha e^x (Celu: e^(x / alpha)),
+// as PyTorch's elu_backward.
+static void grad_exp_linear(GradCtx& c, float alpha, float gamma, float x_scale) {
+  ValueId x = c.in_id(0);
+  ValueId positive = c.emit(Op::Greater, {x, c.scalar(0, dt(c))});
+  ValueId e = c.emit(Op::Exp, {x_scale == 1 ? x : c.emit(Op::Mul, {x, c.scalar(x_scale, dt(c))})});
+  ValueId neg = c.emit(Op::Mul, {c.dy(), c.emit(Op::Mul, {e, c.scalar(gamma * alpha, dt(c))})});
+  ValueId pos = gamma == 1 ? c.dy() : c.emit(Op::Mul, {c.dy(), c.scalar(gamma, dt(c))});
+  c.add(0, c.emit(Op::Where, {positive, pos, neg}));
+}
+void grad_Elu(GradCtx& c) { grad_exp_linear(c, c.node.f("alpha"), 1.0f, 1.0f); }
+void grad_Selu(GradCtx& c) { grad_exp_linear(c, c.node.f("alpha"), c.node.f("gamma"), 1.0f); }
+void grad_Celu(GradCtx& c) { grad_exp_linear(c, 1.0f, 1.0f, 1.0f / c.node.f("alpha")); }
+
+// PyTorch's mish_backward: dy (t + x sigmoid(x) (1 - t^2)) with t = tanh(softplus(x)).
+void grad_Mish(GradCtx& c) {
+  ValueId x = c.in_id(0);
+  ValueId t = c.emit(Op::Tanh, {c.emit(Op::Softplus, {x})});
+  ValueId one_minus = c.emit(Op::Sub, {c.scalar(1, dt(c)), c.emit(Op::Mul, {t, t})});
+  ValueId right = c.emit(Op::Mul, {c.emit(Op::Mul, {x, c.emit(Op::Sigmoid, {x})}), one_minus});
+  c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Add, {t, right})}));
+}
+
+void grad_Sign(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.scalar(0, dt(c))})); }  // 0, as torch.sign's
+
+// dx = dy where x > 0, slope dy elsewhere; dslope = dy x where x <= 0, summed to the slope's shape
+// (PyTorch's prelu backward).
+void grad_PRelu(GradCtx& c) {
+  ValueId x = c.in_id(0), zero = c.scalar(0, dt(c));
+  ValueId positive = c.emit(Op::Greater, {x, zero});
+  if (c.needs(0)) c.add(0, c.emit(Op::Where, {positive, c.dy(), c.emit(Op::Mul, {c.dy(), c.in_id(1)})}));
+  if (c.needs(1)) add_reduced(c, 1, c.emit(Op::Where, {positive, zero, c.emit(Op::Mul, {c.dy(), x})}));
+}
+
 // y = fmod(a, b) = a - trunc(a / b) b: da = dy, db = -dy trunc(a / b) = dy (y - a) / b.
 void grad_Mod(GradCtx& c) {
   if (c.needs(0)) add_reduced(c, 0, c.dy());

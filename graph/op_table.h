@@ -49,6 +49,13 @@
   X(HardSigmoid,                math,       1, 1, 1, 1, "alpha:f=0.2,beta:f=0.5")                   \
   X(HardSwish,                  math,       1, 1, 1, 1, "")                                         \
   X(Mod,                        math,       2, 2, 1, 1, "fmod:i=0")                                 \
+  X(Elu,                        math,       1, 1, 1, 1, "alpha:f=1")                                \
+  X(Selu,                       math,       1, 1, 1, 1,                                             \
+    "alpha:f=1.67326319217681884765625,gamma:f=1.05070102214813232421875")                          \
+  X(Celu,                       math,       1, 1, 1, 1, "alpha:f=1")                                \
+  X(Mish,                       math,       1, 1, 1, 1, "")                                         \
+  X(Sign,                       math,       1, 1, 1, 1, "")                                         \
+  X(PRelu,                      math,       2, 2, 1, 1, "")                                         \
   X(Clip,                       math,       1, 3, 1, 1, "")                                         \
   X(Softmax,                    math,       1, 1, 1, 1, "axis:i=-1")                                \
   X(LogSoftmax,                 math,       1, 1, 1, 1, "axis:i=-1")                                \
@@ -175,7 +182,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 94
+#define ONNXDP_OP_COUNT 100
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

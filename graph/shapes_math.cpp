@@ -112,6 +112,21 @@ void shape_Sin(ShapeCtx& c) { unary(c, kFloat); }
 void shape_Cos(ShapeCtx& c) { unary(c, kFloat); }
 void shape_HardSigmoid(ShapeCtx& c) { unary(c, kFloat); }
 void shape_HardSwish(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Elu(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Selu(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Celu(ShapeCtx& c) {
+  if (c.node.f("alpha") == 0) c.fail("alpha must not be 0");
+  unary(c, kFloat);
+}
+void shape_Mish(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Sign(ShapeCtx& c) { unary(c, kNumeric); }
+// The slope broadcasts to x (unidirectionally: the output has x's shape).
+void shape_PRelu(ShapeCtx& c) {
+  if (broadcast_or_fail(c, c.shape(0), c.shape(1)) != c.shape(0))
+    c.fail("the slope {} does not broadcast to x {}", shape_str(c.shape(1)), shape_str(c.shape(0)));
+  binary(c, kSigned);
+}
+
 void shape_Mod(ShapeCtx& c) {
   const int64_t fmod = c.node.i("fmod");
   if (fmod != 0 && fmod != 1) c.fail("attribute fmod must be 0 or 1, not {}", fmod);

@@ -295,6 +295,12 @@ void Cos_forward(KernelCtx& c) { unary_float(c, fn::Cos{}); }
 void HardSigmoid_forward(KernelCtx& c) { unary_float(c, fn::HardSigmoid{c.node.f("alpha"), c.node.f("beta")}); }
 void HardSwish_forward(KernelCtx& c) { unary_float(c, fn::HardSwish{}); }
 void Mod_forward(KernelCtx& c) { binary_numeric(c, fn::Mod{c.node.i("fmod") != 0}); }
+void Elu_forward(KernelCtx& c) { unary_float(c, fn::Elu{c.node.f("alpha")}); }
+void Selu_forward(KernelCtx& c) { unary_float(c, fn::Selu{c.node.f("alpha"), c.node.f("gamma")}); }
+void Celu_forward(KernelCtx& c) { unary_float(c, fn::Celu{c.node.f("alpha")}); }
+void Mish_forward(KernelCtx& c) { unary_float(c, fn::Mish{}); }
+void Sign_forward(KernelCtx& c) { unary_numeric(c, fn::Sign{}); }
+void PRelu_forward(KernelCtx& c) { binary_numeric(c, fn::PRelu{}); }
 
 void Clip_forward(KernelCtx& c) {
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {

@@ -52,6 +52,12 @@ const char* ew_op_name(EwOp op) {
     case EwOp::HardSigmoid: return "HardSigmoid";
     case EwOp::HardSwish: return "HardSwish";
     case EwOp::Mod: return "Mod";
+    case EwOp::PRelu: return "PRelu";
+    case EwOp::Sign: return "Sign";
+    case EwOp::Elu: return "Elu";
+    case EwOp::Selu: return "Selu";
+    case EwOp::Celu: return "Celu";
+    case EwOp::Mish: return "Mish";
     case EwOp::Equal: return "Equal";
     case EwOp::Less: return "Less";
     case EwOp::Greater: return "Greater";
@@ -107,6 +113,12 @@ bool ew_op(const Node& n, EwOp* out) {
     case Op::HardSigmoid: *out = EwOp::HardSigmoid; return true;
     case Op::HardSwish: *out = EwOp::HardSwish; return true;
     case Op::Mod: *out = EwOp::Mod; return true;
+    case Op::PRelu: *out = EwOp::PRelu; return true;
+    case Op::Sign: *out = EwOp::Sign; return true;
+    case Op::Elu: *out = EwOp::Elu; return true;
+    case Op::Selu: *out = EwOp::Selu; return true;
+    case Op::Celu: *out = EwOp::Celu; return true;
+    case Op::Mish: *out = EwOp::Mish; return true;
     case Op::Clip: *out = EwOp::Clip; return true;
     case Op::Identity: *out = EwOp::Identity; return true;
     case Op::Equal: *out = EwOp::Equal; return true;
@@ -277,6 +289,7 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
     case EwOp::Mul:
     case EwOp::Div:
     case EwOp::Mod:
+    case EwOp::PRelu:
     case EwOp::Pow:
     case EwOp::GeluGrad:
     case EwOp::GeluTanhGrad:
@@ -296,8 +309,10 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
       return launch();
     default:  // unary
       l.type = input_type(n, in[0].dtype);
-      if (op == EwOp::LeakyRelu || op == EwOp::HardSigmoid) l.alpha = n.f("alpha");
+      if (op == EwOp::LeakyRelu || op == EwOp::HardSigmoid || op == EwOp::Elu || op == EwOp::Selu || op == EwOp::Celu)
+        l.alpha = n.f("alpha");
       if (op == EwOp::HardSigmoid) l.beta = n.f("beta");
+      if (op == EwOp::Selu) l.gamma = n.f("gamma");
       if (op == EwOp::Clip) set_clip(l, clip);
       l.in[0] = in[0].data;
       l.layout = layout_of<1>(n, os, {in[0].shape});

@@ -222,6 +222,7 @@ bool dispatch(const Ctx& c) {
     case EwOp::Min: return binary_number(c, fn::Min{});
     case EwOp::Max: return binary_number(c, fn::Max{});
     case EwOp::Mod: return binary_number(c, fn::Mod{c.l.fmod});
+    case EwOp::PRelu: return binary_number(c, fn::PRelu{});
     case EwOp::Pow: return pow(c);
     case EwOp::Identity:  // 16-bit floats: their bits (Gemm's C broadcast)
       if (c.l.type == EwType::u16) return go1<uint16_t, uint16_t>(c, fn::Identity{});
@@ -245,6 +246,11 @@ bool dispatch(const Ctx& c) {
     case EwOp::Cos: return unary_float(c, fn::Cos{});
     case EwOp::HardSigmoid: return unary_float(c, fn::HardSigmoid{c.l.alpha, c.l.beta});
     case EwOp::HardSwish: return unary_float(c, fn::HardSwish{});
+    case EwOp::Elu: return unary_float(c, fn::Elu{c.l.alpha});
+    case EwOp::Selu: return unary_float(c, fn::Selu{c.l.alpha, c.l.gamma});
+    case EwOp::Celu: return unary_float(c, fn::Celu{c.l.alpha});
+    case EwOp::Mish: return unary_float(c, fn::Mish{});
+    case EwOp::Sign: return unary_number(c, fn::Sign{});
     case EwOp::GeluGrad: return binary_float(c, fn::GeluGrad{});
     case EwOp::GeluTanhGrad: return binary_float(c, fn::GeluTanhGrad{});
     case EwOp::Equal: return compare(c, fn::Equal{});

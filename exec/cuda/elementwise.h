@@ -28,7 +28,8 @@ struct ClipBounds {
 };
 
 // Ops with a CUDA elementwise kernel: Add Sub Mul Div Pow Min Max Sqrt Exp Log Neg Abs Reciprocal
-// Relu LeakyRelu Sigmoid Tanh Erf Gelu GeluGrad Softplus Sin Cos HardSigmoid HardSwish Mod Clip Identity Equal
+// Relu LeakyRelu Sigmoid Tanh Erf Gelu GeluGrad Softplus Sin Cos HardSigmoid HardSwish Elu Selu Celu Mish Sign
+// Mod PRelu Clip Identity Equal
 // Less Greater LessOrEqual GreaterOrEqual And Or Xor Not Where.
 bool is_elementwise(Op op);
 

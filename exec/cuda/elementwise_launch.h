@@ -11,14 +11,14 @@ namespace onnxdp::cuda {
 
 enum class EwOp : uint8_t {
   // out = f(a, b), numbers (f32, f64, i32, i64)
-  Add, Sub, Mul, Div, Min, Max, Mod,
+  Add, Sub, Mul, Div, Min, Max, Mod, PRelu,
   // out = a^b: base f32 / f64, exponent f32 / f64 / i32 / i64
   Pow,
   // out = f(a), numbers
-  Identity, Neg, Abs, Relu, Clip,
+  Identity, Neg, Abs, Relu, Clip, Sign,
   // out = f(a), f32 / f64
   Sqrt, Exp, Log, Reciprocal, LeakyRelu, Sigmoid, Tanh, Erf, Gelu, GeluTanh, Softplus, Sin, Cos, HardSigmoid,
-  HardSwish,
+  HardSwish, Elu, Selu, Celu, Mish,
   // out = f(dy, x), f32 / f64: Gelu's gradient (exact and tanh forms)
   GeluGrad, GeluTanhGrad,
   // bool out = f(a, b), numbers and bool
@@ -70,6 +70,7 @@ struct EwLaunch {
   const void* in[3] = {nullptr, nullptr, nullptr};
   float alpha = 0.01f;                 // LeakyRelu, HardSigmoid
   float beta = 0.5f;                   // HardSigmoid
+  float gamma = 1.0f;                  // Selu (alpha: Elu, Selu, Celu too)
   bool fmod = false;                   // Mod
   int64_t clip_lo_i = 0, clip_hi_i = 0;  // Clip bounds for integer types
   double clip_lo_f = 0, clip_hi_f = 0;   // Clip bounds for float types

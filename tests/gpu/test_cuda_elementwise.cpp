@@ -192,7 +192,8 @@ TEST_SUITE("cuda") {
 TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64") {
   for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow, Op::Min, Op::Max, Op::Sqrt, Op::Exp, Op::Log, Op::Neg,
                 Op::Abs, Op::Reciprocal, Op::Relu, Op::LeakyRelu, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
-                Op::Softplus, Op::Sin, Op::Cos, Op::HardSigmoid, Op::HardSwish, Op::Mod, Op::Clip, Op::Identity,
+                Op::Softplus, Op::Sin, Op::Cos, Op::HardSigmoid, Op::HardSwish, Op::Elu, Op::Selu, Op::Celu, Op::Mish,
+                Op::Sign, Op::PRelu, Op::Mod, Op::Clip, Op::Identity,
                 Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual}) {
     for (DType t : kFloats) {
       INFO(op_name(op) << " " << dtype_name(t));
@@ -209,7 +210,7 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
       ValueId a = input("a"), b = input("b");
       std::vector<ValueId> ins{a};
       if (op == Op::Add || op == Op::Sub || op == Op::Mul || op == Op::Div || op == Op::Pow || op == Op::Min ||
-          op == Op::Max || op == Op::Mod || op == Op::Equal || op == Op::Less || op == Op::Greater ||
+          op == Op::Max || op == Op::Mod || op == Op::PRelu || op == Op::Equal || op == Op::Less || op == Op::Greater ||
           op == Op::LessOrEqual || op == Op::GreaterOrEqual)
         ins.push_back(b);
       std::map<std::string, Attr> attrs;
@@ -241,6 +242,11 @@ void binary_arithmetic() {
       n += run_all_shapes(op, 1, t, rng);
       n += run_all_shapes(op, 3, t, rng);
     }
+  // PRelu: the slope broadcasts to x (the shape sets whose first shape is the output's).
+  for (DType t : kNumbers)
+    for (const auto& shapes : shape_sets(2))
+      if (shapes[0].size() >= shapes[1].size() && broadcast_shapes(shapes[0], shapes[1]) == shapes[0])
+        n += run_case(Case{Op::PRelu, {t, t}, shapes}, rng);
   // Mod: integers with the divisor's sign and with the dividend's; floats with fmod=1 only.
   for (DType t : kNumbers)
     for (int64_t f : {0, 1})
@@ -259,16 +265,17 @@ void pow_cases() {
 void unary() {
   std::mt19937 rng(3);
   int n = 0;
-  for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::Identity})
+  for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::Identity, Op::Sign})
     for (DType t : kNumbers) n += run_all_shapes(op, 1, t, rng);
   for (Op op : {Op::Exp, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Softplus, Op::Sin, Op::Cos,
-                Op::HardSwish})
+                Op::HardSwish, Op::Elu, Op::Selu, Op::Mish})
     for (DType t : kFloats) n += run_all_shapes(op, 1, t, rng);
   for (Op op : {Op::Sqrt, Op::Log})  // the CPU and CUDA agree on NaN for x < 0 too, but keep it real
     for (DType t : kFloats) n += run_all_shapes(op, 1, t, rng, Domain::positive);
   for (DType t : kFloats) {
     n += run_all_shapes(Op::LeakyRelu, 1, t, rng, Domain::any, {{"alpha", Attr(0.2f)}});
     n += run_all_shapes(Op::HardSigmoid, 1, t, rng, Domain::any, {{"alpha", Attr(0.3f)}, {"beta", Attr(0.4f)}});
+    n += run_all_shapes(Op::Celu, 1, t, rng, Domain::any, {{"alpha", Attr(2.0f)}});
     n += run_all_shapes(Op::Gelu, 1, t, rng);
     n += run_all_shapes(Op::Gelu, 1, t, rng, Domain::any, {{"approximate", Attr(std::string("tanh"))}});
   }

@@ -82,7 +82,8 @@ TEST_CASE("autodiff: broadcasting arithmetic") {
 
 TEST_CASE("autodiff: unary math") {
   for (Op op : {Op::Sqrt, Op::Exp, Op::Log, Op::Neg, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
-                Op::Softplus, Op::Abs, Op::Relu, Op::LeakyRelu, Op::Sin, Op::Cos}) {
+                Op::Softplus, Op::Abs, Op::Relu, Op::LeakyRelu, Op::Sin, Op::Cos, Op::Elu, Op::Selu, Op::Celu,
+                Op::Mish}) {
     CAPTURE(op_name(op));
     Case c;
     bool positive = op == Op::Sqrt || op == Op::Log || op == Op::Reciprocal;
@@ -107,6 +108,14 @@ TEST_CASE("autodiff: HardSigmoid and HardSwish on both flat parts and the slope,
   ValueId a = m.param("a", {3, 4}, 0.5, 5.0, true);
   ValueId b = m.param("b", {4}, 0.7, 1.9, false);
   gradcheck(m, m.node(Op::Mod, {a, b}, {{"fmod", Attr(int64_t(1))}}));
+}
+
+TEST_CASE("autodiff: PRelu's slope, per channel, summed over the rest; Sign's gradient is 0") {
+  Case c;
+  ValueId x = c.param("x", {2, 3, 4}, 0.2, 1.5, true);
+  ValueId slope = c.param("slope", {3, 1}, 0.1, 0.5);
+  ValueId s = c.node(Op::Mul, {c.node(Op::Sign, {x}), x});  // |x|, its Sign factor constant
+  gradcheck(c, c.node(Op::Add, {c.node(Op::PRelu, {x, slope}), s}));
 }
 
 TEST_CASE("autodiff: CastLike passes the gradient to its input 0 only") {
