@@ -196,6 +196,14 @@ void grad_PRelu(GradCtx& c) {
   if (c.needs(1)) add_reduced(c, 1, c.emit(Op::Where, {positive, zero, c.emit(Op::Mul, {c.dy(), x})}));
 }
 
+// x_j reaches every y_i with i after j (or before, reversed): dx is dy's cumulative sum the other
+// way, exclusive as the forward is.
+void grad_CumSum(GradCtx& c) {
+  if (!c.needs(0)) return;
+  c.add(0, c.emit(Op::CumSum, {c.dy(), c.in_id(1)},
+                  {{"exclusive", Attr(c.node.i("exclusive"))}, {"reverse", Attr(int64_t(c.node.i("reverse") == 0))}}));
+}
+
 // y = fmod(a, b) = a - trunc(a / b) b: da = dy, db = -dy trunc(a / b) = dy (y - a) / b.
 void grad_Mod(GradCtx& c) {
   if (c.needs(0)) add_reduced(c, 0, c.dy());

@@ -56,6 +56,7 @@
   X(Mish,                       math,       1, 1, 1, 1, "")                                         \
   X(Sign,                       math,       1, 1, 1, 1, "")                                         \
   X(PRelu,                      math,       2, 2, 1, 1, "")                                         \
+  X(CumSum,                     math,       2, 2, 1, 1, "exclusive:i=0,reverse:i=0")                \
   X(Clip,                       math,       1, 3, 1, 1, "")                                         \
   X(Softmax,                    math,       1, 1, 1, 1, "axis:i=-1")                                \
   X(LogSoftmax,                 math,       1, 1, 1, 1, "axis:i=-1")                                \
@@ -182,7 +183,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 100
+#define ONNXDP_OP_COUNT 101
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

@@ -127,6 +127,14 @@ void shape_PRelu(ShapeCtx& c) {
   binary(c, kSigned);
 }
 
+// CumSum(x, axis): the axis a known integer scalar (or one-element tensor).
+void shape_CumSum(ShapeCtx& c) {
+  const Tensor& a = c.require_constant(1, "axis");
+  if (!dtype_is_integer(a.dtype()) || a.numel() != 1) c.fail("input 1 (the axis) must be one integer");
+  normalize_axis(a.to_i64()[0], int64_t(c.shape(0).size()), c.node);
+  unary(c, kNumeric);
+}
+
 void shape_Mod(ShapeCtx& c) {
   const int64_t fmod = c.node.i("fmod");
   if (fmod != 0 && fmod != 1) c.fail("attribute fmod must be 0 or 1, not {}", fmod);

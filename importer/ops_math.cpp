@@ -69,6 +69,7 @@ void import_Celu(ImportCtx& c) {}
 void import_Mish(ImportCtx& c) {}
 void import_Sign(ImportCtx& c) {}
 void import_PRelu(ImportCtx& c) {}
+void import_CumSum(ImportCtx& c) {}
 
 // Clip-6 (opset < 11): float attributes min / max -> f32 scalar constant inputs 1 / 2 (the shape
 // rule and kernel accept f32 bounds for an f64 input). An absent attribute leaves its input absent.

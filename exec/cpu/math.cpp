@@ -15,6 +15,7 @@
 #include "exec/cpu/in_float.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
+#include "graph/shape_helpers.h"
 
 namespace onnxdp {
 
@@ -301,6 +302,41 @@ void Celu_forward(KernelCtx& c) { unary_float(c, fn::Celu{c.node.f("alpha")}); }
 void Mish_forward(KernelCtx& c) { unary_float(c, fn::Mish{}); }
 void Sign_forward(KernelCtx& c) { unary_numeric(c, fn::Sign{}); }
 void PRelu_forward(KernelCtx& c) { binary_numeric(c, fn::PRelu{}); }
+
+// Running sums along the axis, in double for floats (as PyTorch's CPU cumsum) and int64 for
+// integers, each output rounded once; exclusive leaves the element itself out, reverse runs from
+// the end.
+void CumSum_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &out = c.out(0);
+  int64_t axis = 0;
+  dispatch_elem(c.in(1).dtype, [&]<class E>() { axis = E::to_i64(c.in(1).as<const typename E::T>()[0]); });
+  axis = normalize_axis(axis, in.rank(), c.node);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < int(axis); ++d) outer *= in.dim(d);
+  for (int d = int(axis) + 1; d < in.rank(); ++d) inner *= in.dim(d);
+  const int64_t n = in.dim(int(axis));
+  const bool exclusive = c.node.i("exclusive") != 0, reverse = c.node.i("reverse") != 0;
+  dispatch_elem(in.dtype, [&]<class E>() {
+    using T = typename E::T;
+    using A = std::conditional_t<E::kind == ElemKind::floating, double, int64_t>;
+    const T* src = in.as<const T>();
+    T* dst = out.as<T>();
+    parallel_for(outer * inner, in.numel > parallel_min_elements(), [&](int64_t o) {
+      const int64_t base = (o / inner) * n * inner + o % inner;
+      A acc = A(0);
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t j = base + (reverse ? n - 1 - k : k) * inner;
+        A v;
+        if constexpr (E::kind == ElemKind::floating) v = E::to_f64(src[j]);
+        else v = E::to_i64(src[j]);
+        if (!exclusive) acc += v;
+        if constexpr (E::kind == ElemKind::floating) dst[j] = E::from_f64(acc);
+        else dst[j] = E::from_i64(acc);
+        if (exclusive) acc += v;
+      }
+    });
+  });
+}
 
 void Clip_forward(KernelCtx& c) {
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {

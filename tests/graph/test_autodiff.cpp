@@ -118,6 +118,18 @@ TEST_CASE("autodiff: PRelu's slope, per channel, summed over the rest; Sign's gr
   gradcheck(c, c.node(Op::Add, {c.node(Op::PRelu, {x, slope}), s}));
 }
 
+TEST_CASE("autodiff: CumSum, plain, exclusive and reversed") {
+  for (int64_t exclusive : {0, 1})
+    for (int64_t reverse : {0, 1}) {
+      CAPTURE(exclusive);
+      CAPTURE(reverse);
+      Case c;
+      ValueId x = c.param("x", {3, 4});
+      ValueId y = c.node(Op::CumSum, {x, c.ints({1}, "axis")}, {{"exclusive", Attr(exclusive)}, {"reverse", Attr(reverse)}});
+      gradcheck(c, c.node(Op::Mul, {y, y}));
+    }
+}
+
 TEST_CASE("autodiff: CastLike passes the gradient to its input 0 only") {
   Case c;
   ValueId x = c.param("x", {2, 3});

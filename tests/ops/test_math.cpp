@@ -375,6 +375,21 @@ TEST_CASE("math: Mod: integers take the divisor's sign (fmod=0) or the dividend'
   CHECK_THROWS_WITH_AS(run(Op::Mod, {&x, &y}), doctest::Contains("needs fmod=1"), Error);
 }
 
+TEST_CASE("math: CumSum along an axis, exclusive and reversed (np.cumsum)") {
+  Tensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor one = make<int64_t>(DType::i64, {}, {1}), zero = make<int32_t>(DType::i32, {1}, {0});
+  auto cum = [&](Tensor* axis, int64_t exclusive, int64_t reverse) {
+    return run(Op::CumSum, {&x, axis}, {{"exclusive", Attr(exclusive)}, {"reverse", Attr(reverse)}});
+  };
+  check_close(cum(&one, 0, 0), {2, 3}, {1, 3, 6, 4, 9, 15});
+  check_close(cum(&one, 0, 1), {2, 3}, {6, 5, 3, 15, 11, 6});
+  check_close(cum(&zero, 1, 0), {2, 3}, {0, 0, 0, 1, 2, 3});
+  check_close(cum(&one, 1, 1), {2, 3}, {5, 3, 0, 11, 6, 0});
+  Tensor i = make<int64_t>(DType::i64, {4}, {int64_t(1) << 60, 1, -1, 2});
+  CHECK(run(Op::CumSum, {&i, &zero}).to_i64() ==
+        std::vector<int64_t>{int64_t(1) << 60, (int64_t(1) << 60) + 1, int64_t(1) << 60, (int64_t(1) << 60) + 2});
+}
+
 TEST_CASE("math: sigmoid and softplus do not overflow at large |x|") {
   Tensor x = f32({4}, {-1000, -100, 100, 1000});
   check_close(run(Op::Sigmoid, {&x}), {4}, {0, 3.7200759760208356e-44, 1, 1}, 1e-5, 1e-30);
