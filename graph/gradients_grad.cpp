@@ -10,6 +10,7 @@ void grad_AveragePoolGrad(GradCtx& c) { gradient_missing(c); }
 void grad_BatchNormalizationGrad(GradCtx& c) { gradient_missing(c); }
 void grad_LayerNormalizationGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GatherGrad(GradCtx& c) { gradient_missing(c); }
+void grad_GatherElementsGrad(GradCtx& c) { gradient_missing(c); }
 void grad_SoftmaxCrossEntropyLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_NegativeLogLikelihoodLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GeluGrad(GradCtx& c) { gradient_missing(c); }

@@ -125,6 +125,11 @@ void grad_Gather(GradCtx& c) {
   c.add(0, c.emit(Op::GatherGrad, {c.dy(), c.in_id(1), c.ints(c.in(0).shape)}, {{"axis", Attr(c.node.i("axis"))}}));
 }
 
+void grad_GatherElements(GradCtx& c) {
+  if (!c.needs(0)) return;
+  c.add(0, c.emit(Op::GatherElementsGrad, {c.dy(), c.in_id(1), c.ints(c.in(0).shape)}, {{"axis", Attr(c.node.i("axis"))}}));
+}
+
 void grad_Expand(GradCtx& c) { c.add(0, c.reduce_to(c.dy(), c.in(0).shape)); }
 // y [r0*d0, r1*d1, ..] is, row-major, [r0, d0, r1, d1, ..] with y[k0, j0, ..] = x[j0, ..]: dy
 // viewed so is summed over the repeat axes (dims repeated once are left unsplit).

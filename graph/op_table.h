@@ -110,6 +110,7 @@
   X(Split,                      tensor,     1, 2, 1, 1024, "axis:i=0,num_outputs:i")                \
   X(Slice,                      tensor,     3, 5, 1, 1, "")                                         \
   X(Gather,                     tensor,     2, 2, 1, 1, "axis:i=0")                                 \
+  X(GatherElements,             tensor,     2, 2, 1, 1, "axis:i=0")                                 \
   X(Expand,                     tensor,     2, 2, 1, 1, "")                                         \
   X(Tile,                       tensor,     2, 2, 1, 1, "")                                         \
   X(Pad,                        tensor,     2, 4, 1, 1, "mode:s=constant")                          \
@@ -156,6 +157,9 @@
   X(LayerNormalizationGrad,     grad,       3, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05")                \
   /* GatherGrad (dy, indices, data_shape: int64 constant) -> ddata: scatter-add along axis.   */ \
   X(GatherGrad,                 grad,       3, 3, 1, 1, "axis:i=0")                                 \
+  /* GatherElementsGrad (dy, indices, data_shape: int64 constant) -> ddata: dy added at the      */ \
+  /* elements GatherElements read, in element order (deterministic).                             */ \
+  X(GatherElementsGrad,         grad,       3, 3, 1, 1, "axis:i=0")                                 \
   /* SoftmaxCrossEntropyLossGrad (dy, scores, labels, weights?) -> dscores.                   */ \
   X(SoftmaxCrossEntropyLossGrad, grad,      3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
   /* NegativeLogLikelihoodLossGrad (dy, labels, x_shape: int64 constant, weights?) -> dx.     */ \
@@ -183,7 +187,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 101
+#define ONNXDP_OP_COUNT 103
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

@@ -187,6 +187,18 @@ void shape_LayerNormalizationGrad(ShapeCtx& c) {
   c.set(2, t, norm);
 }
 
+// dy [indices' shape], indices (int), data_shape (constant int64) -> ddata [data_shape].
+void shape_GatherElementsGrad(ShapeCtx& c) {
+  DType t = require_float(c, 0, "dy");
+  require_labels(c, 1);
+  std::vector<int64_t> data = const_i64(c, 2, "data shape");
+  if (c.shape(0) != c.shape(1) || data.size() != c.shape(1).size())
+    c.fail("dy {} and the indices {} must have one shape, of the data's rank {}", shape_str(c.shape(0)),
+           shape_str(c.shape(1)), data.size());
+  normalize_axis(c.node.i("axis"), int64_t(data.size()), c.node);
+  c.set(0, t, Shape(data.begin(), data.end()));
+}
+
 // dy [data[:axis] + indices + data[axis+1:]], indices (int), data_shape (constant int64) ->
 // ddata [data_shape]: dy's rows added into the rows the indices picked.
 void shape_GatherGrad(ShapeCtx& c) {

@@ -392,6 +392,21 @@ void shape_Resize(ShapeCtx& c) {
   c.set(0, c.dtype(0), resize_nearest(c.node, c.shape(0), scales, sizes).out);
 }
 
+// GatherElements(data, indices): the output has the indices' shape (same rank as the data; along
+// the other axes no larger than the data).
+void shape_GatherElements(ShapeCtx& c) {
+  const Shape &d = c.shape(0), &i = c.shape(1);
+  if (c.dtype(1) != DType::i64 && c.dtype(1) != DType::i32)
+    c.fail("input 1 (the indices) must be int64 or int32, it is {}", dtype_name(c.dtype(1)));
+  if (d.size() != i.size() || d.empty())
+    c.fail("the indices {} must have the data's rank ({}), at least 1", shape_str(i), shape_str(d));
+  const int64_t axis = normalize_axis(c.node.i("axis"), int64_t(d.size()), c.node);
+  for (size_t k = 0; k < d.size(); ++k)
+    if (int64_t(k) != axis && i[k] > d[k])
+      c.fail("the indices {} are larger than the data {} on axis {}", shape_str(i), shape_str(d), k);
+  c.set(0, c.dtype(0), i);
+}
+
 void shape_Trilu(ShapeCtx& c) {
   if (c.shape(0).size() < 2) c.fail("input 0 must have rank >= 2, it has shape {}", shape_str(c.shape(0)));
   if (c.has(1)) {

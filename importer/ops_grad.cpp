@@ -14,6 +14,7 @@ void import_AveragePoolGrad(ImportCtx& c) { not_importable(c); }
 void import_BatchNormalizationGrad(ImportCtx& c) { not_importable(c); }
 void import_LayerNormalizationGrad(ImportCtx& c) { not_importable(c); }
 void import_GatherGrad(ImportCtx& c) { not_importable(c); }
+void import_GatherElementsGrad(ImportCtx& c) { not_importable(c); }
 void import_SoftmaxCrossEntropyLossGrad(ImportCtx& c) { not_importable(c); }
 void import_NegativeLogLikelihoodLossGrad(ImportCtx& c) { not_importable(c); }
 void import_GeluGrad(ImportCtx& c) { not_importable(c); }

@@ -78,6 +78,7 @@ void import_Pad(ImportCtx& c) {
 }
 
 void import_Trilu(ImportCtx& c) {}
+void import_GatherElements(ImportCtx& c) {}
 
 // Resize-10 took (X, scales); opset 11 added roi (input 1) and sizes (input 3). A float
 // initializer read as roi or scales (the dynamo exporter stores the scales so) is a constant of

@@ -9,6 +9,7 @@
 //   BatchNormalizationGrad  training mode, batch statistics (biased variance) recomputed
 //   LayerNormalizationGrad  over the trailing axes from `axis`, statistics recomputed
 //   GatherGrad            scatter-add of dy's rows into the rows the indices picked
+//   GatherElementsGrad    scatter-add of dy's elements into the elements the indices picked
 //   SoftmaxCrossEntropyLossGrad / NegativeLogLikelihoodLossGrad  with weights, ignore_index and
 //                         reduction as the forward kernels (exec/cpu/nn.cpp)
 //   SoftmaxGrad / LogSoftmaxGrad  each row's sum (of dy * y, or of dy) in double, then dx in T
@@ -493,6 +494,33 @@ void BatchNormalizationGrad_forward(KernelCtx& c) {
 void LayerNormalizationGrad_forward(KernelCtx& c) {
   dispatch_float(c, c.in(1).dtype, [&]<class T>() { layer_norm_grad<T>(c); });
 }
+// ddata = 0, then dy[e] added at the element GatherElements read for e, in element order.
+void GatherElementsGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() {
+    const TensorRef &dyr = c.in(0), &dxr = c.out(0);
+    const Shape &ds = *dxr.shape, &is = *dyr.shape;
+    const int r = int(ds.size());
+    const int64_t axis = normalize_axis(c.node.i("axis"), r, c.node), dim = ds[size_t(axis)];
+    const std::vector<int64_t> idx = ints_of(c.in(1));
+    std::vector<int64_t> stride(size_t(r), 1);
+    for (int d = r - 2; d >= 0; --d) stride[size_t(d)] = stride[size_t(d + 1)] * ds[size_t(d + 1)];
+    const T* dy = dyr.as<T>();
+    T* dx = dxr.as<T>();
+    std::fill(dx, dx + dxr.numel, T(0));
+    std::vector<int64_t> at(size_t(r), 0);
+    for (int64_t e = 0; e < dyr.numel; ++e) {
+      int64_t k = idx[size_t(e)];
+      if (k < -dim || k >= dim)
+        c.fail("index {} (element {} of the indices) is out of range for axis {} of size {}", k, e, axis, dim);
+      if (k < 0) k += dim;
+      int64_t off = 0;
+      for (int d = 0; d < r; ++d) off += (d == axis ? k : at[size_t(d)]) * stride[size_t(d)];
+      dx[off] += dy[e];
+      for (int d = r - 1; d >= 0 && ++at[size_t(d)] == is[size_t(d)]; --d) at[size_t(d)] = 0;
+    }
+  });
+}
+
 void GatherGrad_forward(KernelCtx& c) {
   dispatch_float(c, c.in(0).dtype, [&]<class T>() { gather_grad<T>(c); });
 }

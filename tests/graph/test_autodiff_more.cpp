@@ -154,6 +154,14 @@ TEST_CASE("autodiff more: Resize nearest, up on some axes and down on others, sc
 
 // ---- Gather, Tile --------------------------------------------------------------------------------
 
+TEST_CASE("autodiff more: GatherElements, repeated and negative indices add up") {
+  Case c;
+  ValueId x = c.param("x", {3, 4});
+  ValueId i = c.constant(Tensor::from_i64({2, 0, 1, -1, 0, 0, 2, 1, 2, 2, -3, 0}, {3, 4}), "idx");
+  ValueId y = c.node(Op::GatherElements, {x, i});
+  gradcheck(c, c.node(Op::Mul, {y, y}));
+}
+
 TEST_CASE("autodiff more: Gather with repeated and negative indices, on inner axes, scalar index") {
   {
     Case c;  // an embedding lookup: rows 1 and 3 picked twice (one by a negative index)

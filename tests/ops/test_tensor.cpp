@@ -450,6 +450,18 @@ TEST_CASE("Resize, mode nearest: every coordinate mode and rounding, scales or s
             .find("must be known") != std::string::npos);
 }
 
+TEST_CASE("GatherElements picks along an axis (np.take_along_axis), negative indices from the end") {
+  Tensor d = make(DType::f32, {3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  check(run_op(Op::GatherElements, {d, make(DType::i64, {2, 4}, {2, 0, 1, -1, 0, 0, 2, 1})})[0], DType::f32, {2, 4},
+        {8, 1, 6, 11, 0, 1, 10, 7});
+  check(run_op(Op::GatherElements, {d, make(DType::i32, {3, 1}, {3, 0, 1})}, {{"axis", int64_t(1)}})[0], DType::f32,
+        {3, 1}, {3, 4, 9});
+  CHECK(error_of([&] { run_op(Op::GatherElements, {d, make(DType::i64, {1, 1}, {3})}); }).find("out of range") !=
+        std::string::npos);
+  CHECK(error_of([&] { run_op(Op::GatherElements, {d, make(DType::i64, {4}, {0, 0, 0, 0})}); }).find("rank") !=
+        std::string::npos);
+}
+
 TEST_CASE("Cast refuses element types onnxdp lacks, naming them") {
   std::string e = error_of([] { run_onnx(13, "Cast", {arange(DType::f32, {2})}, {attr_i("to", 8)}); });
   CHECK(e.find("STRING") != std::string::npos);
