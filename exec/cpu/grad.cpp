@@ -24,6 +24,7 @@
 #include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/clones.h"
+#include "exec/cpu/gather_elements.h"
 #include "exec/cpu/in_float.h"
 #include "exec/cpu/pool_windows.h"
 #include "exec/cpu/row_sum.h"
@@ -498,26 +499,12 @@ void LayerNormalizationGrad_forward(KernelCtx& c) {
 void GatherElementsGrad_forward(KernelCtx& c) {
   dispatch_float(c, c.in(0).dtype, [&]<class T>() {
     const TensorRef &dyr = c.in(0), &dxr = c.out(0);
-    const Shape &ds = *dxr.shape, &is = *dyr.shape;
-    const int r = int(ds.size());
-    const int64_t axis = normalize_axis(c.node.i("axis"), r, c.node), dim = ds[size_t(axis)];
-    const std::vector<int64_t> idx = ints_of(c.in(1));
-    std::vector<int64_t> stride(size_t(r), 1);
-    for (int d = r - 2; d >= 0; --d) stride[size_t(d)] = stride[size_t(d + 1)] * ds[size_t(d + 1)];
+    const int64_t axis = normalize_axis(c.node.i("axis"), int64_t(dxr.shape->size()), c.node);
     const T* dy = dyr.as<T>();
     T* dx = dxr.as<T>();
     std::fill(dx, dx + dxr.numel, T(0));
-    std::vector<int64_t> at(size_t(r), 0);
-    for (int64_t e = 0; e < dyr.numel; ++e) {
-      int64_t k = idx[size_t(e)];
-      if (k < -dim || k >= dim)
-        c.fail("index {} (element {} of the indices) is out of range for axis {} of size {}", k, e, axis, dim);
-      if (k < 0) k += dim;
-      int64_t off = 0;
-      for (int d = 0; d < r; ++d) off += (d == axis ? k : at[size_t(d)]) * stride[size_t(d)];
-      dx[off] += dy[e];
-      for (int d = r - 1; d >= 0 && ++at[size_t(d)] == is[size_t(d)]; --d) at[size_t(d)] = 0;
-    }
+    for_each_gathered_element(c, *dxr.shape, *dyr.shape, axis, ints_of(c.in(1)),
+                              [&](int64_t e, int64_t off) { dx[off] += dy[e]; });
   });
 }
 

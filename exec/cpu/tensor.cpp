@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "exec/cpu/broadcast.h"
+#include "exec/cpu/gather_elements.h"
 #include "exec/kernel.h"
 #include "graph/resize.h"
 #include "graph/shape_helpers.h"
@@ -271,26 +272,12 @@ void Gather_forward(KernelCtx& c) {
 // the end), by element size.
 void GatherElements_forward(KernelCtx& c) {
   const TensorRef &data = c.in(0), &out = c.out(0);
-  const int r = data.rank();
-  const int64_t axis = normalize_axis(c.node.i("axis"), r, c.node), dim = data.dim(int(axis));
-  const std::vector<int64_t> idx = ref_ints(c.in(1));
-  const Shape& is = *c.in(1).shape;
-  std::vector<int64_t> stride(size_t(r), 1);
-  for (int d = r - 2; d >= 0; --d) stride[size_t(d)] = stride[size_t(d + 1)] * data.dim(d + 1);
+  const int64_t axis = normalize_axis(c.node.i("axis"), data.rank(), c.node);
   dispatch_bytes(dtype_size(data.dtype), [&]<class U>() {
     const U* src = data.as<const U>();
     U* dst = out.as<U>();
-    std::vector<int64_t> at(size_t(r), 0);  // the coordinates of output element e
-    for (int64_t e = 0; e < out.numel; ++e) {
-      int64_t k = idx[size_t(e)];
-      if (k < -dim || k >= dim)
-        c.fail("index {} (element {} of the indices) is out of range for axis {} of size {}", k, e, axis, dim);
-      if (k < 0) k += dim;
-      int64_t off = 0;
-      for (int d = 0; d < r; ++d) off += (d == axis ? k : at[size_t(d)]) * stride[size_t(d)];
-      dst[e] = src[off];
-      for (int d = r - 1; d >= 0 && ++at[size_t(d)] == is[size_t(d)]; --d) at[size_t(d)] = 0;
-    }
+    for_each_gathered_element(c, *data.shape, *c.in(1).shape, axis, ref_ints(c.in(1)),
+                              [&](int64_t e, int64_t off) { dst[e] = src[off]; });
   });
 }
 
