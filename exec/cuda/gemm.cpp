@@ -412,6 +412,18 @@ void forward_plain(const GemmCall& call, const TensorRef* c, const TensorRef& a,
                                                    CUBLAS_GEMM_DEFAULT));
     return;
   }
+  if (tf32) {  // TF32 tensor cores asked for (--tf32): the compute type says so, not a math-mode hint
+    if (call.batch_count == 1)
+      ONNXDP_CUDA_CHECK(cublasGemmEx(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, CUDA_R_32F, call.lda, B,
+                                     CUDA_R_32F, call.ldb, &call.beta, y, CUDA_R_32F, call.ldc,
+                                     CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+    else
+      ONNXDP_CUDA_CHECK(cublasGemmStridedBatchedEx(h, op_a, op_b, call.m, call.n, call.k, &call.alpha, A, CUDA_R_32F,
+                                                   call.lda, call.stride_a, B, CUDA_R_32F, call.ldb, call.stride_b,
+                                                   &call.beta, y, CUDA_R_32F, call.ldc, call.stride_c,
+                                                   call.batch_count, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   const float* Af = static_cast<const float*>(A);
   const float* Bf = static_cast<const float*>(B);
   float* yf = out.as<float>();

@@ -344,7 +344,8 @@ int half_cases() {
                           Case{Op::Gemm, {{65, 33}, {17, 65}, {17}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
                                                                       {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}},
                           Case{Op::Gemm, {{33, 65}, {17, 65}, {17}}, {{"transB", Attr(int64_t(1))}}}}) {  // a Linear: bias epilogue
-      CAPTURE(dtype_name(t));
+      const std::string dtype = dtype_name(t);
+      CAPTURE(dtype);
       CAPTURE(describe(c));
       OneNode o = one_node(c.op, c.shapes, c.attrs, t);
       REQUIRE(cuda::gemm_runs(o.g, o.n()));
@@ -390,17 +391,21 @@ int half_cases() {
   return ran;
 }
 
-// TF32 on the larger cases of each kind: within the TF32 bound, and beyond the fp32 one.
+// TF32 on the larger cases of each kind: each within the TF32 bound, and beyond the fp32 one on
+// some (TF32 in effect). CUBLAS_COMPUTE_32F_FAST_TF32 lets cuBLAS use TF32, it does not make it:
+// on an H200 it kept fp32 for the small batched product (2026-12-04, worst 0.008 of the fp32 bound).
 void tf32_cases() {
   std::mt19937 rng(21);
   g_tf32 = true;
+  double worst = 0;
   for (const Case& c : {matmul({65, 130}, {130, 33}), matmul({4, 7, 65}, {4, 65, 9}),
                         Case{Op::Gemm, {{65, 33}, {17, 65}, {17}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
                                                                     {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}}}) {
     CAPTURE(describe(c));
     CHECK(run_case(c, rng));
-    CHECK(g_worst_fp32 > 1.0);  // the inputs were rounded
+    worst = std::max(worst, g_worst_fp32);
   }
+  CHECK(worst > 1.0);  // the inputs were rounded
   g_tf32 = false;
 }
 

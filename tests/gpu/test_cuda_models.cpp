@@ -75,7 +75,8 @@ TEST_SUITE("gpu") {
   TEST_CASE("cuda models: --mixed-precision bf16 trains on cuda:0 as on the CPU") {
     if (!have_gpu()) return;
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
-      CAPTURE(model);
+      const std::string model_name = model;
+      CAPTURE(model_name);
       TrainOptions o = run_of(model, 32, 20);
       o.mixed_precision = "bf16";
       TrainResult cpu = train(o);
@@ -84,7 +85,7 @@ TEST_SUITE("gpu") {
       REQUIRE(cpu.losses.size() == gpu.losses.size());
       for (size_t s = 0; s < cpu.losses.size(); ++s)
         CHECK(gpu.losses[s] == doctest::Approx(cpu.losses[s]).epsilon(1e-2));
-      MESSAGE("cuda model on GPU: " << model << " bf16: " << cpu.losses.size() << " steps match the CPU");
+      MESSAGE("cuda model on GPU: " << model_name << " bf16: " << cpu.losses.size() << " steps match the CPU");
     }
   }
 
@@ -94,7 +95,8 @@ TEST_SUITE("gpu") {
   TEST_CASE("cuda models: --mixed-precision fp16 trains on cuda:0 as on the CPU, skipping overflowed steps") {
     if (!have_gpu()) return;
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
-      CAPTURE(model);
+      const std::string model_name = model;
+      CAPTURE(model_name);
       TrainOptions o = run_of(model, 32, 20);
       o.mixed_precision = "fp16";
       o.loss_scale.init = 16777216.0f;
@@ -107,7 +109,7 @@ TEST_SUITE("gpu") {
       CHECK(std::abs(gpu.skipped_steps - cpu.skipped_steps) <= 1);
       for (size_t s = 0; s < cpu.losses.size(); ++s)
         CHECK(gpu.losses[s] == doctest::Approx(cpu.losses[s]).epsilon(1e-2));
-      MESSAGE("cuda model on GPU: " << model << " fp16: " << gpu.skipped_steps << " skipped steps (CPU "
+      MESSAGE("cuda model on GPU: " << model_name << " fp16: " << gpu.skipped_steps << " skipped steps (CPU "
                                     << cpu.skipped_steps << "), losses match the CPU");
     }
   }
@@ -115,11 +117,12 @@ TEST_SUITE("gpu") {
   TEST_CASE("cuda models: a replayed CUDA graph step equals the step launched kernel by kernel") {
     if (!have_gpu()) return;
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
-      CAPTURE(model);
+      const std::string model_name = model;
+      CAPTURE(model_name);
       TrainOptions o = run_of(model, 50, 8);
       o.devices = "cuda:0";
       CHECK(onnxdp::test::check_recorded_equals_launched(o) >= 1);
-      MESSAGE("cuda model on GPU: " << model << ": recorded steps equal launched ones bit for bit");
+      MESSAGE("cuda model on GPU: " << model_name << ": recorded steps equal launched ones bit for bit");
     }
   }
 

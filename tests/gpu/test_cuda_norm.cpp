@@ -288,7 +288,8 @@ int check_all(DeviceKind kind) {
   for (const NormCase& c : cases()) {
     for (DType t : {DType::f32, DType::f64}) {
       CAPTURE(c.what);
-      CAPTURE(dtype_name(t));
+      const std::string dtype = dtype_name(t);
+      CAPTURE(dtype);
       Plan cpu(graph_of(c, t));
       Plan gpu(graph_of(c, t), PlanOptions{.device = dev});
       CHECK(gpu.host_ops().empty());  // the node runs on the device
