@@ -59,6 +59,7 @@ ResizeNearest resize_nearest(const Node& n, const Shape& in, const Tensor* scale
   rz.src.resize(size_t(r));
   for (int64_t a = 0; a < r; ++a) {
     const int64_t n_in = in[size_t(a)], n_out = rz.out[size_t(a)];
+    if (n_in == 0 && n_out > 0) fail("{}: axis {} is empty and cannot be resized to {}", n.describe(), a, n_out);
     const double s = scale[size_t(a)];
     auto& idx = rz.src[size_t(a)];
     idx.resize(size_t(n_out));

@@ -442,6 +442,9 @@ TEST_CASE("Resize, mode nearest: every coordinate mode and rounding, scales or s
   Graph g = load_graph(m, "", {});
   CHECK(g.value(g.find("x2")).kind == ValueKind::constant);
   CHECK(Plan(std::move(g)).run({{"x0", x}}).at("y0").shape() == Shape{1, 2, 6, 8});
+  // An empty axis has nothing to copy from.
+  CHECK(error_of([&] { run_onnx(19, "Resize", {Tensor(DType::f32, {1, 0}), Tensor(), Tensor(), sizes({1, 3})}, {}, 1, 1); })
+            .find("axis 1 is empty") != std::string::npos);
   // What onnxdp does not resize is named.
   std::vector<onnx::AttributeProto> linear{attr_s("mode", "linear")};
   CHECK(error_of([&] { run_onnx(19, "Resize", {x, Tensor(), scales({1, 1, 2, 2})}, linear, 1, 1); })
