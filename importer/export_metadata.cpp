@@ -143,7 +143,6 @@ std::map<std::string, std::string> export_constants(const onnx::ModelProto& m) {
   return constants;
 }
 
-
 namespace {
 
 // The parameter name behind placeholder `token` used by node n: the module path of one of the
