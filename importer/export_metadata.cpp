@@ -6,6 +6,7 @@
 #include <set>
 
 #include "google/protobuf/unknown_field_set.h"
+#include "importer/export_ties.h"
 
 namespace onnxdp {
 
@@ -126,14 +127,20 @@ std::map<std::string, std::string> export_constants(const onnx::ModelProto& m) {
       constants[n.input(1)] = fmt::format("the exponent of Pow node '{}'", n.name());
   }
   if (!torch_export) return constants;
+  const std::map<std::string, std::string> program_inputs = exported_program_inputs(m);
   for (const std::string& name : floats) {
     if (constants.count(name)) continue;
     if (auto k = kind.find(name); k != kind.end()) {
       if (k->second != "PARAMETER")
         constants[name] = fmt::format("torch.export marks it {}, not a parameter", k->second);
     } else if (auto f = folded_from.find(name); f != folded_from.end()) {
+      // A source may be a parameter the file no longer holds (a position embedding gathered at
+      // constant positions is folded whole): the exported program's signature still lists it.
       bool from_parameter = false;
-      for (const std::string& source : f->second) from_parameter |= is_parameter(source);
+      for (const std::string& source : f->second) {
+        auto p = program_inputs.find(source);
+        from_parameter |= is_parameter(source) || (p != program_inputs.end() && p->second == "PARAMETER");
+      }
       if (!from_parameter)
         constants[name] = fmt::format("the exporter computed it from constants ({})", joined(f->second, 4));
     } else if (scalars.count(name) && !placeholders.empty() && !is_parameter(name)) {
