@@ -110,11 +110,35 @@ TEST_CASE("export ties: random tensors the legacy exporter deduplicated train ap
   g->add_output()->set_name("y");
   add_f32(g, "onnx::MatMul_365", {2, 2}, {0.3f, -0.2f, 0.9f, 0.4f});
   add_node(g, "Identity", {"onnx::MatMul_365"}, "onnx::MatMul_406");
-  add_node(g, "MatMul", {"x", "onnx::MatMul_365"}, "h");
-  add_node(g, "MatMul", {"h", "onnx::MatMul_406"}, "y");
-  CHECK(untie_deduplicated_initializers(m).size() == 1);
+  add_node(g, "MatMul", {"x", "onnx::MatMul_365"}, "h")->set_name("/layers.0/linear2/MatMul");
+  add_node(g, "MatMul", {"h", "onnx::MatMul_406"}, "y")->set_name("/layers.1/linear2/MatMul");
+  add_f32(g, "layers.0.linear2.bias", {2}, {0.1f, -0.3f});
+  add_node(g, "Identity", {"layers.0.linear2.bias"}, "layers.1.linear2.bias");
+  CHECK(untie_deduplicated_initializers(m).size() == 2);
   CHECK(initializers(m.graph()).at("onnx::MatMul_406") == std::vector<float>{0.3f, -0.2f, 0.9f, 0.4f});
+  CHECK(initializers(m.graph()).at("layers.1.linear2.bias") == std::vector<float>{0.1f, -0.3f});
   CHECK(count_op(m.graph(), "Identity") == 0);
+}
+
+TEST_CASE("export ties: one module called twice folds its weight twice; the legacy exporter's Identity between the folds stays") {
+  // self.a(tanh(self.a(x))): the exporter folds a.weight's transpose once per call and
+  // deduplicates the second fold into an Identity of the first. PyTorch trains one a.weight.
+  onnx::ModelProto m;
+  m.set_producer_name("pytorch");
+  onnx::GraphProto* g = m.mutable_graph();
+  g->add_output()->set_name("y");
+  add_f32(g, "onnx::MatMul_24", {2, 2}, {0.3f, -0.2f, 0.9f, 0.4f});
+  add_node(g, "Identity", {"onnx::MatMul_24"}, "onnx::MatMul_25")->set_name("Identity_1");
+  add_node(g, "MatMul", {"x", "onnx::MatMul_24"}, "h")->set_name("/blk/a/MatMul");
+  add_node(g, "Tanh", {"h"}, "t")->set_name("/blk/Tanh");
+  add_node(g, "MatMul", {"t", "onnx::MatMul_25"}, "y")->set_name("/blk/a_1/MatMul");
+  CHECK(untie_deduplicated_initializers(m).empty());
+  CHECK(count_op(m.graph(), "Identity") == 1);
+  CHECK(m.graph().initializer_size() == 1);
+  // Unnamed readers: nothing shows two modules, so the file's one tensor stays one.
+  for (auto& n : *g->mutable_node()) n.clear_name();
+  CHECK(untie_deduplicated_initializers(m).empty());
+  CHECK(count_op(m.graph(), "Identity") == 1);
 }
 
 TEST_CASE("export ties: what the legacy exporter did not deduplicate stays as it is") {
