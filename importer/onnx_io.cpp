@@ -75,6 +75,8 @@ onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::stri
   if (!m.has_graph()) fail("model file '{}' has no graph", path);
   std::vector<std::string> untied = untie_merged_parameters(m);
   if (notes) notes->insert(notes->end(), untied.begin(), untied.end());
+  std::vector<std::string> restored = restore_dropped_parameters(m);
+  if (notes) notes->insert(notes->end(), restored.begin(), restored.end());
   return m;
 }
 
