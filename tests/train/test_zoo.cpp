@@ -3,8 +3,9 @@
 // ARGS` does for each run of its zoo.json, and every step's loss equals the loss its framework
 // (PyTorch, Keras, JAX) computed on the same weights and batches, within 1e-5 relative; the set of
 // parameters onnxdp trains (`onnxdp inspect --json --train`) equals the framework's trainable set
-// by name. Models listed in models/zoo/PENDING (one line: model, reason) are skipped with a
-// message; nothing else is. tests/scripts/zoo_ort.py checks the saved models in ONNX Runtime.
+// by name, and inspect's per-initializer verdict agrees with it. Models listed in
+// models/zoo/PENDING (one line: model, reason) are skipped with a message; nothing else is.
+// tests/scripts/zoo_ort.py checks the saved models in ONNX Runtime.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -172,5 +173,13 @@ TEST_CASE("zoo: every model's trainable set equals its framework's, by name") {
       if (!got.count(n)) missing += " " + n;
     CHECK_MESSAGE(extra.empty(), m.name << ": onnxdp trains what the framework does not:" << extra);
     CHECK_MESSAGE(missing.empty(), m.name << ": onnxdp does not train what the framework trains:" << missing);
+    // inspect's own per-initializer verdict agrees with the training graph's (a parameter the
+    // export dropped and onnxdp restores is in the training graph only).
+    for (const json& init : j.at("initializers")) {
+      const std::string name = init.at("name").get<std::string>();
+      CHECK_MESSAGE(init.at("trainable").get<bool>() == (got.count(name) > 0),
+                    m.name << ": inspect --json says initializer " << name << " is "
+                           << (init.at("trainable").get<bool>() ? "" : "not ") << "trainable; its training graph does not");
+    }
   }
 }
