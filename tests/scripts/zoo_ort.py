@@ -28,7 +28,7 @@ def pending():
         for line in open(path):
             parts = line.split(None, 1)
             if parts and not parts[0].startswith("#"):
-                p[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+                p[parts[0].rstrip(":,")] = parts[1].strip() if len(parts) > 1 else ""
     return p
 
 

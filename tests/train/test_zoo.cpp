@@ -39,7 +39,8 @@ struct ZooModel {
   json manifest;
 };
 
-// models/zoo/PENDING: "model reason..." per line; blank lines and # comments ignored.
+// models/zoo/PENDING: "model reason..." per line (a ':' or ',' after the model name is allowed);
+// blank lines and # comments ignored.
 std::map<std::string, std::string> pending() {
   std::map<std::string, std::string> p;
   std::ifstream f(kZoo / "PENDING");
@@ -48,6 +49,7 @@ std::map<std::string, std::string> pending() {
     std::istringstream s(line);
     std::string model, reason;
     if (!(s >> model) || model[0] == '#') continue;
+    if (model.back() == ':' || model.back() == ',') model.pop_back();
     std::getline(s >> std::ws, reason);
     p[model] = reason;
   }
