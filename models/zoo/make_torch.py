@@ -21,6 +21,8 @@ Models (models/zoo/<name>/):
   lstm_legacy / lstm_dynamo   nn.LSTM(8, 16, batch_first=True) over x [B, 6, 8], the last hidden
                               state -> Linear (4 classes); legacy exporter and dynamo exporter
   gru_legacy / gru_dynamo     the same with nn.GRU
+  lstm2_bidir_legacy / _dynamo  nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True),
+                              the last layer's final states of both directions -> Linear (4 classes)
 Dropout probabilities are 0 (nn.TransformerEncoderLayer's dropout=0.0): PyTorch's dropout masks
 cannot be matched. ConvNeXt's layer scale starts at 0.5 instead of its 1e-6, so that the block's
 weights change the loss enough for a wrong gradient to show.
@@ -108,16 +110,20 @@ class ConvNeXtClassifier(nn.Module):
 
 
 class RNNClassifier(nn.Module):
-    def __init__(self, cell):
+    def __init__(self, cell, layers=1, bidirectional=False):
         super().__init__()
-        self.rnn = cell(8, 16, batch_first=True)
-        self.head = nn.Linear(16, CLASSES)
+        self.rnn = cell(8, 16, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+        self.directions = 2 if bidirectional else 1
+        self.head = nn.Linear(16 * self.directions, CLASSES)
 
     def forward(self, x):                      # x [B, T, 8]
         _, h = self.rnn(x)
         if isinstance(h, tuple):               # LSTM: (h_n, c_n)
             h = h[0]
-        return self.head(h[-1])                # h_n [layers, B, 16] -> the last layer's
+        # h_n [layers * directions, B, 16]: the last layer's final state of each direction
+        if self.directions == 1:
+            return self.head(h[-1])
+        return self.head(torch.cat([h[-2], h[-1]], dim=-1))
 
 
 # ---- export ---------------------------------------------------------------------------------------
@@ -238,6 +244,8 @@ CONVNEXT = ("ConvNeXt block classifier: Conv 3->16 (2x2 stride 2), depthwise 7x7
             "x [B, 3, 12, 12]")
 LSTM = "nn.LSTM(8, 16, batch_first=True), last hidden state -> Linear(16, 4); x [B, 6, 8]"
 GRU = "nn.GRU(8, 16, batch_first=True), last hidden state -> Linear(16, 4); x [B, 6, 8]"
+LSTM2 = ("nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True), the last layer's final states of "
+         "both directions concatenated -> Linear(32, 4); x [B, 6, 8]")
 
 MODELS = {
     "transformer_encoder_dynamo": lambda n: make(n, EncoderClassifier, (8, 32), ENCODER, True, 1),
@@ -247,6 +255,8 @@ MODELS = {
     "lstm_dynamo": lambda n: make(n, lambda: RNNClassifier(nn.LSTM), (6, 8), LSTM, True, 3),
     "gru_legacy": lambda n: make(n, lambda: RNNClassifier(nn.GRU), (6, 8), GRU, False, 4),
     "gru_dynamo": lambda n: make(n, lambda: RNNClassifier(nn.GRU), (6, 8), GRU, True, 4),
+    "lstm2_bidir_legacy": lambda n: make(n, lambda: RNNClassifier(nn.LSTM, 2, True), (6, 8), LSTM2, False, 5),
+    "lstm2_bidir_dynamo": lambda n: make(n, lambda: RNNClassifier(nn.LSTM, 2, True), (6, 8), LSTM2, True, 5),
 }
 
 if __name__ == "__main__":
