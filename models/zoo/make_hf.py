@@ -24,6 +24,10 @@ models/zoo/<name>/{model.onnx, data.npz, zoo.json} (the format is in models/zoo/
   copy of the embedding); a parameter the file does not hold by its own name (the legacy exporter's
   value deduplication turns it into an Identity of an equal initializer; the dynamo exporter drops
   zero biases and merges equal initializers) keeps its own name: onnxdp unties / restores it.
+  A parameter held by two initializers (GPT-2's lm_head, tied to the token embedding, is stored
+  again transposed for the logits MatMul) is listed once, under the copy that equals it; the
+  other goes in `tied` (initializer -> "<the trained copy> transposed"): onnxdp must train it as
+  that tensor's transpose, not as a parameter of its own.
 
 Deterministic: the same versions give the same files byte for byte (npz with fixed timestamps).
 """
@@ -226,12 +230,13 @@ def reference_losses(spec, exporter, inputs, label, optimizer, lr):
 # Which initializers hold which parameters
 
 def find_parameters(model, onnx_model):
-    """(trainable ONNX names, {onnx name: parameter name} where they differ, notes)."""
+    """(trainable ONNX names, {onnx name: parameter name} where they differ, {tied copy: what it
+    copies}, notes)."""
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in onnx_model.graph.initializer}
     identity_of = {n.output[0]: n.input[0] for n in onnx_model.graph.node
                    if n.op_type == "Identity" and n.input[0] in inits}
     params = [(n, p.detach().numpy()) for n, p in model.named_parameters() if p.requires_grad]
-    trainable, name_map, notes = [], {}, []
+    trainable, name_map, tied, notes = [], {}, {}, []
 
     def same(a, v):
         if a.dtype != v.dtype or a.size != v.size:
@@ -243,27 +248,29 @@ def find_parameters(model, onnx_model):
         return None
 
     for name, v in params:
-        held = []
+        held = []  # (initializer, how it holds the parameter)
         if name in inits and same(inits[name], v) == "equal":
-            held.append(name)
+            held.append((name, "equal"))
         if np.unique(v).size > 1:  # a random tensor: find its copies by value
-            for iname, a in inits.items():
-                if iname == name:
-                    continue
-                how = same(a, v)
-                if how:
-                    held.append(iname)
-                    if iname != name:
-                        name_map[iname] = name
-                        notes.append(f"{iname} holds {name} ({how})")
+            held += [(iname, same(a, v)) for iname, a in inits.items() if iname != name and same(a, v)]
         if not held:
             if name in identity_of:
                 notes.append(f"{name} = Identity({identity_of[name]}) (the legacy exporter merged equal initializers)")
             else:
                 notes.append(f"{name} is not in the file (dropped or merged by the exporter)")
-            held.append(name)
-        trainable += held
-    return sorted(set(trainable)), dict(sorted(name_map.items())), notes
+            held.append((name, "equal"))
+        # A parameter held twice is a tie (GPT-2's lm_head reads the embedding transposed): the
+        # copy that equals it trains, the other must become that tensor's transpose.
+        held.sort(key=lambda h: (h[1] != "equal", h[0] != name))
+        primary, how = held[0]
+        trainable.append(primary)
+        if primary != name:
+            name_map[primary] = name
+            notes.append(f"{primary} holds {name} ({how})")
+        for iname, how in held[1:]:
+            tied[iname] = f"{primary} {how}"
+            notes.append(f"{iname} holds {name} ({how}): a tied copy of {primary}")
+    return sorted(trainable), dict(sorted(name_map.items())), dict(sorted(tied.items())), notes
 
 
 def op_histogram(onnx_model):
@@ -303,7 +310,7 @@ def make(name):
     for opt, lr in (("sgd", spec["sgd_lr"]), ("adamw", spec["adamw_lr"])):
         runs.append({"name": opt, "args": common + ["--optimizer", opt, "--lr", repr(lr)],
                      "losses": reference_losses(spec, exporter, inputs, label, opt, lr)})
-    trainable, name_map, notes = find_parameters(spec["make"](), m)
+    trainable, name_map, tied, notes = find_parameters(spec["make"](), m)
     info = {
         "source": spec["source"],
         "framework": f"torch {torch.__version__.split('+')[0]} / transformers {transformers.__version__}",
@@ -312,6 +319,8 @@ def make(name):
         "trainable": trainable,
         "name_map": name_map,
     }
+    if tied:  # not in the common format: initializers that hold a parameter another one holds
+        info["tied"] = tied
     with open(os.path.join(out, "zoo.json"), "w") as f:
         json.dump(info, f, indent=2)
         f.write("\n")
