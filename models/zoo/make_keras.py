@@ -2,13 +2,18 @@
 per-step training losses as the reference.
 
 Re-make them (tensorflow-cpu, keras 3, tf2onnx, onnxruntime):
-    /work/main/.venvs/tf/bin/python models/zoo/make_keras.py            # keras_cnn, keras_layernorm
+    /work/main/.venvs/tf/bin/python models/zoo/make_keras.py  # keras_cnn, keras_layernorm, keras_attention
     /work/main/.venvs/tf/bin/python models/zoo/make_keras.py keras_cnn  # only some
     /work/main/.venvs/tf/bin/python models/zoo/make_keras.py --erfc-demo /tmp/erfc.onnx
 The last writes the keras_layernorm architecture with Keras's default (exact) GELU, which tf2onnx
 turns into an `Erfc` node, not an ONNX op: it is not a zoo model, only the demonstration of that
 quirk (see models/zoo/README.md, "Keras and JAX").
-The output is the same on every run with the same versions (fixed seeds, fixed zip timestamps).
+The output is the same on every run with the same versions (fixed seeds, fixed zip timestamps,
+one process per model with PYTHONHASHSEED=0), except keras_attention's model.onnx: tf2onnx's
+einsum optimizer (which turns MultiHeadAttention's einsums into MatMul/Reshape/Transpose) names its
+int64 shape constants after Python object ids (`einsum140558644876752_ba_ones__114`), and which of
+two equal such constants survives its de-duplication follows those names. The nodes, the float
+initializers and their names, and every computed value are the same on every run.
 
 Choices, each for a reason:
 - Weights are Keras's own initialisers from keras.utils.set_random_seed(0), except that every
@@ -85,7 +90,30 @@ def keras_layernorm(exact_gelu=False):
     return model, (None, 12), data_x, y, "Keras 3 functional MLP [B,12]: Dense 32, LayerNormalization (epsilon 1e-3, beta RandomNormal(0.1)), Dense 32 with gelu(approximate=True), Dense 5; biases RandomNormal(0.1) (tf2onnx drops zero biases and a zero beta)"
 
 
-MODELS = {"keras_cnn": keras_cnn, "keras_layernorm": keras_layernorm}
+def keras_attention():
+    """tokens [B, 6] (int32, vocabulary 20) -> Embedding 8 -> x + MultiHeadAttention(2 heads, key_dim 4)
+    (self-attention, no mask) -> LayerNormalization -> GlobalAveragePooling1D -> Dense 5."""
+    keras.utils.set_random_seed(0)
+    t = keras.Input((6,), dtype="int32", name="tokens")
+    e = keras.layers.Embedding(20, 8, name="embed")(t)
+    a = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, name="mha")(e, e)
+    h = keras.layers.LayerNormalization(beta_initializer=bias_init(4), name="norm")(keras.layers.Add(name="residual")([e, a]))
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    out = keras.layers.Dense(5, bias_initializer=bias_init(3), name="logits")(h)
+    model = keras.Model(t, out, name="keras_attention")
+    # MultiHeadAttention takes one bias_initializer for its four projections: with a seeded
+    # initializer they would all start equal, and tf2onnx merges equal initializers into one.
+    rng = np.random.default_rng(5)
+    for v in model.trainable_variables:
+        if v.path.startswith("mha/") and v.path.endswith("/bias"):
+            v.assign((0.1 * rng.standard_normal(v.shape)).astype(np.float32))
+    x = np.random.default_rng(3).integers(0, 20, size=(N, 6)).astype(np.int32)
+    w = np.random.default_rng(4).standard_normal((20, 5))
+    y = np.argmax(w[x].sum(axis=1), axis=1).astype(np.int64)
+    return model, (None, 6), x, y, "Keras 3 functional attention classifier, tokens int32 [B,6], vocabulary 20: Embedding 8, residual MultiHeadAttention (2 heads, key_dim 4, self-attention, no mask), LayerNormalization (beta RandomNormal(0.1)), GlobalAveragePooling1D, Dense 5; biases random (tf2onnx drops zero biases and merges equal ones)"
+
+
+MODELS = {"keras_cnn": keras_cnn, "keras_layernorm": keras_layernorm, "keras_attention": keras_attention}
 
 RUNS = [
     ("sgd", lambda: keras.optimizers.SGD(learning_rate=0.05), ["--optimizer", "sgd", "--lr", "0.05"]),
@@ -94,8 +122,8 @@ RUNS = [
 ]
 
 
-def export(model, shape):
-    spec = (tf.TensorSpec(shape, tf.float32, name="x"),)
+def export(model, shape, name="x", dtype=tf.float32):
+    spec = (tf.TensorSpec(shape, dtype, name=name),)
     proto, _ = tf2onnx.convert.from_keras(model, input_signature=spec)  # default opset
     return proto
 
@@ -123,8 +151,9 @@ def keras_losses(model, initial, make_opt, x, y):
 
 def make(name):
     model, shape, x, y, source = MODELS[name]()
-    proto = export(model, shape)
-    check_onnxruntime(proto, {"x": x[:16]}, model(x[:16], training=False).numpy(), "Keras")
+    iname = model.inputs[0].name
+    proto = export(model, shape, iname, tf.as_dtype(x.dtype))
+    check_onnxruntime(proto, {iname: x[:16]}, model(x[:16], training=False).numpy(), "Keras")
     params = [(v.path, v.numpy()) for v in model.trainable_variables]
     mapping = map_by_value(proto, params)
     initial = model.get_weights()
@@ -138,7 +167,7 @@ def make(name):
     info = {"source": source,
             "framework": f"tensorflow-cpu {tf.__version__} / keras {keras.__version__}",
             "exporter": f"tf2onnx {tf2onnx.__version__} (from_keras, default opset {onnx_opset(proto)})"}
-    write_zoo(name, proto, {"x": x, "label": y}, info, runs, mapping)
+    write_zoo(name, proto, {iname: x, "label": y}, info, runs, mapping)
 
 
 def erfc_demo(path):
