@@ -2,7 +2,7 @@
 SGD and optax.adamw per-step training losses as the reference.
 
 Re-make them (jax, flax, optax, jax2onnx, onnxruntime):
-    /work/main/.venvs/jax/bin/python models/zoo/make_jax.py                 # flax_mlp, flax_attention
+    /work/main/.venvs/jax/bin/python models/zoo/make_jax.py   # flax_mlp, flax_attention, flax_causal_lm
     /work/main/.venvs/jax/bin/python models/zoo/make_jax.py flax_attention  # only some
 The output is the same on every run with the same versions (fixed seeds, fixed zip timestamps).
 
@@ -79,6 +79,35 @@ class AttentionBlock(nnx.Module):
         return self.head(x.mean(axis=1))
 
 
+class CausalLM(nnx.Module):
+    """tokens int32 [B, T=8], vocabulary 16 -> nnx.Embed 16 + a learned position table (nnx.Param
+    [8, 16]) -> x + causal MHA(LN(x)) (2 heads, mask nnx.make_causal_mask) -> LN -> Linear 16:
+    next-token logits [B, 8, 16]."""
+
+    def __init__(self, rngs, vocab=16, d=16, t=8):
+        self.embed = nnx.Embed(vocab, d, rngs=rngs)
+        self.pos = nnx.Param(0.02 * jax.random.normal(rngs.params(), (t, d)))
+        self.ln1 = nnx.LayerNorm(d, scale_init=scale_init, bias_init=bias_init, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(num_heads=2, in_features=d, decode=False, dropout_rate=0.0,
+                                           bias_init=bias_init, rngs=rngs)
+        self.ln2 = nnx.LayerNorm(d, scale_init=scale_init, bias_init=bias_init, rngs=rngs)
+        self.head = nnx.Linear(d, vocab, bias_init=bias_init, rngs=rngs)
+
+    def __call__(self, tokens):
+        x = self.embed(tokens) + self.pos[None]
+        x = x + self.attn(self.ln1(x), mask=nnx.make_causal_mask(tokens))
+        return self.head(self.ln2(x))
+
+
+def progressions(rng, n, t=8, vocab=16):
+    """n sequences of t + 1 tokens: arithmetic progressions mod vocab (random start and step).
+    Returns (tokens int32 [n, t], next tokens int64 [n, t])."""
+    start = rng.integers(0, vocab, size=(n, 1))
+    step = rng.integers(1, 4, size=(n, 1))
+    seq = (start + step * np.arange(t + 1)[None]) % vocab
+    return seq[:, :t].astype(np.int32), seq[:, 1:].astype(np.int64)
+
+
 MODELS = {
     "flax_mlp": (MLP, (12,), 3,
                  "flax.nnx MLP [B,12]: Linear 32, relu, Linear 32, relu, Linear 5; biases normal(0.1)"),
@@ -86,6 +115,11 @@ MODELS = {
                        "flax.nnx pre-LN transformer block on [B,6,8]: LayerNorm, MultiHeadAttention (2 heads, "
                        "softmax, no mask), residual, LayerNorm, Linear 16, gelu (tanh form), Linear 8, residual, "
                        "mean over the 6 positions, Linear 5; biases normal(0.1), LayerNorm scales 1+normal(0.1)"),
+    "flax_causal_lm": (CausalLM, (8,), 5,
+                       "flax.nnx causal LM on int32 tokens [B,8], vocabulary 16: Embed 16 + learned positions "
+                       "(nnx.Param [8,16]), x + MultiHeadAttention(LayerNorm(x)) with 2 heads and "
+                       "nnx.make_causal_mask, LayerNorm, Linear 16 -> next-token logits [B,8,16]; "
+                       "data: arithmetic progressions mod 16; biases normal(0.1), LayerNorm scales 1+normal(0.1)"),
 }
 
 
@@ -127,9 +161,15 @@ RUNS = [
 def make(name):
     cls, shape, seed, source = MODELS[name]
     model = cls(nnx.Rngs(0))
-    x, y = teacher_data(np.random.default_rng(seed), shape, 5, N)
-    proto = to_onnx(model, [("B",) + shape], input_names=["x"], output_names=["logits"])  # default opset
-    check_onnxruntime(proto, {"x": x[:16]}, np.asarray(model(jnp.asarray(x[:16]))), "Flax")
+    if cls is CausalLM:
+        iname = "tokens"
+        x, y = progressions(np.random.default_rng(seed), N)
+    else:
+        iname = "x"
+        x, y = teacher_data(np.random.default_rng(seed), shape, 5, N)
+    spec = jax.ShapeDtypeStruct(("B",) + shape, x.dtype)
+    proto = to_onnx(model, [spec], input_names=[iname], output_names=["logits"])  # default opset
+    check_onnxruntime(proto, {iname: x[:16]}, np.asarray(model(jnp.asarray(x[:16]))), "Flax")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     mapping = map_by_value(proto, [(path_name(p), np.asarray(v)) for p, v in leaves])
@@ -144,7 +184,7 @@ def make(name):
             "framework": f"jax {jax.__version__} / flax {flax.__version__} / optax {optax.__version__}",
             "exporter": f"jax2onnx {jax2onnx.__version__ if hasattr(jax2onnx, '__version__') else version('jax2onnx')}"
                         f" (to_onnx on the nnx module, default opset {onnx_opset(proto)})"}
-    write_zoo(name, proto, {"x": x, "label": y}, info, runs, mapping)
+    write_zoo(name, proto, {iname: x, "label": y}, info, runs, mapping)
 
 
 def version(pkg):
