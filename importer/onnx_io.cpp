@@ -80,6 +80,8 @@ onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::stri
   auto add = [&](const std::vector<std::string>& more) { changes.insert(changes.end(), more.begin(), more.end()); };
   add(untie_deduplicated_initializers(m));
   add(tie_transposed_copies(m, fs::path(path).parent_path().string()));
+  // Zero biases the dynamo exporter dropped come back as trainable zeros (export_metadata.h).
+  add(restore_dropped_parameters(m));
   if (notes) notes->insert(notes->end(), changes.begin(), changes.end());
   return m;
 }
