@@ -421,45 +421,6 @@ std::vector<std::string> restore_dropped_parameters(onnx::ModelProto& m) {
   return notes;
 }
 
-std::vector<std::string> untie_legacy_duplicates(onnx::ModelProto& m) {
-  if (m.producer_name() != "pytorch") return {};
-  onnx::GraphProto& gp = *m.mutable_graph();
-  std::map<std::string, int> init;
-  for (int i = 0; i < gp.initializer_size(); ++i) init[gp.initializer(i).name()] = i;
-  std::set<std::string> outputs;
-  for (const auto& o : gp.output()) outputs.insert(o.name());
-  // Identity(kept parameter) -> the merged parameter's own name; outputs named by the exporter
-  // ("/blocks.0/Identity_output_0", "onnx::Identity_7") are other Identities.
-  auto merged = [&](const onnx::NodeProto& n) {
-    if (n.op_type() != "Identity" || !(n.domain().empty() || n.domain() == "ai.onnx") || n.input_size() != 1 ||
-        n.output_size() != 1 || !init.count(n.input(0)))
-      return false;
-    const std::string& out = n.output(0);
-    return !init.count(out) && !outputs.count(out) && out.find('/') == std::string::npos &&
-           out.find("::") == std::string::npos;
-  };
-  std::map<std::string, std::vector<std::string>> copies;  // kept initializer -> the parameters it stood for
-  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
-  for (const auto& n : gp.node()) {
-    if (!merged(n)) {
-      *kept.Add() = n;
-      continue;
-    }
-    onnx::TensorProto* t = gp.add_initializer();
-    *t = gp.initializer(init.at(n.input(0)));
-    t->set_name(n.output(0));
-    copies[n.input(0)].push_back(n.output(0));
-  }
-  if (copies.empty()) return {};
-  gp.mutable_node()->Swap(&kept);
-  std::vector<std::string> notes;
-  for (const auto& [name, names] : copies)
-    notes.push_back(fmt::format("initializer '{}' stood for {} parameters of the exported module (the legacy exporter "
-                                "merged them: equal values); onnxdp trains them apart: {}, {}",
-                                name, names.size() + 1, name, joined(names, 8)));
-  return notes;
-}
-
 std::vector<std::string> export_warnings(const onnx::ModelProto& m) {
   std::vector<std::string> lines;
   std::set<std::string> seen;  // one line per BatchNorm of the exported program

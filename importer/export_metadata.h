@@ -26,14 +26,6 @@ namespace onnxdp {
 // load_model_proto runs it, so every command sees the same initializers.
 std::vector<std::string> untie_merged_parameters(onnx::ModelProto& m);
 
-// torch.onnx.export(dynamo=False) in eval mode (its default) merges distinct parameters of equal
-// value (an untrained model's LayerNorm weights, its zero biases) into one initializer, and writes
-// each merged one as Identity(kept initializer) -> the parameter's own name. PyTorch trains them
-// apart; this gives each its own initializer under that name and drops the Identity. (Parameters
-// the module really shares, GPT-2's tied embedding, are one tensor in the export, no Identity.)
-// Only in files whose producer is "pytorch". One line per initializer split; load_model_proto runs it.
-std::vector<std::string> untie_legacy_duplicates(onnx::ModelProto& m);
-
 // torch.onnx.export(dynamo=True)'s optimizer drops all-zero bias inputs (a fresh Conv's or
 // Linear's zero bias: Conv / ConvTranspose / Gemm / LayerNormalization lose input 2, a Linear on
 // a 3-D input its Add), though the exported program's node metadata still names the parameter

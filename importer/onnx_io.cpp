@@ -74,8 +74,6 @@ onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::stri
     fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
   if (!m.has_graph()) fail("model file '{}' has no graph", path);
   std::vector<std::string> untied = untie_merged_parameters(m);
-  std::vector<std::string> legacy = untie_legacy_duplicates(m);
-  untied.insert(untied.end(), legacy.begin(), legacy.end());
   if (notes) notes->insert(notes->end(), untied.begin(), untied.end());
   std::vector<std::string> restored = restore_dropped_parameters(m);
   if (notes) notes->insert(notes->end(), restored.begin(), restored.end());

@@ -13,8 +13,7 @@
 namespace onnxdp {
 
 // Parses a ModelProto from a file; throws Error naming the file on any failure. Parameters the
-// exporters merged are untied and the zero biases the dynamo exporter dropped restored
-// (importer/export_metadata.h), so every command sees the same model; `notes` gets a line for each.
+// dynamo exporter merged are untied (importer/export_metadata.h); `notes` gets a line for each.
 onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 // A TensorProto's value. `model_dir` is where external data locations are resolved; a location

@@ -320,32 +320,3 @@ TEST_CASE("restore: a Linear on 3-D input that lost its Add gets one; what canno
   CHECK(trainable_set(decide_trainability(m)) == std::set<std::string>{"val_3", "lin.bias", "norm.weight"});
   CHECK(restore_dropped_parameters(m).size() == 1);  // restored once; the warning stays
 }
-
-TEST_CASE("untie: the legacy exporter's merged parameters of equal value get their own initializers") {
-  // torch.onnx.export(dynamo=False) in eval mode: ln2.weight equal to ln1.weight (all ones) is
-  // written as Identity(ln1.weight) -> ln2.weight; a tensor the module shares has no Identity.
-  onnx::ModelProto m = base_model();
-  m.set_producer_name("pytorch");
-  onnx::GraphProto* g = m.mutable_graph();
-  add_f32(g, "ln1.weight", {4}, {1.f});
-  add_node(g, "Identity", {"ln1.weight"}, {"ln2.weight"});
-  add_node(g, "Identity", {"ln1.weight"}, {"/blocks/Identity_output_0"});  // an exporter-named value: kept
-  add_node(g, "Mul", {"h", "ln1.weight"}, {"a"});
-  add_node(g, "Mul", {"a", "ln2.weight"}, {"b"});
-  add_node(g, "Mul", {"b", "/blocks/Identity_output_0"}, {"c"});
-  add_node(g, "MatMul", {"c", "lin.weight"}, {"y"});  // lin.weight used twice: shared, stays one
-  add_io(g->add_output(), "y");
-  onnx::ModelProto other = m;
-  other.set_producer_name("tf2onnx");
-  CHECK(untie_legacy_duplicates(other).empty());
-
-  const std::vector<std::string> notes = untie_legacy_duplicates(m);
-  REQUIRE(notes.size() == 1);
-  CHECK(notes[0] == "initializer 'ln1.weight' stood for 2 parameters of the exported module (the legacy exporter "
-                    "merged them: equal values); onnxdp trains them apart: ln1.weight, ln2.weight");
-  std::map<std::string, int> ops;
-  for (const auto& n : g->node()) ++ops[n.op_type()];
-  CHECK(ops["Identity"] == 1);
-  CHECK(trainable_set(decide_trainability(m)) == std::set<std::string>{"lin.weight", "ln1.weight", "ln2.weight"});
-  CHECK(untie_legacy_duplicates(m).empty());
-}
