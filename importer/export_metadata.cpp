@@ -6,6 +6,7 @@
 #include <set>
 
 #include "google/protobuf/unknown_field_set.h"
+#include "importer/export_ties.h"
 
 namespace onnxdp {
 
@@ -96,9 +97,13 @@ struct ExportMarks {
   std::map<std::string, std::string> kind;                      // InputSpec.kind
   std::map<std::string, std::vector<std::string>> folded_from;  // the optimizer's sources
   std::set<std::string> placeholders;                           // %p_... the nodes name
+  // The exported program's inputs by name -> kind: a folded tensor's source may be a parameter the
+  // file no longer holds (a position embedding gathered at constant positions is folded whole).
+  std::map<std::string, std::string> program_inputs;
   bool torch_export = false;
 
-  explicit ExportMarks(const onnx::GraphProto& gp) {
+  explicit ExportMarks(const onnx::ModelProto& m) : program_inputs(exported_program_inputs(m)) {
+    const onnx::GraphProto& gp = m.graph();
     for (const auto& t : gp.initializer())
       if (t.data_type() == onnx::TensorProto::FLOAT || t.data_type() == onnx::TensorProto::DOUBLE ||
           t.data_type() == onnx::TensorProto::FLOAT16 || t.data_type() == onnx::TensorProto::BFLOAT16) {
@@ -126,8 +131,10 @@ struct ExportMarks {
   bool from_parameter(const std::string& name) const {
     auto f = folded_from.find(name);
     if (f == folded_from.end()) return false;
-    for (const std::string& source : f->second)
-      if (is_parameter(source)) return true;
+    for (const std::string& source : f->second) {
+      auto p = program_inputs.find(source);
+      if (is_parameter(source) || (p != program_inputs.end() && p->second == "PARAMETER")) return true;
+    }
     return false;
   }
 };
@@ -135,7 +142,7 @@ struct ExportMarks {
 }  // namespace
 
 std::set<std::string> export_parameters(const onnx::ModelProto& m) {
-  const ExportMarks marks(m.graph());
+  const ExportMarks marks(m);
   std::set<std::string> params;
   for (const std::string& name : marks.floats)
     if (marks.is_parameter(name) || marks.from_parameter(name)) params.insert(name);
@@ -144,7 +151,7 @@ std::set<std::string> export_parameters(const onnx::ModelProto& m) {
 
 std::map<std::string, std::string> export_constants(const onnx::ModelProto& m) {
   const onnx::GraphProto& gp = m.graph();
-  const ExportMarks marks(gp);
+  const ExportMarks marks(m);
 
   std::map<std::string, std::string> constants;
   for (const auto& n : gp.node()) {
