@@ -93,9 +93,9 @@ void import_ScatterND(ImportCtx& c) {
 }
 
 // Resize-10 took (X, scales) and only `mode` (nearest or linear), its coordinates asymmetric
-// (x_original = x / scale, as Upsample's and ONNX Runtime's Resize-10): it becomes the newer form
-// with coordinate_transformation_mode asymmetric and, for nearest, nearest_mode floor (np.repeat
-// for whole scales; PyTorch's nearest). Opset 11 added roi (input 1), sizes (input 3), cubic and
+// (x_original = x / scale, as Upsample's): it becomes the newer form with
+// coordinate_transformation_mode asymmetric and nearest_mode floor (np.repeat for whole scales,
+// as Upsample's reference; PyTorch's nearest). Opset 11 added roi (input 1), sizes (input 3), cubic and
 // the coordinate modes; 18 antialias, axes, keep_aspect_ratio_policy; 19 half_pixel_symmetric. A
 // float initializer read as roi or scales (the dynamo exporter stores the scales so) is a
 // constant of the model, not a parameter: it sets the output's shape.
