@@ -11,6 +11,8 @@ void grad_BatchNormalizationGrad(GradCtx& c) { gradient_missing(c); }
 void grad_LayerNormalizationGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GatherGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GatherElementsGrad(GradCtx& c) { gradient_missing(c); }
+void grad_GatherNDGrad(GradCtx& c) { gradient_missing(c); }
+void grad_ResizeGrad(GradCtx& c) { gradient_missing(c); }
 void grad_SoftmaxCrossEntropyLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_NegativeLogLikelihoodLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GeluGrad(GradCtx& c) { gradient_missing(c); }

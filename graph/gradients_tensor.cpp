@@ -130,6 +130,34 @@ void grad_GatherElements(GradCtx& c) {
   c.add(0, c.emit(Op::GatherElementsGrad, {c.dy(), c.in_id(1), c.ints(c.in(0).shape)}, {{"axis", Attr(c.node.i("axis"))}}));
 }
 
+// GatherNDGrad adds each dy slice into the data slice its index tuple picked (repeats accumulate).
+void grad_GatherND(GradCtx& c) {
+  if (!c.needs(0)) return;
+  c.add(0, c.emit(Op::GatherNDGrad, {c.dy(), c.in_id(1), c.ints(c.in(0).shape)},
+                  {{"batch_dims", Attr(c.node.i("batch_dims"))}}));
+}
+
+// ScatterND, reductions none and add: update slice t lands on the output slice its index tuple
+// addresses, so d updates = GatherND(dy, indices). With add the data passes through (d data = dy);
+// with none the written slices were overwritten (d data = dy with them zeroed: ScatterND of
+// zeros). A tuple repeated under none: every one of its updates gets that slice's dy, though only
+// the last written survives (ONNX leaves which one undefined; PyTorch's index_put backward does
+// the same). mul, max and min have no gradient rule: the error names the reduction.
+void grad_ScatterND(GradCtx& c) {
+  const std::string& reduction = c.node.s("reduction");
+  if (reduction != "none" && reduction != "add") {
+    if (c.needs(0) || c.needs(2))
+      c.fail("ScatterND with reduction '{}' has no gradient in onnxdp (reductions none and add have one); freeze "
+             "the parameters before it (--freeze)",
+             reduction);
+    return;
+  }
+  if (c.needs(2)) c.add(2, c.emit(Op::GatherND, {c.dy(), c.in_id(1)}));
+  if (!c.needs(0)) return;
+  if (reduction == "add") return c.add(0, c.dy());
+  c.add(0, c.emit(Op::ScatterND, {c.dy(), c.in_id(1), c.constant(Tensor(c.in(2).dtype, c.in(2).shape))}));
+}
+
 void grad_Expand(GradCtx& c) { c.add(0, c.reduce_to(c.dy(), c.in(0).shape)); }
 // y [r0*d0, r1*d1, ..] is, row-major, [r0, d0, r1, d1, ..] with y[k0, j0, ..] = x[j0, ..]: dy
 // viewed so is summed over the repeat axes (dims repeated once are left unsplit).
@@ -168,16 +196,24 @@ void grad_Pad(GradCtx& c) {  // constant mode: the interior slice of dy
   c.add(0, c.emit(Op::Slice, {c.dy(), c.ints(starts), c.ints(ends), c.ints(axes)}));
 }
 
-// Resize (nearest) gathers along each axis in turn: its gradient scatter-adds dy back along each
+// Resize nearest gathers along each axis in turn: its gradient scatter-adds dy back along each
 // resized axis in reverse, GatherGrad by GatherGrad (sums where an input element was copied
-// several times, as PyTorch's upsample_nearest backward).
+// several times, as PyTorch's upsample_nearest backward). Linear and cubic: ResizeGrad, the
+// adjoint of the interpolation (Resize's roi, scales, sizes and attributes carried over).
 void grad_Resize(GradCtx& c) {
   if (!c.needs(0)) return;
+  const Shape& in = c.in(0).shape;
+  if (c.node.s("mode") != "nearest") {
+    std::vector<ValueId> ins = {c.dy(), c.ints(in)};
+    for (int k = 1; k <= 3; ++k) ins.push_back(c.node.has_input(k) ? c.in_id(k) : kNoValue);
+    while (ins.back() == kNoValue) ins.pop_back();
+    c.add(0, c.emit(Op::ResizeGrad, ins, c.node.attrs));
+    return;
+  }
   auto known = [&](int k) -> const Tensor* {
     return c.node.has_input(k) ? &c.graph.value(c.in_id(k)).data : nullptr;
   };
-  const Shape& in = c.in(0).shape;
-  const ResizeNearest rz = resize_nearest(c.node, in, known(2), known(3));
+  const ResizeNearest rz = resize_nearest(c.node, in, known(1), known(2), known(3));
   std::vector<Shape> before(in.size() + 1);  // before[k]: the shape with axes < k resized
   before[0] = in;
   for (size_t k = 0; k < in.size(); ++k) {

@@ -111,11 +111,17 @@
   X(Slice,                      tensor,     3, 5, 1, 1, "")                                         \
   X(Gather,                     tensor,     2, 2, 1, 1, "axis:i=0")                                 \
   X(GatherElements,             tensor,     2, 2, 1, 1, "axis:i=0")                                 \
+  /* GatherND (data, indices [.., k]) -> data's slices at the k-tuples, after batch_dims shared  */ \
+  /* leading dims; ScatterND (data, indices [.., k], updates) -> data with the slices written in */ \
+  /* index order (`reduction` none, add, mul, max, min).                                          */ \
+  X(GatherND,                   tensor,     2, 2, 1, 1, "batch_dims:i=0")                           \
+  X(ScatterND,                  tensor,     3, 3, 1, 1, "reduction:s=none")                         \
   X(Expand,                     tensor,     2, 2, 1, 1, "")                                         \
   X(Tile,                       tensor,     2, 2, 1, 1, "")                                         \
   X(Pad,                        tensor,     2, 4, 1, 1, "mode:s=constant")                          \
   X(Trilu,                      tensor,     1, 2, 1, 1, "upper:i=1")                                \
-  /* Resize (x, roi, scales, sizes): mode nearest only (graph/resize.h); scales or sizes known.  */ \
+  /* Resize (x, roi, scales, sizes): modes nearest, linear, cubic (graph/resize.h); roi, scales  */ \
+  /* and sizes known.                                                                             */ \
   X(Resize,                     tensor,     1, 4, 1, 1,                                             \
     "antialias:i=0,axes:ints,coordinate_transformation_mode:s=half_pixel,cubic_coeff_a:f=-0.75,"    \
     "exclude_outside:i=0,extrapolation_value:f=0,keep_aspect_ratio_policy:s=stretch,mode:s=nearest," \
@@ -160,6 +166,16 @@
   /* GatherElementsGrad (dy, indices, data_shape: int64 constant) -> ddata: dy added at the      */ \
   /* elements GatherElements read, in element order (deterministic).                             */ \
   X(GatherElementsGrad,         grad,       3, 3, 1, 1, "axis:i=0")                                 \
+  /* GatherNDGrad (dy, indices, data_shape: int64 constant) -> ddata: dy's slices added where   */ \
+  /* GatherND read them, in index order (deterministic).                                          */ \
+  X(GatherNDGrad,               grad,       3, 3, 1, 1, "batch_dims:i=0")                           \
+  /* ResizeGrad (dy, x_shape: int64 constant, roi?, scales?, sizes?) -> dx: the adjoint of        */ \
+  /* Resize linear / cubic (its inputs 1..3 and attributes): dy scattered back with the          */ \
+  /* interpolation weights, axis by axis in reverse (deterministic).                              */ \
+  X(ResizeGrad,                 grad,       2, 5, 1, 1,                                             \
+    "antialias:i=0,axes:ints,coordinate_transformation_mode:s=half_pixel,cubic_coeff_a:f=-0.75,"    \
+    "exclude_outside:i=0,extrapolation_value:f=0,keep_aspect_ratio_policy:s=stretch,mode:s=nearest," \
+    "nearest_mode:s=round_prefer_floor")                                                            \
   /* SoftmaxCrossEntropyLossGrad (dy, scores, labels, weights?) -> dscores.                   */ \
   X(SoftmaxCrossEntropyLossGrad, grad,      3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
   /* NegativeLogLikelihoodLossGrad (dy, labels, x_shape: int64 constant, weights?) -> dx.     */ \
@@ -187,7 +203,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 103
+#define ONNXDP_OP_COUNT 107
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

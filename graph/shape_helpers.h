@@ -52,6 +52,11 @@ std::vector<int64_t> pad_amounts(int64_t rank, const std::vector<int64_t>& pads,
 std::vector<char> reduced_dims(int64_t rank, const std::vector<int64_t>* axes, bool noop_with_empty_axes,
                                const Node& n);
 
+// GatherND's output shape: indices [B.., I.., k] (b = batch_dims leading dims B, the data's too)
+// on data [B.., D.. (k dims), S..] -> [B.., I.., S..]. ScatterND's updates have this shape with
+// batch_dims 0. Fails naming the node when ranks, k or the batch dims do not fit.
+Shape gather_nd_shape(const Shape& data, const Shape& indices, int64_t batch_dims, const Node& n);
+
 // ---- element access by dtype -------------------------------------------------------------------
 // Elem<D> describes how an element of dtype D is stored and converted: T is the storage type,
 // to_f64 / from_f64 and to_i64 / from_i64 convert (float -> integer truncates toward zero and

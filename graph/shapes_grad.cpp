@@ -4,6 +4,8 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "graph/resize.h"
+#include "graph/shape_helpers.h"
 
 namespace onnxdp {
 
@@ -197,6 +199,40 @@ void shape_GatherElementsGrad(ShapeCtx& c) {
            shape_str(c.shape(1)), data.size());
   normalize_axis(c.node.i("axis"), int64_t(data.size()), c.node);
   c.set(0, t, Shape(data.begin(), data.end()));
+}
+
+// dy [GatherND's output], indices (int) [.., k], data_shape (constant int64) -> ddata [data_shape].
+void shape_GatherNDGrad(ShapeCtx& c) {
+  DType t = require_float(c, 0, "dy");
+  require_labels(c, 1);
+  std::vector<int64_t> data = const_i64(c, 2, "data shape");
+  for (int64_t v : data)
+    if (v < 0) c.fail("data shape {} has a negative dim", shape_str(data));
+  const Shape ds(data.begin(), data.end());
+  const Shape want = gather_nd_shape(ds, c.shape(1), c.node.i("batch_dims"), c.node);
+  if (c.shape(0) != want)
+    c.fail("input 0 (dy) has shape {}; gathering {} from {} gives {}", shape_str(c.shape(0)), shape_str(c.shape(1)),
+           shape_str(ds), shape_str(want));
+  c.set(0, t, ds);
+}
+
+// dy [Resize's output], x_shape (constant int64), roi?, scales?, sizes? (Resize's inputs 1..3,
+// known) -> dx [x_shape]; mode linear or cubic (nearest's gradient is GatherGrads).
+void shape_ResizeGrad(ShapeCtx& c) {
+  DType t = require_float(c, 0, "dy");
+  std::vector<int64_t> xs = const_i64(c, 1, "input shape");
+  for (int64_t v : xs)
+    if (v < 0) c.fail("input shape {} has a negative dim", shape_str(xs));
+  auto known = [&](int k, const char* what) { return c.has(k) ? &c.require_constant(k, what) : nullptr; };
+  const bool crop = c.node.s("coordinate_transformation_mode") == "tf_crop_and_resize";
+  const Tensor* roi = crop ? known(2, "roi") : nullptr;
+  const Tensor *scales = known(3, "scales"), *sizes = known(4, "sizes");
+  if (c.node.s("mode") != "linear" && c.node.s("mode") != "cubic")
+    c.fail("mode '{}': ResizeGrad is the gradient of modes linear and cubic", c.node.s("mode"));
+  const Shape x(xs.begin(), xs.end()), want = resize_output_shape(c.node, x, roi, scales, sizes);
+  if (c.shape(0) != want)
+    c.fail("input 0 (dy) has shape {}; resizing {} gives {}", shape_str(c.shape(0)), shape_str(x), shape_str(want));
+  c.set(0, t, x);
 }
 
 // dy [data[:axis] + indices + data[axis+1:]], indices (int), data_shape (constant int64) ->

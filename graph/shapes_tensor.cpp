@@ -384,12 +384,61 @@ void shape_Pad(ShapeCtx& c) {
   c.set(0, c.dtype(0), out);
 }
 
+// Resize: roi (with tf_crop_and_resize), scales and sizes must be known; linear and cubic
+// interpolate float tensors (graph/resize.h says what else is refused).
 void shape_Resize(ShapeCtx& c) {
-  const Tensor* scales = c.has(2) ? &c.require_constant(2, "scales") : nullptr;
-  const Tensor* sizes = c.has(3) ? &c.require_constant(3, "sizes") : nullptr;
-  if (c.node.s("coordinate_transformation_mode") == "tf_crop_and_resize")
-    c.fail("coordinate_transformation_mode tf_crop_and_resize is not supported");
-  c.set(0, c.dtype(0), resize_nearest(c.node, c.shape(0), scales, sizes).out);
+  auto known = [&](int k, const char* what) { return c.has(k) ? &c.require_constant(k, what) : nullptr; };
+  const bool crop = c.node.s("coordinate_transformation_mode") == "tf_crop_and_resize";
+  const Tensor* roi = crop ? known(1, "roi") : nullptr;
+  const Tensor *scales = known(2, "scales"), *sizes = known(3, "sizes");
+  const std::string& mode = c.node.s("mode");
+  if (mode != "nearest" && !dtype_is_float(c.dtype(0)))
+    c.fail("mode '{}' interpolates float tensors, input 0 is {}", mode, dtype_name(c.dtype(0)));
+  c.set(0, c.dtype(0), resize_output_shape(c.node, c.shape(0), roi, scales, sizes));
+}
+
+Shape gather_nd_shape(const Shape& data, const Shape& indices, int64_t batch_dims, const Node& n) {
+  const int64_t r = int64_t(data.size()), q = int64_t(indices.size()), b = batch_dims;
+  if (r < 1 || q < 1) fail("{}: the data {} and the indices {} must have rank >= 1", n.describe(), shape_str(data), shape_str(indices));
+  if (b < 0 || b >= std::min(r, q))
+    fail("{}: batch_dims {} must be in [0, {}) for data {} and indices {}", n.describe(), b, std::min(r, q),
+         shape_str(data), shape_str(indices));
+  const int64_t k = indices.back();
+  if (k < 1 || k > r - b)
+    fail("{}: the index tuples have {} values (the indices' last dim, {}); expected 1 to {} (the data {} less {} "
+         "batch dims)",
+         n.describe(), k, shape_str(indices), r - b, shape_str(data), b);
+  Shape out;
+  for (int64_t d = 0; d < b; ++d) {
+    if (data[size_t(d)] != indices[size_t(d)])
+      fail("{}: batch dim {} differs: the data {} and the indices {}", n.describe(), d, shape_str(data), shape_str(indices));
+    out.push_back(data[size_t(d)]);
+  }
+  for (int64_t d = b; d < q - 1; ++d) out.push_back(indices[size_t(d)]);
+  for (int64_t d = b + k; d < r; ++d) out.push_back(data[size_t(d)]);
+  return out;
+}
+
+void shape_GatherND(ShapeCtx& c) {
+  if (c.dtype(1) != DType::i64 && c.dtype(1) != DType::i32)
+    c.fail("input 1 (the indices) must be int64 or int32, it is {}", dtype_name(c.dtype(1)));
+  c.set(0, c.dtype(0), gather_nd_shape(c.shape(0), c.shape(1), c.node.i("batch_dims"), c.node));
+}
+
+// ScatterND(data, indices [.., k], updates [indices[:-1] + data[k:]]) -> data's shape.
+void shape_ScatterND(ShapeCtx& c) {
+  const std::string& reduction = c.node.s("reduction");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    c.fail("reduction '{}' is not one of none, add, mul, max, min", reduction);
+  if (c.dtype(1) != DType::i64 && c.dtype(1) != DType::i32)
+    c.fail("input 1 (the indices) must be int64 or int32, it is {}", dtype_name(c.dtype(1)));
+  if (c.dtype(2) != c.dtype(0))
+    c.fail("the updates are {}, the data {}: they must have one dtype", dtype_name(c.dtype(2)), dtype_name(c.dtype(0)));
+  const Shape want = gather_nd_shape(c.shape(0), c.shape(1), 0, c.node);
+  if (c.shape(2) != want)
+    c.fail("the updates have shape {}; the indices {} on the data {} need {}", shape_str(c.shape(2)), shape_str(c.shape(1)),
+           shape_str(c.shape(0)), shape_str(want));
+  c.set(0, c.dtype(0), c.shape(0));
 }
 
 // GatherElements(data, indices): the output has the indices' shape (same rank as the data; along

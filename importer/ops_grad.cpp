@@ -15,6 +15,8 @@ void import_BatchNormalizationGrad(ImportCtx& c) { not_importable(c); }
 void import_LayerNormalizationGrad(ImportCtx& c) { not_importable(c); }
 void import_GatherGrad(ImportCtx& c) { not_importable(c); }
 void import_GatherElementsGrad(ImportCtx& c) { not_importable(c); }
+void import_GatherNDGrad(ImportCtx& c) { not_importable(c); }
+void import_ResizeGrad(ImportCtx& c) { not_importable(c); }
 void import_SoftmaxCrossEntropyLossGrad(ImportCtx& c) { not_importable(c); }
 void import_NegativeLogLikelihoodLossGrad(ImportCtx& c) { not_importable(c); }
 void import_GeluGrad(ImportCtx& c) { not_importable(c); }

@@ -80,11 +80,33 @@ void import_Pad(ImportCtx& c) {
 void import_Trilu(ImportCtx& c) {}
 void import_GatherElements(ImportCtx& c) {}
 
-// Resize-10 took (X, scales); opset 11 added roi (input 1) and sizes (input 3). A float
-// initializer read as roi or scales (the dynamo exporter stores the scales so) is a constant of
-// the model, not a parameter: it sets the output's shape.
+// GatherND-11 has no batch_dims (opset 12 added it, 13 bfloat16).
+void import_GatherND(ImportCtx& c) {
+  if (c.opset < 12 && c.node.i("batch_dims") != 0) c.fail("batch_dims needs opset 12");
+}
+
+// ScatterND-11 / 13 write the updates; opset 16 added reduction add and mul, 18 max and min.
+void import_ScatterND(ImportCtx& c) {
+  const std::string& reduction = c.node.s("reduction");
+  if (c.opset < 16 && reduction != "none") c.fail("reduction '{}' needs opset 16", reduction);
+  if (c.opset < 18 && (reduction == "max" || reduction == "min")) c.fail("reduction '{}' needs opset 18", reduction);
+}
+
+// Resize-10 took (X, scales) and only `mode` (nearest or linear), its coordinates asymmetric
+// (x_original = x / scale, as Upsample's): it becomes the newer form with
+// coordinate_transformation_mode asymmetric and nearest_mode floor (np.repeat for whole scales,
+// as Upsample's reference; PyTorch's nearest). Opset 11 added roi (input 1), sizes (input 3), cubic and
+// the coordinate modes; 18 antialias, axes, keep_aspect_ratio_policy; 19 half_pixel_symmetric. A
+// float initializer read as roi or scales (the dynamo exporter stores the scales so) is a
+// constant of the model, not a parameter: it sets the output's shape.
 void import_Resize(ImportCtx& c) {
-  if (c.opset < 11 && c.node.inputs.size() == 2) c.node.inputs = {c.node.inputs[0], kNoValue, c.node.inputs[1]};
+  if (c.opset < 11) {
+    if (c.node.inputs.size() == 2) c.node.inputs = {c.node.inputs[0], kNoValue, c.node.inputs[1]};
+    if (c.node.s("mode") != "nearest" && c.node.s("mode") != "linear")
+      c.fail("mode '{}': Resize-10 resizes with nearest or linear", c.node.s("mode"));
+    c.node.attrs["coordinate_transformation_mode"] = Attr(std::string("asymmetric"));
+    c.node.attrs["nearest_mode"] = Attr(std::string("floor"));
+  }
   for (size_t k : {size_t(1), size_t(2)})
     if (k < c.node.inputs.size() && c.node.inputs[k] != kNoValue) {
       Value& v = c.graph.value(c.node.inputs[k]);

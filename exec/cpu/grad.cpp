@@ -10,6 +10,9 @@
 //   LayerNormalizationGrad  over the trailing axes from `axis`, statistics recomputed
 //   GatherGrad            scatter-add of dy's rows into the rows the indices picked
 //   GatherElementsGrad    scatter-add of dy's elements into the elements the indices picked
+//   GatherNDGrad          scatter-add of dy's slices into the slices the index tuples picked
+//   ResizeGrad            Resize linear / cubic's adjoint: dy spread back with the interpolation
+//                         weights, axis by axis in reverse (in double)
 //   SoftmaxCrossEntropyLossGrad / NegativeLogLikelihoodLossGrad  with weights, ignore_index and
 //                         reduction as the forward kernels (exec/cpu/nn.cpp)
 //   SoftmaxGrad / LogSoftmaxGrad  each row's sum (of dy * y, or of dy) in double, then dx in T
@@ -25,8 +28,10 @@
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/gather_elements.h"
+#include "exec/cpu/gather_nd.h"
 #include "exec/cpu/in_float.h"
 #include "exec/cpu/pool_windows.h"
+#include "exec/cpu/resize_interp.h"
 #include "exec/cpu/row_sum.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
@@ -505,6 +510,33 @@ void GatherElementsGrad_forward(KernelCtx& c) {
     std::fill(dx, dx + dxr.numel, T(0));
     for_each_gathered_element(c, *dxr.shape, *dyr.shape, axis, ints_of(c.in(1)),
                               [&](int64_t e, int64_t off) { dx[off] += dy[e]; });
+  });
+}
+
+// ddata = 0, then each dy slice added into the data slice GatherND read it from, in index order
+// (exec/cpu/gather_nd.h).
+void GatherNDGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() {
+    const TensorRef &dyr = c.in(0), &dxr = c.out(0);
+    const NDSlices s = gather_nd_slices(c, *dxr.shape, *c.in(1).shape, c.node.i("batch_dims"), ints_of(c.in(1)));
+    const T* dy = dyr.as<T>();
+    T* dx = dxr.as<T>();
+    std::fill(dx, dx + dxr.numel, T(0));
+    for (size_t t = 0; t < s.offset.size(); ++t)
+      for (int64_t j = 0; j < s.slice; ++j) dx[s.offset[t] + j] += dy[int64_t(t) * s.slice + j];
+  });
+}
+
+// dx = the adjoint of Resize linear / cubic applied to dy, in double (exec/cpu/resize_interp.h).
+void ResizeGrad_forward(KernelCtx& c) {
+  dispatch_float(c, c.in(0).dtype, [&]<class T>() {
+    const TensorRef &dyr = c.in(0), &dxr = c.out(0);
+    const ResizeArgs args = resize_args(c, 2);
+    const ResizeInterp rz = resize_interp(c.node, *dxr.shape, args.roi(), args.scales(), args.sizes());
+    std::vector<double> dy(size_t(dyr.numel));
+    for (int64_t i = 0; i < dyr.numel; ++i) dy[size_t(i)] = double(dyr.as<T>()[i]);
+    const std::vector<double> dx = resize_interp_adjoint(rz, *dxr.shape, std::move(dy));
+    for (int64_t i = 0; i < dxr.numel; ++i) dxr.as<T>()[i] = T(dx[size_t(i)]);
   });
 }
 

@@ -5,11 +5,14 @@
 // per-dim arithmetic a kernel needs beyond them (Slice's starts, Pad's amounts ...) comes from the
 // helpers the shape rules use (graph/shape_helpers.h). Arguments are checked before the
 // parallel loops (an exception thrown in a share waits for the other shares to end).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <optional>
 
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/gather_elements.h"
+#include "exec/cpu/gather_nd.h"
+#include "exec/cpu/resize_interp.h"
 #include "exec/kernel.h"
 #include "graph/resize.h"
 #include "graph/shape_helpers.h"
@@ -281,6 +284,69 @@ void GatherElements_forward(KernelCtx& c) {
   });
 }
 
+// out [B.., I.., S..] = data's slice at each index tuple, in order (exec/cpu/gather_nd.h), by
+// element size.
+void GatherND_forward(KernelCtx& c) {
+  const TensorRef &data = c.in(0), &out = c.out(0);
+  const NDSlices s = gather_nd_slices(c, *data.shape, *c.in(1).shape, c.node.i("batch_dims"), ref_ints(c.in(1)));
+  const size_t es = dtype_size(data.dtype), row = size_t(s.slice) * es;
+  if (row == 0) return;
+  const auto* src = static_cast<const uint8_t*>(data.data);
+  auto* dst = static_cast<uint8_t*>(out.data);
+  parallel_for(int64_t(s.offset.size()), out.numel > parallel_min_elements(), [&](int64_t t) {
+    std::memcpy(dst + size_t(t) * row, src + size_t(s.offset[size_t(t)]) * es, row);
+  });
+}
+
+// out = data, then each update slice combined into the data slice its index tuple addresses, in
+// index order: reduction none writes it (a repeated tuple keeps the last; ONNX leaves that order
+// undefined), add / mul / max / min combine it with what is there (max / min propagate NaN, as
+// numpy's maximum / minimum; on bool add and max are `or`, mul and min `and`).
+void ScatterND_forward(KernelCtx& c) {
+  const TensorRef &data = c.in(0), &upd = c.in(2), &out = c.out(0);
+  const NDSlices s = gather_nd_slices(c, *data.shape, *c.in(1).shape, 0, ref_ints(c.in(1)));
+  copy_all(data, out);
+  const std::string& reduction = c.node.s("reduction");
+  const int64_t n = s.slice, tuples = int64_t(s.offset.size());
+  if (reduction == "none") {
+    const size_t es = dtype_size(data.dtype), row = size_t(n) * es;
+    if (row == 0) return;
+    for (int64_t t = 0; t < tuples; ++t)
+      std::memcpy(static_cast<uint8_t*>(out.data) + size_t(s.offset[size_t(t)]) * es,
+                  static_cast<const uint8_t*>(upd.data) + size_t(t) * row, row);
+    return;
+  }
+  enum { add, mul, max, min } op;
+  if (reduction == "add") op = add;
+  else if (reduction == "mul") op = mul;
+  else if (reduction == "max") op = max;
+  else if (reduction == "min") op = min;
+  else c.fail("reduction '{}' is not one of none, add, mul, max, min", reduction);
+  dispatch_elem(data.dtype, [&]<class E>() {
+    using T = typename E::T;
+    auto combine = [&](T a, T b) -> T {
+      if constexpr (E::kind == ElemKind::floating) {  // in double: one rounding to T, as T's own + and *
+        const double x = E::to_f64(a), y = E::to_f64(b);
+        if (op == add) return E::from_f64(x + y);
+        if (op == mul) return E::from_f64(x * y);
+        if (std::isnan(x) || std::isnan(y)) return E::from_f64(std::nan(""));
+        return E::from_f64(op == max ? std::max(x, y) : std::min(x, y));
+      } else {
+        if (op == add) return T(a + b);
+        if (op == mul) return T(a * b);
+        return op == max ? std::max(a, b) : std::min(a, b);
+      }
+    };
+    T* dst = out.as<T>();
+    const T* src = upd.as<const T>();
+    for (int64_t t = 0; t < tuples; ++t) {
+      T* d = dst + s.offset[size_t(t)];
+      const T* u = src + t * n;
+      for (int64_t j = 0; j < n; ++j) d[j] = combine(d[j], u[j]);
+    }
+  });
+}
+
 void Expand_forward(KernelCtx& c) {
   dispatch_bytes(dtype_size(c.in(0).dtype), [&]<class U>() {
     broadcast_map<U, U>(c.out(0), [](U v) { return v; }, c.in(0));
@@ -381,19 +447,31 @@ void Pad_forward(KernelCtx& c) {
   });
 }
 
-// Resize, mode nearest: every output element copies the input element graph/resize.h picks, axis
-// by axis (an odometer over the output, rows of the last axis at a time).
+// Resize. Mode nearest: every output element copies the input element graph/resize.h picks, axis
+// by axis (an odometer over the output, rows of the last axis at a time), any dtype. Modes linear
+// and cubic: float tensors, interpolated in double one axis at a time (exec/cpu/resize_interp.h)
+// and rounded once to the dtype.
 void Resize_forward(KernelCtx& c) {
-  auto owned = [&](int k) -> std::optional<Tensor> {
-    if (!c.has_in(k)) return std::nullopt;
-    const TensorRef& r = c.in(k);
-    Tensor t(r.dtype, *r.shape);
-    if (t.nbytes()) std::memcpy(t.data(), r.data, t.nbytes());
-    return t;
-  };
-  const std::optional<Tensor> scales = owned(2), sizes = owned(3);
+  const ResizeArgs args = resize_args(c, 1);
   const TensorRef &in = c.in(0), &out = c.out(0);
-  const ResizeNearest rz = resize_nearest(c.node, *in.shape, scales ? &*scales : nullptr, sizes ? &*sizes : nullptr);
+  if (c.node.s("mode") != "nearest") {
+    const ResizeInterp rz = resize_interp(c.node, *in.shape, args.roi(), args.scales(), args.sizes());
+    dispatch_elem(in.dtype, [&]<class E>() {
+      if constexpr (E::kind != ElemKind::floating) {
+        c.fail("mode '{}' interpolates float tensors, input 0 is {}", c.node.s("mode"), dtype_name(in.dtype));
+      } else {
+        const auto* src = in.as<const typename E::T>();
+        std::vector<double> x(size_t(in.numel));
+        for (int64_t i = 0; i < in.numel; ++i) x[size_t(i)] = E::to_f64(src[i]);
+        const std::vector<double> y =
+            resize_interp_forward(rz, *in.shape, std::move(x), double(c.node.f("extrapolation_value")));
+        auto* dst = out.as<typename E::T>();
+        for (int64_t i = 0; i < out.numel; ++i) dst[i] = E::from_f64(y[size_t(i)]);
+      }
+    });
+    return;
+  }
+  const ResizeNearest rz = resize_nearest(c.node, *in.shape, args.roi(), args.scales(), args.sizes());
   const int r = in.rank();
   if (out.numel == 0) return;
   if (r == 0) return copy_all(in, out);

@@ -1,7 +1,7 @@
-// Gradient rules of Min / Max, ReduceMax / ReduceMin, Gather, Tile and strided Slice: float64 central
-// differences (tests/graph/gradcheck.h), and hand-derived values where ties make the function
-// non-differentiable (the gradient is split evenly among the tied elements, as torch.amax and
-// torch.maximum do).
+// Gradient rules of Min / Max, ReduceMax / ReduceMin, Resize, Gather, GatherND, ScatterND, Tile
+// and strided Slice: float64 central differences (tests/graph/gradcheck.h), and hand-derived
+// values where ties make the function non-differentiable (the gradient is split evenly among the
+// tied elements, as torch.amax and torch.maximum do).
 #include "tests/graph/gradcheck.h"
 
 using namespace onnxdp;
@@ -150,6 +150,93 @@ TEST_CASE("autodiff more: Resize nearest, up on some axes and down on others, sc
   ValueId s1 = c.node(Op::ReduceSum, {c.node(Op::Mul, {up, up})}, {{"keepdims", Attr(int64_t(0))}});
   ValueId s2 = c.node(Op::ReduceSum, {c.node(Op::Mul, {sized, sized})}, {{"keepdims", Attr(int64_t(0))}});
   gradcheck(c, c.node(Op::Add, {s1, s2}));
+}
+
+// ---- Resize (linear, cubic) ----------------------------------------------------------------------
+
+TEST_CASE("autodiff more: Resize linear and cubic, every coordinate mode, antialias, crops, 3-D") {
+  auto f64s = [](std::vector<double> v) {
+    Tensor t(DType::f64, {int64_t(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.as<double>()[i] = v[i];
+    return t;
+  };
+  using A = std::map<std::string, Attr>;
+  auto s = [](const char* v) { return Attr(std::string(v)); };
+  struct Form {
+    A attrs;
+    std::vector<double> roi, scales;
+    std::vector<int64_t> sizes;
+  };
+  const std::vector<Form> forms = {
+      {{{"mode", s("linear")}}, {}, {1, 1, 2, 0.6}, {}},
+      {{{"mode", s("linear")}, {"coordinate_transformation_mode", s("align_corners")}}, {}, {}, {1, 2, 5, 7}},
+      {{{"mode", s("linear")}, {"coordinate_transformation_mode", s("pytorch_half_pixel")}}, {}, {}, {1, 2, 1, 3}},
+      {{{"mode", s("cubic")}, {"coordinate_transformation_mode", s("asymmetric")}}, {}, {1, 1, 1.5, 2}, {}},
+      {{{"mode", s("cubic")}, {"exclude_outside", Attr(int64_t(1))}, {"cubic_coeff_a", Attr(-0.5f)}}, {}, {}, {1, 2, 2, 6}},
+      {{{"mode", s("cubic")}, {"antialias", Attr(int64_t(1))}}, {}, {1, 1, 0.5, 0.4}, {}},
+      {{{"mode", s("linear")}, {"antialias", Attr(int64_t(1))}, {"coordinate_transformation_mode", s("half_pixel_symmetric")}},
+       {}, {1, 1, 0.7, 1.3}, {}},
+      {{{"mode", s("cubic")}, {"coordinate_transformation_mode", s("tf_crop_and_resize")},
+        {"extrapolation_value", Attr(3.0f)}, {"axes", Attr(std::vector<int64_t>{2, 3})}},
+       {0.1, -0.2, 0.9, 0.7}, {}, {4, 3}},
+  };
+  for (size_t k = 0; k < forms.size(); ++k) {
+    CAPTURE(k);
+    const Form& f = forms[k];
+    Case c;
+    ValueId x = c.param("x", {1, 2, 3, 5});
+    std::vector<ValueId> ins = {x, f.roi.empty() ? kNoValue : c.constant(f64s(f.roi), "roi")};
+    if (!f.scales.empty()) ins.push_back(c.constant(f64s(f.scales), "scales"));
+    else ins.insert(ins.end(), {kNoValue, c.ints(f.sizes, "sizes")});
+    ValueId y = c.node(Op::Resize, ins, f.attrs);
+    gradcheck(c, c.node(Op::Mul, {y, y}));
+  }
+  Case c;  // trilinear on the last three axes of a 5-D tensor
+  ValueId x = c.param("x", {1, 2, 2, 3, 4});
+  ValueId y = c.node(Op::Resize, {x, kNoValue, kNoValue, c.ints({3, 2, 5}, "sizes")},
+                     {{"mode", s("linear")}, {"axes", Attr(std::vector<int64_t>{2, 3, 4})}});
+  gradcheck(c, c.node(Op::Mul, {y, y}));
+}
+
+// ---- GatherND, ScatterND -------------------------------------------------------------------------
+
+TEST_CASE("autodiff more: GatherND, repeated and negative tuples add up, batch_dims") {
+  {
+    Case c;
+    ValueId x = c.param("x", {3, 2, 4});
+    ValueId i = c.constant(Tensor::from_i64({1, 0, -2, 0, 2, 1, 0, -1}, {2, 2, 2}), "idx");
+    ValueId y = c.node(Op::GatherND, {x, i});
+    gradcheck(c, c.node(Op::Mul, {y, y}));
+  }
+  Case c;
+  ValueId x = c.param("x", {2, 3, 4});
+  ValueId i = c.constant(Tensor::from_i64({2, 0, 2, 1, 1, -3}, {2, 3, 1}), "idx");
+  ValueId y = c.node(Op::GatherND, {x, i}, {{"batch_dims", Attr(int64_t(1))}});
+  gradcheck(c, c.node(Op::Mul, {y, y}));
+}
+
+TEST_CASE("autodiff more: ScatterND none and add, gradients of data and updates; mul refuses") {
+  for (const char* reduction : {"none", "add"}) {
+    CAPTURE(reduction);
+    Case c;
+    ValueId d = c.param("d", {4, 3});
+    ValueId u = c.param("u", {3, 3});
+    // none: distinct rows (a repeated one's overwritten updates would get dy, see grad_ScatterND);
+    // add: row 1 twice
+    ValueId i = c.constant(Tensor::from_i64(std::string(reduction) == "none" ? std::vector<int64_t>{1, 3, -4}
+                                                                             : std::vector<int64_t>{1, 3, 1},
+                                            {3, 1}),
+                           "idx");
+    ValueId y = c.node(Op::ScatterND, {d, i, u}, {{"reduction", Attr(std::string(reduction))}});
+    gradcheck(c, c.node(Op::Mul, {y, y}));
+  }
+  Case c;
+  ValueId d = c.param("d", {4, 3});
+  ValueId u = c.param("u", {1, 3});
+  ValueId y = c.node(Op::ScatterND, {d, c.constant(Tensor::from_i64({2}, {1, 1}), "idx"), u},
+                     {{"reduction", Attr(std::string("mul"))}});
+  ValueId loss = c.node(Op::ReduceSum, {y}, {{"keepdims", Attr(int64_t(0))}});
+  CHECK_THROWS_WITH_AS(autodiff(c.g, loss, c.params), doctest::Contains("reduction 'mul' has no gradient"), Error);
 }
 
 // ---- Gather, Tile --------------------------------------------------------------------------------

@@ -261,6 +261,55 @@ TEST_CASE("grad ops: GatherGrad adds repeated indices, negative indices count fr
   CHECK_THROWS_WITH_AS(run_op(Op::GatherGrad, {e, i64({1, 3, 0}), i64({3, 2})}, 1), doctest::Contains("out of range"), Error);
 }
 
+TEST_CASE("grad ops: GatherNDGrad adds dy's slices where GatherND read them; repeats add, batch_dims") {
+  // data [3, 2, 2], tuples (1, 0), (-2, 0), (2, 1): slices [2] (the first two the same slice)
+  Tensor dy = pattern({3, 2}, 0.3);
+  const double* v = dy.as<double>();
+  check_close(run_op(Op::GatherNDGrad, {dy, i64({1, 0, -2, 0, 2, 1}, {3, 2}), i64({3, 2, 2})}, 1)[0],
+              {0, 0, 0, 0, v[0] + v[2], v[1] + v[3], 0, 0, 0, 0, v[4], v[5]});
+  // batch_dims 1: data [2, 3], indices [2, 2, 1]: batch 0 reads 2 twice, batch 1 reads 0 and 1
+  Tensor e = pattern({2, 2}, 1.1);
+  const double* w = e.as<double>();
+  check_close(run_op(Op::GatherNDGrad, {e, i64({2, -1, 0, 1}, {2, 2, 1}), i64({2, 3})}, 1,
+                     {{"batch_dims", Attr(int64_t(1))}})[0],
+              {0, 0, w[0] + w[1], w[2], w[3], 0});
+  CHECK_THROWS_WITH_AS(run_op(Op::GatherNDGrad, {dy, i64({1, 0, 3, 0, 2, 1}, {3, 2}), i64({3, 2, 2})}, 1),
+                       doctest::Contains("index 3 (element 2 of the indices) is out of range for axis 0"), Error);
+}
+
+// Expected: torch autograd in float64 of sum(F.interpolate(x, ...) * dy), x [1, 1, 3, 4],
+// dy[i] = ((5 i) mod 7) / 2 - 1.5:
+//   x.grad of F.interpolate(x, size=(5, 3), mode='bicubic', align_corners=False)
+//   x.grad of F.interpolate(x, size=(5, 7), mode='bilinear', align_corners=True)
+TEST_CASE("grad ops: ResizeGrad is PyTorch's interpolate backward (bicubic, bilinear align_corners)") {
+  auto dy = [](Shape s, DType t) {
+    Tensor r(t, s);
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      const double v = double((i * 5) % 7) * 0.5 - 1.5;
+      if (t == DType::f64) r.as<double>()[i] = v;
+      else r.as<float>()[i] = float(v);
+    }
+    return r;
+  };
+  auto attrs = [](const char* mode, const char* ct) {
+    return Attrs{{"mode", Attr(std::string(mode))}, {"coordinate_transformation_mode", Attr(std::string(ct))}};
+  };
+  for (DType t : {DType::f64, DType::f32}) {
+    check_close(run_op(Op::ResizeGrad, {dy({1, 1, 5, 3}, t), i64({1, 1, 3, 4}), Tensor(), Tensor(), i64({1, 1, 5, 3})}, 1,
+                       attrs("cubic", "half_pixel"))[0],
+                {-2.12778472222, 0.872180555556, 1.30958333333, -0.0259791666667, -0.6164375, -0.957395833333,
+                 -0.435506944444, 1.89134027778, 0.649893518519, -0.639900462963, -0.886229166667, -0.533763888889},
+                t == DType::f64 ? 1e-10 : 1e-6);
+    check_close(run_op(Op::ResizeGrad, {dy({1, 1, 5, 7}, t), i64({1, 1, 3, 4}), Tensor(), Tensor(), i64({1, 1, 5, 7})}, 1,
+                       attrs("linear", "align_corners"))[0],
+                {-1.5, 0, 1.875, -0.375, -2, 0, 2.5, -0.5, -1.5, 0, 1.875, -0.375}, t == DType::f64 ? 1e-10 : 1e-6);
+  }
+  CHECK_THROWS_WITH_AS(run_op(Op::ResizeGrad, {dy({1, 1, 5, 4}, DType::f64), i64({1, 1, 3, 4}), Tensor(), Tensor(),
+                                               i64({1, 1, 5, 3})},
+                              1, attrs("cubic", "half_pixel")),
+                       doctest::Contains("resizing [1, 1, 3, 4] gives [1, 1, 5, 3]"), Error);
+}
+
 TEST_CASE("grad ops: SoftmaxCrossEntropyLossGrad with weights and ignore_index, every reduction") {
   Tensor x = pattern({3, 4, 2}, 0.6, 2), lab = i64({0, 3, 1, 2, 3, 3}, {3, 2});
   Tensor w = Tensor(DType::f64, {4});

@@ -1,7 +1,8 @@
 // Tests of the tensor ops (Identity, Cast, Shape, Flatten, Reshape, Transpose, Squeeze, Unsqueeze,
-// Concat, Split, Slice, Gather, Expand, Tile, Pad, Trilu): shape rules and CPU kernels against
-// values computed with numpy (pasted), the older opsets' attribute forms through the importer, and
-// the ONNX backend node tests of the tensor, generator and reduction ops.
+// Concat, Split, Slice, Gather, GatherND, ScatterND, Expand, Tile, Pad, Trilu, Resize): shape rules
+// and CPU kernels against values computed with numpy or PyTorch (pasted), the older opsets'
+// attribute forms through the importer, and the ONNX backend node tests of the tensor, generator
+// and reduction ops.
 //
 // This file also defines the helpers of tests/ops/op_test_util.h, which the other op tests use.
 #include <doctest/doctest.h>
@@ -445,10 +446,13 @@ TEST_CASE("Resize, mode nearest: every coordinate mode and rounding, scales or s
   // An empty axis has nothing to copy from.
   CHECK(error_of([&] { run_onnx(19, "Resize", {Tensor(DType::f32, {1, 0}), Tensor(), Tensor(), sizes({1, 3})}, {}, 1, 1); })
             .find("axis 1 is empty") != std::string::npos);
-  // What onnxdp does not resize is named.
-  std::vector<onnx::AttributeProto> linear{attr_s("mode", "linear")};
-  CHECK(error_of([&] { run_onnx(19, "Resize", {x, Tensor(), scales({1, 1, 2, 2})}, linear, 1, 1); })
-            .find("mode 'linear' is not supported") != std::string::npos);
+  // Resize-10 is asymmetric, its nearest rounds down: row h reads floor(h / 2.5) = 0 0 0 1 1 2 2
+  auto up10 = run_onnx(10, "Resize", {x, scales({1, 1, 2.5, 1})}, {attr_s("mode", "nearest")}, 1, 1)[0];
+  REQUIRE(up10.shape() == Shape{1, 2, 7, 4});
+  for (int64_t i = 0; i < up10.numel(); ++i) {
+    const int64_t w = i % 4, h = (i / 4) % 7, ch = i / 28, rows[] = {0, 0, 0, 1, 1, 2, 2};
+    CHECK(up10.as<float>()[i] == x.as<float>()[ch * 12 + rows[h] * 4 + w]);
+  }
   CHECK(error_of([&] { run_onnx(19, "Resize", {x, Tensor(), scales({1, 1, 2, 2})}, attrs("asymmetric", "floor"), 1, 3); })
             .find("must be known") != std::string::npos);
 }
@@ -464,6 +468,202 @@ TEST_CASE("GatherElements picks along an axis (np.take_along_axis), negative ind
   CHECK(error_of([&] { run_op(Op::GatherElements, {d, make(DType::i64, {4}, {0, 0, 0, 0})}); }).find("rank") !=
         std::string::npos);
 }
+
+// ---- Resize linear / cubic -----------------------------------------------------------------------
+
+namespace {
+// x[i] = ((7 i) mod 11) / 4 - 1: uneven values, so interpolation errors show.
+Tensor wavy(DType t, Shape s) {
+  std::vector<double> v(size_t(shape_numel(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double((i * 7) % 11) * 0.25 - 1;
+  return make(t, s, v);
+}
+Tensor f32s(std::vector<double> v) { return make(DType::f32, {int64_t(v.size())}, v); }
+Tensor i64s(std::vector<double> v) { return make(DType::i64, {int64_t(v.size())}, v); }
+std::vector<onnx::AttributeProto> interp(const char* mode, const char* ct, std::vector<onnx::AttributeProto> more = {}) {
+  more.push_back(attr_s("mode", mode));
+  more.push_back(attr_s("coordinate_transformation_mode", ct));
+  return more;
+}
+}  // namespace
+
+// Expected values: PyTorch's F.interpolate in float64 on x = wavy [1, 1, 3, 4] (the trilinear case
+// on wavy [1, 1, 2, 2, 3]), printed to 12 digits:
+//   F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)
+//   F.interpolate(x, size=(5, 7), mode='bilinear', align_corners=True)
+//   F.interpolate(x, size=(2, 3), mode='bilinear', align_corners=False)
+//   F.interpolate(x, size=(5, 3), mode='bicubic', align_corners=False)
+//   F.interpolate(x, scale_factor=1.5, mode='bicubic', align_corners=True)
+//   F.interpolate(x3, size=(3, 3, 4), mode='trilinear', align_corners=False)
+// Both PyTorch exporters write these as Resize linear / cubic (cubic_coeff_a -0.75) with
+// coordinate_transformation_mode half_pixel or align_corners, the scales or the sizes as given.
+TEST_CASE("Resize linear and cubic match PyTorch's bilinear, bicubic and trilinear interpolate") {
+  struct Want {
+    const char* mode;
+    const char* ct;
+    Tensor scales, sizes;
+    Shape out;
+    std::vector<double> y;
+  };
+  const std::vector<Want> cases = {
+      {"linear", "half_pixel", f32s({1, 1, 2, 2}), Tensor(), {1, 1, 6, 8},
+       {-1, -0.5625, 0.3125, 0.5, 0, 0.1875, 1.0625, 1.5, -0.625, -0.359375, 0.171875, 0.359375, 0.203125, 0.390625,
+        0.921875, 1.1875, 0.125, 0.046875, -0.109375, 0.078125, 0.609375, 0.796875, 0.640625, 0.5625, 0.1875, 0.109375,
+        -0.046875, 0.140625, 0.671875, 0.6875, 0.1875, -0.0625, -0.4375, -0.171875, 0.359375, 0.546875, 0.390625,
+        0.0625, -0.4375, -0.6875, -0.75, -0.3125, 0.5625, 0.75, 0.25, -0.25, -0.75, -1}},
+      {"linear", "align_corners", Tensor(), i64s({1, 1, 5, 7}), {1, 1, 5, 7},
+       {-1, -0.125, 0.75, 0.25, -0.25, 0.625, 1.5, -0.25, -0.0625, 0.125, 0.3125, 0.5, 0.6875, 0.875, 0.5, 0, -0.5, 0.375,
+        1.25, 0.75, 0.25, -0.125, 0.0625, 0.25, 0.4375, 0.625, 0.125, -0.375, -0.75, 0.125, 1, 0.5, 0, -0.5, -1}},
+      {"linear", "half_pixel", Tensor(), i64s({1, 1, 2, 3}), {1, 1, 2, 3},
+       {-0.447916666667, 0.28125, 1.01041666667, -0.260416666667, 0.46875, -0.520833333333}},
+      {"cubic", "half_pixel", Tensor(), i64s({1, 1, 5, 3}), {1, 1, 5, 3},
+       {-0.833009259259, 0.238, 1.30900925926, -0.262994212963, 0.2709375, 1.0115775463, 0.326099537037, 0.375,
+        0.423900462963, -0.091994212963, 0.61828125, -0.42846412037, -0.559009259259, 0.7945625, -0.998425925926}},
+      // scale 1.5 on 3 rows gives 4: align_corners maps the ends onto each other ((3 - 1) / (4 - 1)), as PyTorch
+      {"cubic", "align_corners", f32s({1, 1, 1.5, 1.5}), Tensor(), {1, 1, 4, 6},
+       {-1, 0.179, 0.7, -0.2, 0.321, 1.5, 0.166666666667, -0.231, -0.102740740741, 0.709592592593, 0.993074074074,
+        0.782407407407, 0.273148148148, -0.124518518519, 0.0318518518519, 0.928518518519, 0.645092592593,
+        -0.282407407407, -0.75, 0.429, 1.016, 0.314, -0.496, -1}},
+      {"linear", "half_pixel", Tensor(), i64s({1, 1, 3, 3, 4}), {1, 1, 3, 3, 4},
+       {-1, 0.09375, 0.375, -0.25, 0.25, 0.484375, 0.25, -0.375, 1.5, 0.875, 0.125, -0.5, 0.125, 0.359375, 0.125, -0.5,
+        0.6875, 0.4921875, 2.77555756156e-17, -0.625, 1.25, 0.625, -0.125, -0.75, 1.25, 0.625, -0.125, -0.75, 1.125, 0.5,
+        -0.25, -0.875, 1, 0.375, -0.375, -1}},
+  };
+  for (const Want& w : cases) {
+    CAPTURE(w.mode);
+    CAPTURE(w.ct);
+    const Shape in = w.out.size() == 5 ? Shape{1, 1, 2, 2, 3} : Shape{1, 1, 3, 4};
+    for (DType t : {DType::f32, DType::f64}) {
+      const std::vector<Tensor> ins = w.sizes.numel() ? std::vector<Tensor>{wavy(t, in), Tensor(), Tensor(), w.sizes}
+                                                      : std::vector<Tensor>{wavy(t, in), Tensor(), w.scales};
+      check(run_onnx(19, "Resize", ins, interp(w.mode, w.ct), 1, 1)[0], t, w.out, w.y, t == DType::f32 ? 1e-6 : 1e-10);
+    }
+  }
+  // float16 rounds the double result once
+  check(run_onnx(19, "Resize", {wavy(DType::f16, {1, 1, 3, 4}), Tensor(), Tensor(), i64s({1, 1, 2, 3})},
+                 interp("linear", "half_pixel"), 1, 1)[0],
+        DType::f16, {1, 1, 2, 3}, {-0.447916666667, 0.28125, 1.01041666667, -0.260416666667, 0.46875, -0.520833333333},
+        1e-3);
+}
+
+// Expected values: onnx.reference's Resize (onnx 1.22.0) in float64 on x = wavy [1, 1, 3, 4] or
+// x5 = wavy [1, 1, 5, 5], with the attributes named on each line.
+TEST_CASE("Resize linear and cubic: antialias, exclude_outside, crops, axes, aspect ratio, Resize-10") {
+  const Tensor x = wavy(DType::f32, {1, 1, 3, 4}), x5 = wavy(DType::f32, {1, 1, 5, 5});
+  // Resize-10 (X, scales): coordinates asymmetric
+  check(run_onnx(10, "Resize", {x, f32s({1, 1, 2, 2})}, {attr_s("mode", "linear")}, 1, 1)[0], DType::f32, {1, 1, 6, 8},
+        {-1, -0.125, 0.75, 0.25, -0.25, 0.625, 1.5, 1.5, -0.25, -0.0625, 0.125, 0.3125, 0.5, 0.6875, 0.875, 0.875,
+         0.5, 0, -0.5, 0.375, 1.25, 0.75, 0.25, 0.25, -0.125, 0.0625, 0.25, 0.4375, 0.625, 0.125, -0.375, -0.375,
+         -0.75, 0.125, 1, 0.5, 0, -0.5, -1, -1, -0.75, 0.125, 1, 0.5, 0, -0.5, -1, -1});
+  // cubic, antialias, exclude_outside, cubic_coeff_a -0.5, scales 0.6 and 0.5
+  check(run_onnx(19, "Resize", {x5, Tensor(), f32s({1, 1, 0.6, 0.5})},
+                 interp("cubic", "half_pixel", {attr_i("antialias", 1), attr_i("exclude_outside", 1), attr_f("cubic_coeff_a", -0.5f)}),
+                 1, 1)[0],
+        DType::f32, {1, 1, 3, 2},
+        {0.0489700649652, 0.406116961188, -0.0920307548553, 0.258302568015, 0.241438663886, 0.110488262897});
+  // linear, antialias, sizes [2, 4]
+  check(run_onnx(19, "Resize", {x5, Tensor(), Tensor(), i64s({1, 1, 2, 4})},
+                 interp("linear", "half_pixel", {attr_i("antialias", 1)}), 1, 1)[0],
+        DType::f32, {1, 1, 2, 4},
+        {-0.308461538462, 0.388333333333, 0.248333333333, 0.705384615385, 0.354615384615, -0.105, 0.268333333333,
+         0.0484615384615});
+  // linear, half_pixel_symmetric, scales 1.7 and 0.8 (float32, as given)
+  check(run_onnx(19, "Resize", {x, Tensor(), f32s({1, 1, 1.7, 0.8})}, interp("linear", "half_pixel_symmetric"), 1, 1)[0],
+        DType::f32, {1, 1, 5, 3},
+        {-0.562499967404, 0.25, 1.0624999674, -0.22794115156, 0.301470590298, 0.830882332156, 0.249999981374, 0.375,
+         0.500000018626, -0.0808823321556, 0.448529409702, -0.235294078396, -0.312499967404, 0.5, -0.749999981374});
+  // cubic, tf_crop_and_resize, axes [3, 2], roi [0.8, 0.1, 0.2, 1.2] (axis 3 reversed), sizes [4, 3],
+  // extrapolation_value 7: the last row lies outside the input
+  check(run_onnx(19, "Resize", {x5, f32s({0.8, 0.1, 0.2, 1.2}), Tensor(), i64s({4, 3})},
+                 interp("cubic", "tf_crop_and_resize", {attr_ints("axes", {3, 2}), attr_f("extrapolation_value", 7)}), 1,
+                 1)[0],
+        DType::f32, {1, 1, 3, 4}, {0.66836, 0.038796, 0.439316, 0.87816, -0.07472, 1.0694, 0.51776, -0.914672, 7, 7, 7, 7},
+        1e-5);
+  // linear, keep_aspect_ratio_policy not_larger, axes [2, 3], sizes [6, 6]: scale min(6/3, 6/4) = 1.5
+  check(run_onnx(19, "Resize", {x, Tensor(), Tensor(), i64s({6, 6})},
+                 interp("linear", "half_pixel", {attr_ints("axes", {2, 3}), attr_s("keep_aspect_ratio_policy", "not_larger")}),
+                 1, 1)[0],
+        DType::f32, {1, 1, 5, 6},
+        {-1, -0.125, 0.583333333333, -0.0833333333333, 0.625, 1.5, -0.25, -0.0625, 0.1875, 0.4375, 0.6875, 0.875,
+         0.291666666667, 0.0208333333333, -0.0347222222222, 0.826388888889, 0.541666666667, 0.0416666666667,
+         -0.541666666667, 0.104166666667, 0.659722222222, 0.298611111111, -0.291666666667, -0.791666666667, -0.75,
+         0.125, 0.833333333333, 0.166666666667, -0.5, -1});
+  // What onnxdp does not resize is named.
+  auto err = [&](std::vector<Tensor> ins, std::vector<onnx::AttributeProto> attrs) {
+    return error_of([&] { run_onnx(19, "Resize", ins, attrs, 1, 1); });
+  };
+  CHECK(err({x, Tensor(), f32s({1, 1, 2, 2})}, {attr_s("mode", "area")}).find("mode 'area' is not one of") != std::string::npos);
+  CHECK(err({make(DType::i32, {1, 2}, {1, 2}), Tensor(), f32s({1, 2})}, interp("linear", "half_pixel"))
+            .find("interpolates float tensors") != std::string::npos);
+  CHECK(err({x, f32s({0, 0, 0, 0, 1, 1, 1, 1}), Tensor(), i64s({1, 1, 2, 2})}, interp("nearest", "tf_crop_and_resize"))
+            .find("tf_crop_and_resize is supported with modes linear and cubic") != std::string::npos);
+  CHECK(err({x, f32s({0, 0, 0, 0, 1, 1, 1, 1}), f32s({1, 1, 2, 2})}, interp("linear", "tf_crop_and_resize"))
+            .find("tf_crop_and_resize with scales") != std::string::npos);
+  CHECK(err({x, Tensor(), Tensor(), i64s({1, 1, 2, 2})}, interp("linear", "tf_crop_and_resize")).find("needs roi") !=
+        std::string::npos);
+  CHECK(err({x, Tensor(), f32s({1, 1, 0.5, 0.5})}, {attr_i("antialias", 1)}).find("antialias applies to modes linear") !=
+        std::string::npos);
+  CHECK(err({x, Tensor(), Tensor(), i64s({2, 2})}, interp("linear", "half_pixel", {attr_ints("axes", {2, 3}),
+                                                                                   attr_s("keep_aspect_ratio_policy", "fit")}))
+            .find("keep_aspect_ratio_policy 'fit'") != std::string::npos);
+}
+
+// ---- GatherND, ScatterND -------------------------------------------------------------------------
+
+// Expected values: onnx.reference's GatherND / ScatterND (numpy indexing) on the data shown.
+TEST_CASE("GatherND picks slices or elements by index tuples, batch_dims, negative indices from the end") {
+  const Tensor d = arange(DType::f32, {2, 3, 4});  // 0 .. 23
+  // tuples of 2 on [2, 3, 4]: rows [1, 2], [0, 0], [0, 2]
+  check(run_op(Op::GatherND, {d, make(DType::i64, {3, 2}, {1, -1, 0, 0, -2, 2})})[0], DType::f32, {3, 4},
+        {20, 21, 22, 23, 0, 1, 2, 3, 8, 9, 10, 11});
+  // full tuples: elements [1, 2, 3], [0, 2, 0]
+  check(run_op(Op::GatherND, {d, make(DType::i64, {2, 3}, {1, 2, 3, 0, -1, 0})})[0], DType::f32, {2}, {23, 8});
+  // batch_dims 1: per batch b, data[b][tuple]
+  check(run_op(Op::GatherND, {d, make(DType::i32, {2, 2, 1}, {2, 0, 1, -1})}, {{"batch_dims", int64_t(1)}})[0],
+        DType::f32, {2, 2, 4}, {8, 9, 10, 11, 0, 1, 2, 3, 16, 17, 18, 19, 20, 21, 22, 23});
+  check(run_op(Op::GatherND, {d, make(DType::i64, {2, 1, 2}, {2, 3, 0, 1})}, {{"batch_dims", int64_t(1)}})[0],
+        DType::f32, {2, 1}, {11, 13});
+  // any dtype (an attention mask's bool), through the importer
+  check(run_onnx(13, "GatherND", {make(DType::boolean, {2, 2}, {1, 0, 0, 1}), make(DType::i64, {2, 2}, {0, 1, 1, 1})},
+                 {}, 1, 1)[0],
+        DType::boolean, {2}, {0, 1});
+  CHECK(error_of([&] { run_op(Op::GatherND, {d, make(DType::i64, {1, 2}, {0, 3})}); })
+            .find("index 3 (element 1 of the indices) is out of range for axis 1 of size 3") != std::string::npos);
+  CHECK(error_of([&] { run_op(Op::GatherND, {d, make(DType::i64, {1, 4}, {0, 0, 0, 0})}); }).find("expected 1 to 3") !=
+        std::string::npos);
+  CHECK(error_of([&] {
+          run_op(Op::GatherND, {d, make(DType::i64, {3, 1}, {0, 0, 0})}, {{"batch_dims", int64_t(1)}});
+        }).find("batch dim 0 differs") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(11, "GatherND", {d, make(DType::i64, {2, 1}, {0, 1})}, {attr_i("batch_dims", 1)}, 1, 1); })
+            .find("batch_dims needs opset 12") != std::string::npos);
+}
+
+TEST_CASE("ScatterND writes slices in index order, every reduction; repeated tuples under none keep the last") {
+  const Tensor d = arange(DType::f32, {4, 3});  // 0 .. 11
+  const Tensor idx = make(DType::i64, {3, 1}, {1, 3, 1});  // row 1 twice
+  const Tensor upd = make(DType::f32, {3, 3}, {10, -11, 4, -20, 21, 9, 30, 0, -32});
+  auto scatter = [&](const char* reduction) {
+    return run_op(Op::ScatterND, {d, idx, upd}, {{"reduction", Attr(std::string(reduction))}})[0];
+  };
+  check(scatter("none"), DType::f32, {4, 3}, {0, 1, 2, 30, 0, -32, 6, 7, 8, -20, 21, 9});
+  check(scatter("add"), DType::f32, {4, 3}, {0, 1, 2, 43, -7, -23, 6, 7, 8, -11, 31, 20});
+  check(scatter("mul"), DType::f32, {4, 3}, {0, 1, 2, 900, -0.0, -640, 6, 7, 8, -180, 210, 99});
+  check(scatter("max"), DType::f32, {4, 3}, {0, 1, 2, 30, 4, 5, 6, 7, 8, 9, 21, 11});
+  check(scatter("min"), DType::f32, {4, 3}, {0, 1, 2, 3, -11, -32, 6, 7, 8, -20, 10, 9});
+  // int64 add, elements by full tuples (negative from the end), through the importer
+  check(run_onnx(16, "ScatterND", {arange(DType::i64, {4, 3}), make(DType::i64, {2, 2}, {0, 1, 2, -1}),
+                                    make(DType::i64, {2}, {100, 200})},
+                 {attr_s("reduction", "add")}, 1, 1)[0],
+        DType::i64, {4, 3}, {0, 101, 2, 3, 4, 5, 6, 7, 208, 9, 10, 11});
+  CHECK(error_of([&] { run_op(Op::ScatterND, {d, make(DType::i64, {1, 1}, {4}), make(DType::f32, {1, 3}, {1, 2, 3})}); })
+            .find("index 4 (element 0 of the indices) is out of range for axis 0 of size 4") != std::string::npos);
+  CHECK(error_of([&] { run_op(Op::ScatterND, {d, idx, make(DType::f32, {3, 2}, {0, 0, 0, 0, 0, 0})}); })
+            .find("need [3, 3]") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(16, "ScatterND", {d, idx, upd}, {attr_s("reduction", "max")}, 1, 1); })
+            .find("reduction 'max' needs opset 18") != std::string::npos);
+}
+
+TEST_CASE("ONNX node tests of GatherND and ScatterND") { check_node_tests({"GatherND", "ScatterND"}, 8); }
 
 TEST_CASE("Cast refuses element types onnxdp lacks, naming them") {
   std::string e = error_of([] { run_onnx(13, "Cast", {arange(DType::f32, {2})}, {attr_i("to", 8)}); });
