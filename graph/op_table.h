@@ -133,6 +133,7 @@
   X(ReduceSum,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceMax,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceMin,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
+  X(ReduceProd,                 reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ArgMax,                     reduction,  1, 1, 1, 1, "axis:i=0,keepdims:i=1,select_last_index:i=0") \
   X(ArgMin,                     reduction,  1, 1, 1, 1, "axis:i=0,keepdims:i=1,select_last_index:i=0") \
   /* Collectives (domain onnxdp), inserted by the data-parallel pass (parallel/data_parallel.h): */ \
@@ -203,7 +204,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 107
+#define ONNXDP_OP_COUNT 108
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

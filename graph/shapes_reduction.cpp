@@ -35,6 +35,7 @@ void shape_ReduceMean(ShapeCtx& c) { shape_reduce(c, false); }
 void shape_ReduceSum(ShapeCtx& c) { shape_reduce(c, false); }
 void shape_ReduceMax(ShapeCtx& c) { shape_reduce(c, true); }
 void shape_ReduceMin(ShapeCtx& c) { shape_reduce(c, true); }
+void shape_ReduceProd(ShapeCtx& c) { shape_reduce(c, false); }
 
 // ArgMax / ArgMin: int64 indices along `axis`, which becomes 1 (keepdims) or disappears.
 static void shape_arg(ShapeCtx& c) {

@@ -16,6 +16,9 @@ void import_ReduceMax(ImportCtx& c) {
 void import_ReduceMin(ImportCtx& c) {
   if (c.opset < 18) c.attr_to_input("axes", 1);
 }
+void import_ReduceProd(ImportCtx& c) {
+  if (c.opset < 18) c.attr_to_input("axes", 1);
+}
 
 void import_ArgMax(ImportCtx& c) {}
 void import_ArgMin(ImportCtx& c) {}

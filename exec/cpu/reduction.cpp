@@ -24,11 +24,11 @@ namespace onnxdp {
 
 namespace {
 
-enum class ReduceKind { sum, mean, max, min };
+enum class ReduceKind { sum, mean, max, min, prod };
 template <ReduceKind K>
 inline constexpr bool kExtremum = K == ReduceKind::max || K == ReduceKind::min;
 
-// acc[c] = acc[c] + p[c] (sum, mean) or the larger / smaller, NaN winning (max, min), for c < w, in double: one
+// acc[c] = acc[c] + p[c] (sum, mean), acc[c] * p[c] (prod) or the larger / smaller, NaN winning (max, min), for c < w, in double: one
 // row segment of a float or double input into fast path 1's block of accumulators (see reduce()).
 // Built for x86-64-v3 too: the columns are independent, so the loop runs 4 doubles at a time.
 template <ReduceKind K, class T>
@@ -37,6 +37,7 @@ ONNXDP_CPU_CLONES void accumulate_segment(double* acc, const T* p, int64_t w) {
     const double v = double(p[c]);
     if constexpr (K == ReduceKind::max) acc[c] = (v > acc[c] || v != v) ? v : acc[c];
     else if constexpr (K == ReduceKind::min) acc[c] = (v < acc[c] || v != v) ? v : acc[c];
+    else if constexpr (K == ReduceKind::prod) acc[c] = acc[c] * v;
     else acc[c] = acc[c] + v;
   }
 }
@@ -49,7 +50,8 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   T* dst = out.as<T>();
 
   A init;
-  if constexpr (!kExtremum<K>) init = A(0);
+  if constexpr (K == ReduceKind::prod) init = A(1);  // the empty product
+  else if constexpr (!kExtremum<K>) init = A(0);
   else if constexpr (E::kind == ElemKind::floating)
     init = (K == ReduceKind::max ? -1 : 1) * std::numeric_limits<double>::infinity();
   else init = K == ReduceKind::max ? int64_t(std::numeric_limits<T>::lowest()) : int64_t(std::numeric_limits<T>::max());
@@ -58,7 +60,10 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
     else return E::to_i64(v);
   };
   auto combine = [](A a, A b) -> A {
-    if constexpr (!kExtremum<K>) return a + b;
+    if constexpr (K == ReduceKind::prod) {
+      if constexpr (E::kind == ElemKind::floating) return a * b;
+      else return int64_t(uint64_t(a) * uint64_t(b));  // wraps (defined) as the element type would
+    } else if constexpr (!kExtremum<K>) return a + b;
     else if constexpr (K == ReduceKind::max) return (b > a || b != b) ? b : a;  // NaN wins (floats)
     else return (b < a || b != b) ? b : a;
   };
@@ -169,7 +174,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   // the lanes as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) and adds the tail elements in order. The
   // lanes break the serial add chain; the order is fixed, so a run is reproducible and does not
   // depend on the thread count. Floats still accumulate in double.
-  if constexpr (!kExtremum<K> && E::kind == ElemKind::floating) {
+  if constexpr ((K == ReduceKind::sum || K == ReduceKind::mean) && E::kind == ElemKind::floating) {
     if (nr == 1 && row_stride == 1 && row >= 32 && (n_out >= 4 * int64_t(threads) || !parallel || threads == 1)) {
       parallel_for(n_out, parallel, [&](int64_t o) {
         const T* p = src + base_of(o);
@@ -275,5 +280,7 @@ void arg_forward(KernelCtx& c) {
 void ArgMax_forward(KernelCtx& c) { arg_forward<true>(c); }
 void ArgMin_forward(KernelCtx& c) { arg_forward<false>(c); }
 void ReduceMin_forward(KernelCtx& c) { reduce_forward<ReduceKind::min>(c); }
+// Products accumulate in double (floats) or int64 (integers, wrapping as the element type on store).
+void ReduceProd_forward(KernelCtx& c) { reduce_forward<ReduceKind::prod>(c); }
 
 }  // namespace onnxdp

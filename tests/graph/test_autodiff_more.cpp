@@ -133,6 +133,19 @@ TEST_CASE("autodiff more: ReduceMin, as ReduceMax: the minimum takes dy, ties sp
   check_values(g[0], {3, 3, 0, 0, 9, 0});
 }
 
+TEST_CASE("autodiff more: ReduceProd, the product of the others, with one zero and with two in a set") {
+  Case c;
+  ValueId x = c.param("x", {3, 4});
+  gradcheck(c, c.node(Op::ReduceProd, {x, c.ints({1}, "a")}, {{"keepdims", Attr(int64_t(0))}}));
+  // x = [[2, 3, 4], [0, 5, 7], [0, 0, 2]] prod over axis 1 with R = [1, 2, 3]; by hand:
+  // row 0: (12, 8, 6); row 1, one zero: (35, 0, 0) * 2; row 2, two zeros: all 0
+  Case t;
+  ValueId y = fixed_param(t, "x", {3, 3}, {2, 3, 4, 0, 5, 7, 0, 0, 2});
+  std::vector<Tensor> g =
+      gradients(t, t.node(Op::ReduceProd, {y, t.ints({1}, "ax")}, {{"keepdims", Attr(int64_t(0))}}), {1, 2, 3});
+  check_values(g[0], {12, 8, 6, 70, 0, 0, 0, 0, 0});
+}
+
 // ---- Resize (nearest) ----------------------------------------------------------------------------
 
 TEST_CASE("autodiff more: Resize nearest, up on some axes and down on others, scales and sizes") {

@@ -45,6 +45,8 @@ TEST_CASE("ReduceSum / ReduceMean / ReduceMax over axes, keepdims, negative axes
   // x.min(axis=-1, keepdims=True), x.min()
   check(run_op(Op::ReduceMin, {x, ints({-1})})[0], DType::f32, {2, 3, 1}, {-3.0, -1.0, 1.0, 3.0, 5.0, -7.25});
   check(run_op(Op::ReduceMin, {x}, {{"keepdims", int64_t(0)}})[0], DType::f32, {}, {-7.25});
+  // x.prod(axis=(0, 2)) (numpy, pasted)
+  check(run_op(Op::ReduceProd, {x, ints({0, 2})}, {{"keepdims", int64_t(0)}})[0], DType::f32, {3}, {4252.5, -0.0, -22837.5}, 1e-6);
   // noop_with_empty_axes: the identity
   check(run_op(Op::ReduceSum, {x}, {{"noop_with_empty_axes", int64_t(1)}})[0], DType::f32, {2, 3, 4}, x.to_f64());
   CHECK(error_of([&] { run_op(Op::ReduceSum, {x, ints({1, -2})}); }).find("more than once") != std::string::npos);
@@ -59,6 +61,9 @@ TEST_CASE("Reductions of integers and bools") {
   check(run_op(Op::ReduceSum, {m, ints({0})})[0], DType::i32, {1, 2}, {1, 3});
   check(run_op(Op::ReduceMax, {m, ints({0})})[0], DType::i32, {1, 2}, {3, 5});
   check(run_op(Op::ReduceMin, {m, ints({0})})[0], DType::i32, {1, 2}, {-3, -4});
+  // m.prod(axis=0), keepdims; int64 shape entries, as tf2onnx multiplies [batch, heads]
+  check(run_op(Op::ReduceProd, {m, ints({0})})[0], DType::i32, {1, 2}, {-12, 60});
+  check(run_op(Op::ReduceProd, {make(DType::i64, {2}, {8, 2}), ints({0})})[0], DType::i64, {1}, {16});
   Tensor b = make(DType::boolean, {3, 2}, {1, 0, 0, 0, 1, 1});
   check(run_op(Op::ReduceMax, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {1, 0, 1});
   check(run_op(Op::ReduceMin, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {0, 0, 1});
@@ -70,6 +75,7 @@ TEST_CASE("Reductions over an empty set, and NaN in ReduceMax") {
   check(run_op(Op::ReduceSum, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, 0.0));
   check(run_op(Op::ReduceMax, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, -INFINITY));
   check(run_op(Op::ReduceMin, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, INFINITY));
+  check(run_op(Op::ReduceProd, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, 1.0));
   check(run_op(Op::ReduceMean, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, NAN));
   CHECK(run_op(Op::ReduceSum, {e, ints({2})})[0].shape() == Shape{2, 0, 1});
   // np.max propagates NaN
@@ -185,5 +191,5 @@ TEST_CASE("ArgMax and ArgMin: first or last index, keepdims, NaN wins (numpy's a
 }
 
 TEST_CASE("ONNX node tests of the reduction ops") {
-  check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax"}, 30);
+  check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceProd"}, 30);
 }
