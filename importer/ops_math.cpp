@@ -119,7 +119,8 @@ void import_FusedMatMul(ImportCtx& c) { c.fail("internal onnxdp op, not importab
 // Expand fails naming this node otherwise). An explicit output must keep the '...' (as numpy,
 // which refuses to sum over it).
 // Implicit output (no '->'): '...' if any operand has it, then the letters that appear exactly
-// once, sorted (ONNX, numpy). A letter repeated within one operand (a diagonal, 'ii->i') is refused.
+// once, sorted (ONNX, numpy). A letter repeated within one operand (a diagonal, 'ii->i') first
+// takes the diagonal (a mask from OneHot, then ReduceSum).
 
 namespace {
 
@@ -191,6 +192,32 @@ class EinsumLowering {
     t.letters = order;
   }
 
+  // A letter at positions p < q of t (a diagonal, 'ii'): t * eye(n) (1 where the two indices are
+  // equal; n from Shape, the eye from OneHot(Range(n)), folded at load), summed over q. Repeated
+  // until every letter of t is distinct.
+  void diagonals(Term& t) {
+    for (size_t q = 0; q < t.letters.size(); ++q) {
+      const size_t p = t.letters.find(t.letters[q]);
+      if (p == q) continue;
+      const int64_t r = int64_t(t.letters.size());
+      Ref n = dims(t.v, int64_t(q), int64_t(q) + 1);
+      Ref range = node(Op::Range, "diagonal_range", {Ref(c_.add_constant(Tensor::scalar_i64(0), "zero")), n,
+                                                     Ref(c_.add_constant(Tensor::scalar_i64(1), "one"))});
+      Tensor off_on(DType::f32, {2});
+      off_on.as<float>()[0] = 0, off_on.as<float>()[1] = 1;
+      Ref values = node(Op::CastLike, "diagonal_values", {Ref(c_.add_constant(off_on, "off_on")), t.v});
+      Ref eye = node(Op::OneHot, "diagonal_eye", {range, n, values});  // [n, n]
+      std::vector<int64_t> others;
+      for (int64_t d = 0; d < r; ++d)
+        if (d != int64_t(p) && d != int64_t(q)) others.push_back(d);
+      if (!others.empty()) eye = node(Op::Unsqueeze, "diagonal_mask", {eye, ints(others, "axes")});
+      Ref masked = node(Op::Mul, "diagonal_masked", {t.v, eye});
+      t.v = node(Op::ReduceSum, "diagonal", {masked, ints({int64_t(q)}, "axis")}, {{"keepdims", Attr(int64_t(0))}});
+      t.letters.erase(q, 1);
+      --q;
+    }
+  }
+
   // The product of a and b over `contract`, keeping the other letters: [batch, left, right].
   Term combine(Term a, Term b, const std::string& keep) {
     std::string batch, left, contracted, right;
@@ -255,8 +282,10 @@ class EinsumLowering {
   std::vector<PlannedNode> plan_;
 };
 
-// One side of the equation's terms: letters, with '...' as kEllipsis.
-std::string parse_term(const ImportCtx& c, const std::string& eq, const std::string& term, const char* what) {
+// One side of the equation's terms: letters, with '...' as kEllipsis. A letter may repeat in an
+// operand (a diagonal), not in the output.
+std::string parse_term(const ImportCtx& c, const std::string& eq, const std::string& term, const char* what,
+                       bool repeats = false) {
   std::string out;
   for (size_t i = 0; i < term.size(); ++i) {
     const char ch = term[i];
@@ -266,9 +295,8 @@ std::string parse_term(const ImportCtx& c, const std::string& eq, const std::str
       out += kEllipsis;
       i += 2;
     } else if (std::isalpha(static_cast<unsigned char>(ch))) {
-      if (out.find(ch) != std::string::npos)
-        c.fail("equation '{}': letter '{}' repeats in {} '{}' (a diagonal); onnxdp does not support that", eq, ch,
-               what, term);
+      if (!repeats && out.find(ch) != std::string::npos)
+        c.fail("equation '{}': letter '{}' repeats in {} '{}'", eq, ch, what, term);
       out += ch;
     } else {
       c.fail("equation '{}': '{}' in {} '{}' is not a letter", eq, ch, what, term);
@@ -291,7 +319,7 @@ void import_Einsum(ImportCtx& c) {
   std::vector<std::string> terms;
   for (size_t start = 0;;) {
     const size_t comma = lhs.find(',', start);
-    terms.push_back(parse_term(c, *eq_attr, lhs.substr(start, comma - start), "operand"));
+    terms.push_back(parse_term(c, *eq_attr, lhs.substr(start, comma - start), "operand", true));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -380,6 +408,8 @@ void import_Einsum(ImportCtx& c) {
     for (size_t j = k + 1; j < ops.size(); ++j) keep += ops[j].letters;
     return keep;
   };
+  for (Term& t : ops) low.diagonals(t);
+
   Term cur = ops[0];
   for (size_t k = 1; k < ops.size(); ++k) {
     const std::string keep = needed_after(k);

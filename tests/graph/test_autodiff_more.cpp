@@ -213,6 +213,8 @@ TEST_CASE("autodiff more: Einsum (lowered at import) on the exporters' equations
       {"ij,jk,kl->il", {{2, 3}, {3, 2}, {2, 2}}},
       {"ij,jk->i", {{2, 3}, {3, 2}}},
       {"i...j,j->i...", {{2, 2, 2, 3}, {3}}},
+      {"...ii->...i", {{2, 3, 3}}},
+      {"iij,j->i", {{2, 2, 3}, {3}}},
   };
   for (const auto& [eq, shapes] : cases) {
     CAPTURE(eq);
