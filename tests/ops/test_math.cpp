@@ -812,4 +812,22 @@ TEST_CASE("math: Einsum refuses a dropped ellipsis and bad equations, naming the
   CHECK(err("i...,i...->i...", {{2, 6, 1}, {2, 6}}).find("test_node/ellipsis_check") != std::string::npos);
 }
 
+TEST_CASE("math: Einsum lowers attention's equations to a MatMul (and a Transpose), every size helper folded") {
+  auto ops_after_load = [](const std::string& eq, const std::vector<Shape>& shapes) {
+    std::vector<Tensor> ins;
+    for (const Shape& s : shapes) ins.emplace_back(DType::f32, s);
+    Graph g = load_graph(optest::one_node_model(12, "Einsum", ins, {optest::attr_s("equation", eq)}, 1), "", {});
+    std::vector<std::string> ops;
+    for (const Node& n : g.nodes) ops.push_back(op_name(n.op));
+    return ops;
+  };
+  using S = std::vector<std::string>;
+  CHECK(ops_after_load("bhij,bhjd->bhid", {{2, 4, 8, 8}, {2, 4, 8, 16}}) == S{"MatMul"});
+  CHECK(ops_after_load("bhid,bhjd->bhij", {{2, 4, 8, 16}, {2, 4, 8, 16}}) == S{"Transpose", "MatMul"});
+  CHECK(ops_after_load("bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}) == S{"MatMul"});
+  CHECK(ops_after_load("ij->ji", {{2, 3}}) == S{"Transpose"});
+  // two letters contracted: each operand viewed as a matrix around the MatMul
+  CHECK(ops_after_load("bij,bij->b", {{2, 3, 4}, {2, 3, 4}}) == S{"Reshape", "Reshape", "MatMul", "Reshape"});
+}
+
 TEST_CASE("ONNX node tests of Einsum") { optest::check_node_tests({"Einsum"}, 6); }

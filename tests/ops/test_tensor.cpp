@@ -817,6 +817,14 @@ TEST_CASE("DepthToSpace (DCR, CRD) and SpaceToDepth import as Reshape -> Transpo
   CHECK(error_of([&] { run_onnx(13, "DepthToSpace", {x}, {attr_i("blocksize", 2), attr_s("mode", "XYZ")}); })
             .find("mode") != std::string::npos);
   CHECK(error_of([&] { run_onnx(13, "SpaceToDepth", {x}, {}); }).find("blocksize") != std::string::npos);
+  // after load only the three data movements are left (the shape arithmetic folded)
+  for (const char* op : {"DepthToSpace", "SpaceToDepth"}) {
+    Graph g = load_graph(one_node_model(13, op, {Tensor(DType::f32, {2, 8, 4, 4})}, {attr_i("blocksize", 2)}, 1), "", {});
+    REQUIRE(g.nodes.size() == 3);
+    CHECK(g.nodes[0].op == Op::Reshape);
+    CHECK(g.nodes[1].op == Op::Transpose);
+    CHECK(g.nodes[2].op == Op::Reshape);
+  }
 }
 
 TEST_CASE("ONNX node tests of OneHot, DepthToSpace and SpaceToDepth") {
