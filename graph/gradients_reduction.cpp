@@ -102,4 +102,12 @@ void grad_ReduceProd(GradCtx& c) {
 void grad_ArgMax(GradCtx& c) { no_gradient(c); }
 void grad_ArgMin(GradCtx& c) { no_gradient(c); }
 
+// values = GatherElements(x, indices, axis): dy added at the picked elements. The indices output
+// has no gradient.
+void grad_TopK(GradCtx& c) {
+  if (!c.needs(0) || c.dy(0) == kNoValue) return;
+  c.add(0, c.emit(Op::GatherElementsGrad, {c.dy(0), c.out_id(1), c.ints(c.in(0).shape)},
+                  {{"axis", Attr(c.node.i("axis"))}}));
+}
+
 }  // namespace onnxdp

@@ -283,4 +283,52 @@ void ReduceMin_forward(KernelCtx& c) { reduce_forward<ReduceKind::min>(c); }
 // Products accumulate in double (floats) or int64 (integers, wrapping as the element type on store).
 void ReduceProd_forward(KernelCtx& c) { reduce_forward<ReduceKind::prod>(c); }
 
+// The K largest (largest = 1) or smallest elements along the axis with their indices, in that
+// order whatever `sorted` says (unsorted order is the op's choice). Equal values: the lower index
+// first (ONNX); NaN counts as larger than every number (torch.topk), NaNs by index.
+void TopK_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &values = c.out(0), &indices = c.out(1);
+  const int64_t r = in.rank(), axis = normalize_axis(c.node.i("axis"), r, c.node);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= in.dim(int(d));
+  for (int64_t d = axis + 1; d < r; ++d) inner *= in.dim(int(d));
+  const int64_t n = in.dim(int(axis)), k = values.dim(int(axis));
+  const bool largest = c.node.i("largest") != 0;
+  int64_t* idx = indices.as<int64_t>();
+  dispatch_elem(in.dtype, [&]<class E>() {
+    using T = typename E::T;
+    using A = std::conditional_t<E::kind == ElemKind::floating, double, int64_t>;  // exact for int64
+    auto load = [](T v) -> A {
+      if constexpr (E::kind == ElemKind::floating) return E::to_f64(v);
+      else return E::to_i64(v);
+    };
+    const T* src = in.as<const T>();
+    T* dst = values.as<T>();
+    parallel_for(outer * inner, outer * inner * n > parallel_min_elements(), [&](int64_t o) {
+      const int64_t q = o / inner, i = o % inner;
+      const T* p = src + q * n * inner + i;
+      std::vector<A> v(static_cast<size_t>(n));
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = load(p[j * inner]), order[size_t(j)] = j;
+      // a before b: a's value comes first (NaN above every number), then the lower index.
+      auto before = [&](int64_t a, int64_t b) {
+        const A x = v[size_t(a)], y = v[size_t(b)];
+        const bool xn = x != x, yn = y != y;
+        if (xn || yn) {
+          if (xn && yn) return a < b;
+          return largest ? xn : yn;
+        }
+        if (x != y) return largest ? x > y : x < y;
+        return a < b;
+      };
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t at = q * k * inner + j * inner + i;
+        dst[at] = p[order[size_t(j)] * inner];
+        idx[at] = order[size_t(j)];
+      }
+    });
+  });
+}
+
 }  // namespace onnxdp

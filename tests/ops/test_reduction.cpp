@@ -190,6 +190,42 @@ TEST_CASE("ArgMax and ArgMin: first or last index, keepdims, NaN wins (numpy's a
   check(run_op(Op::ArgMin, {big}, {{"keepdims", int64_t(0)}})[0], DType::i64, {}, {1});
 }
 
+TEST_CASE("TopK: largest / smallest along an axis, ties to the lower index, NaN above numbers, k as attribute before opset 10") {
+  // x = [[3, 1, 3, 2], [0, 5, 5, 5], [2, -4, 7, 2]]; numpy: i = np.argsort(-x, 1, kind='stable')[:, :2],
+  // np.take_along_axis(x, i, 1) (stable: equal values keep the lower index first)
+  Tensor x = make(DType::f32, {3, 4}, {3, 1, 3, 2, 0, 5, 5, 5, 2, -4, 7, 2});
+  auto top = run_onnx(11, "TopK", {x, ints({2})}, {}, 2);
+  check(top[0], DType::f32, {3, 2}, {3, 3, 5, 5, 7, 2});
+  check(top[1], DType::i64, {3, 2}, {0, 2, 1, 2, 2, 0});
+  // np.argsort(x, 1, kind='stable')[:, :3]
+  auto low = run_onnx(11, "TopK", {x, ints({3})}, {attr_i("largest", 0), attr_i("axis", 1)}, 2);
+  check(low[0], DType::f32, {3, 3}, {1, 2, 3, 0, 5, 5, -4, 2, 2});
+  check(low[1], DType::i64, {3, 3}, {1, 3, 0, 0, 1, 2, 1, 0, 3});
+  // np.argsort(-x, 0, kind='stable')[:1]
+  auto col = run_onnx(10, "TopK", {x, ints({1})}, {attr_i("axis", 0)}, 2);
+  check(col[0], DType::f32, {1, 4}, {3, 5, 7, 5});
+  check(col[1], DType::i64, {1, 4}, {0, 1, 2, 1});
+  // opset 1 form: k is an attribute
+  auto old = run_onnx(9, "TopK", {x}, {attr_i("k", 2)}, 2);
+  check(old[1], DType::i64, {3, 2}, {0, 2, 1, 2, 2, 0});
+  // int64 data, K = 0
+  auto i64 = run_onnx(11, "TopK", {ints({4, -9, 4}), ints({2})}, {attr_i("largest", 0)}, 2);
+  check(i64[0], DType::i64, {2}, {-9, 4});
+  check(i64[1], DType::i64, {2}, {1, 0});
+  check(run_onnx(11, "TopK", {x, ints({0})}, {}, 2)[0], DType::f32, {3, 0}, {});
+  // NaN counts as the largest (torch.topk), NaNs by index
+  auto nan = run_onnx(11, "TopK", {make(DType::f64, {4}, {1, NAN, 3, NAN}), ints({3})}, {}, 2);
+  check(nan[0], DType::f64, {3}, {NAN, NAN, 3});
+  check(nan[1], DType::i64, {3}, {1, 3, 2});
+  check(run_onnx(11, "TopK", {make(DType::f64, {4}, {1, NAN, 3, NAN}), ints({2})}, {attr_i("largest", 0)}, 2)[1],
+        DType::i64, {2}, {0, 2});
+  CHECK(error_of([&] { run_onnx(11, "TopK", {x, ints({5})}, {}, 2); }).find("outside [0, 4]") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(11, "TopK", {x, ints({2})}, {}, 2, 2); }).find("must be known") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(9, "TopK", {x}, {}, 2); }).find("'k'") != std::string::npos);
+}
+
+TEST_CASE("ONNX node tests of TopK") { check_node_tests({"TopK"}, 4); }
+
 TEST_CASE("ONNX node tests of the reduction ops") {
   check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceProd"}, 30);
 }
