@@ -252,6 +252,7 @@ TEST_CASE("autodiff more: ScatterND none and add, gradients of data and updates;
                      {{"reduction", Attr(std::string("mul"))}});
   ValueId loss = c.node(Op::ReduceSum, {y}, {{"keepdims", Attr(int64_t(0))}});
   CHECK_THROWS_WITH_AS(autodiff(c.g, loss, c.params), doctest::Contains("reduction 'mul' has no gradient"), Error);
+}
 
 // ---- TopK, OneHot, and the composites Einsum, DepthToSpace, SpaceToDepth --------------------------
 
