@@ -62,7 +62,7 @@ TEST_CASE("Reductions of integers and bools") {
   check(run_op(Op::ReduceMax, {m, ints({0})})[0], DType::i32, {1, 2}, {3, 5});
   check(run_op(Op::ReduceMin, {m, ints({0})})[0], DType::i32, {1, 2}, {-3, -4});
   // m.prod(axis=0), keepdims; int64 shape entries, as tf2onnx multiplies [batch, heads]
-  check(run_op(Op::ReduceProd, {m, ints({0})})[0], DType::i32, {1, 2}, {-12, 60});
+  check(run_op(Op::ReduceProd, {m, ints({0})})[0], DType::i32, {1, 2}, {-9, -40});
   check(run_op(Op::ReduceProd, {make(DType::i64, {2}, {8, 2}), ints({0})})[0], DType::i64, {1}, {16});
   Tensor b = make(DType::boolean, {3, 2}, {1, 0, 0, 0, 1, 1});
   check(run_op(Op::ReduceMax, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {1, 0, 1});
