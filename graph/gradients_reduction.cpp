@@ -20,6 +20,26 @@ ValueId spread(GradCtx& c) {
   ValueId g = c.emit(Op::Reshape, {c.dy(), c.ints(kept)});
   return c.emit(Op::Expand, {g, c.ints(s)});
 }
+
+// The reduced axes, normalised (all of them when none are given), and the input's shape with them
+// kept as 1; false for noop_with_empty_axes without axes (the identity).
+bool reduced_axes(GradCtx& c, std::vector<int64_t>& axes, Shape& kept) {
+  const Shape& s = c.in(0).shape;
+  const int64_t r = int64_t(s.size());
+  if (c.node.has_input(1)) axes = c.graph.value(c.in_id(1)).data.to_i64();
+  if (axes.empty() && c.node.i("noop_with_empty_axes")) return false;
+  kept = s;
+  if (axes.empty()) {
+    for (auto& d : kept) d = 1;
+    for (int64_t a = 0; a < r; ++a) axes.push_back(a);
+  } else {
+    for (int64_t& a : axes) {
+      a = normalize_axis(a, r, c.node);
+      kept[size_t(a)] = 1;
+    }
+  }
+  return true;
+}
 }  // namespace
 
 void grad_ReduceSum(GradCtx& c) { c.add(0, spread(c)); }
@@ -35,23 +55,11 @@ void grad_ReduceMean(GradCtx& c) {
 // torch.amin): dx = Where(x == y, dy / count, 0) with y, dy and count kept as [.., 1, ..] over
 // the reduced axes.
 void grad_ReduceMax(GradCtx& c) {
-  const Shape& s = c.in(0).shape;
-  const int64_t r = int64_t(s.size());
   std::vector<int64_t> axes;
-  if (c.node.has_input(1)) axes = c.graph.value(c.in_id(1)).data.to_i64();
-  if (axes.empty() && c.node.i("noop_with_empty_axes")) {
+  Shape kept;
+  if (!reduced_axes(c, axes, kept)) {  // the identity
     c.add(0, c.dy());
     return;
-  }
-  Shape kept = s;
-  if (axes.empty()) {
-    for (auto& d : kept) d = 1;
-    for (int64_t a = 0; a < r; ++a) axes.push_back(a);
-  } else {
-    for (int64_t& a : axes) {
-      a = normalize_axis(a, r, c.node);
-      kept[size_t(a)] = 1;
-    }
   }
   const DType t = c.in(0).dtype;
   auto keep = [&](ValueId v) { return c.graph.value(v).shape == kept ? v : c.emit(Op::Reshape, {v, c.ints(kept)}); };
@@ -68,23 +76,11 @@ void grad_ReduceMin(GradCtx& c) { grad_ReduceMax(c); }
 // included and without dividing by them: where x_i != 0 it is y / x_i; where x_i == 0 it is the
 // product of the set's non-zero elements if x_i is the set's only zero, else 0.
 void grad_ReduceProd(GradCtx& c) {
-  const Shape& s = c.in(0).shape;
-  const int64_t r = int64_t(s.size());
   std::vector<int64_t> axes;
-  if (c.node.has_input(1)) axes = c.graph.value(c.in_id(1)).data.to_i64();
-  if (axes.empty() && c.node.i("noop_with_empty_axes")) {
+  Shape kept;
+  if (!reduced_axes(c, axes, kept)) {  // the identity
     c.add(0, c.dy());
     return;
-  }
-  Shape kept = s;
-  if (axes.empty()) {
-    for (auto& d : kept) d = 1;
-    for (int64_t a = 0; a < r; ++a) axes.push_back(a);
-  } else {
-    for (int64_t& a : axes) {
-      a = normalize_axis(a, r, c.node);
-      kept[size_t(a)] = 1;
-    }
   }
   const DType t = c.in(0).dtype;
   const ValueId x = c.in_id(0);

@@ -38,18 +38,6 @@ const char* const kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 const char* const kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
 const char* const kFxNode = "pkg.torch.onnx.fx_node";
 
-// "['a', 'b.c']" -> {a, b.c}
-std::vector<std::string> name_list(const std::string& s) {
-  std::vector<std::string> names;
-  for (size_t i = 0; (i = s.find('\'', i)) != std::string::npos;) {
-    size_t end = s.find('\'', i + 1);
-    if (end == std::string::npos) break;
-    names.push_back(s.substr(i + 1, end - i - 1));
-    i = end + 1;
-  }
-  return names;
-}
-
 // torch.export's placeholder for parameter `name`: p_ + the name lower-cased, dots as '_'.
 std::string placeholder(const std::string& name) {
   std::string p = "p_";
@@ -518,6 +506,18 @@ std::vector<std::string> export_warnings(const onnx::ModelProto& m) {
                                   bare.size(), joined(bare, 6)));
   }
   return lines;
+}
+
+// The names of a metadata list value: "['a', 'b.c']" -> {a, b.c}
+std::vector<std::string> name_list(const std::string& s) {
+  std::vector<std::string> names;
+  for (size_t i = 0; (i = s.find('\'', i)) != std::string::npos;) {
+    size_t end = s.find('\'', i + 1);
+    if (end == std::string::npos) break;
+    names.push_back(s.substr(i + 1, end - i - 1));
+    i = end + 1;
+  }
+  return names;
 }
 
 }  // namespace onnxdp

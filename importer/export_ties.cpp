@@ -42,18 +42,6 @@ bool legacy_torch_file(const onnx::ModelProto& m) {
   return m.producer_name() == "pytorch" && !has_torch_export_metadata(m);
 }
 
-// "['a', 'b.c']" -> {a, b.c}
-std::vector<std::string> name_list(const std::string& s) {
-  std::vector<std::string> names;
-  for (size_t i = 0; (i = s.find('\'', i)) != std::string::npos;) {
-    size_t end = s.find('\'', i + 1);
-    if (end == std::string::npos) break;
-    names.push_back(s.substr(i + 1, end - i - 1));
-    i = end + 1;
-  }
-  return names;
-}
-
 std::string joined(const std::vector<std::string>& names, size_t most) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < most; ++i) s += (i ? ", " : "") + names[i];
