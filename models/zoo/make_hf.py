@@ -1,8 +1,8 @@
 """Make the Hugging Face part of onnxdp's model zoo: GPT-2, BERT and ViT from tiny configs, each
 exported by both PyTorch exporters, with data and PyTorch's own per-step training losses.
 
-    /work/main/.venvs/torch/bin/python models/zoo/make_hf.py            # all six models
-    /work/main/.venvs/torch/bin/python models/zoo/make_hf.py hf_bert_dynamo hf_vit_legacy
+    .venvs/torch/bin/python models/zoo/make_hf.py            # all six models
+    .venvs/torch/bin/python models/zoo/make_hf.py hf_bert_dynamo hf_vit_legacy
 
 (any python with torch, transformers, onnx, onnxscript and onnxruntime). Writes, for each model,
 models/zoo/<name>/{model.onnx, data.npz, zoo.json} (the format is in models/zoo/README.md).

@@ -2,8 +2,8 @@
 SGD and optax.adamw per-step training losses as the reference.
 
 Re-make them (jax, flax, optax, jax2onnx, onnxruntime):
-    /work/main/.venvs/jax/bin/python models/zoo/make_jax.py   # flax_mlp, flax_attention, flax_causal_lm
-    /work/main/.venvs/jax/bin/python models/zoo/make_jax.py flax_attention  # only some
+    .venvs/jax/bin/python models/zoo/make_jax.py   # flax_mlp, flax_attention, flax_causal_lm
+    .venvs/jax/bin/python models/zoo/make_jax.py flax_attention  # only some
 The output is the same on every run with the same versions (fixed seeds, fixed zip timestamps).
 
 Choices, each for a reason:

@@ -2,9 +2,9 @@
 per-step training losses as the reference.
 
 Re-make them (tensorflow-cpu, keras 3, tf2onnx, onnxruntime):
-    /work/main/.venvs/tf/bin/python models/zoo/make_keras.py  # keras_cnn, keras_layernorm, keras_attention
-    /work/main/.venvs/tf/bin/python models/zoo/make_keras.py keras_cnn  # only some
-    /work/main/.venvs/tf/bin/python models/zoo/make_keras.py --erfc-demo /tmp/erfc.onnx
+    .venvs/tf/bin/python models/zoo/make_keras.py  # keras_cnn, keras_layernorm, keras_attention
+    .venvs/tf/bin/python models/zoo/make_keras.py keras_cnn  # only some
+    .venvs/tf/bin/python models/zoo/make_keras.py --erfc-demo /tmp/erfc.onnx
 The last writes the keras_layernorm architecture with Keras's default (exact) GELU, which tf2onnx
 turns into an `Erfc` node, not an ONNX op: it is not a zoo model, only the demonstration of that
 quirk (see models/zoo/README.md, "Keras and JAX").

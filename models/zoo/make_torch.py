@@ -2,8 +2,8 @@
 """The PyTorch-module models of onnxdp's zoo (format: models/zoo/README.md), with their data and
 PyTorch's own per-step training losses.
 
-    /work/main/.venvs/torch/bin/python models/zoo/make_torch.py            # every model below
-    /work/main/.venvs/torch/bin/python models/zoo/make_torch.py lstm_legacy
+    .venvs/torch/bin/python models/zoo/make_torch.py            # every model below
+    .venvs/torch/bin/python models/zoo/make_torch.py lstm_legacy
 
 Needs torch, onnxscript (the dynamo exporter), onnx, onnxruntime, numpy. Deterministic: every model
 is torch's random init from a fixed seed, every data set numpy's from a fixed seed; re-running

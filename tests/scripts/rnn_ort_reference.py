@@ -3,7 +3,7 @@ Runtime (an independent implementation), written as tests/ops/rnn_ort_expected.h
 
 Inputs are pattern(shape, phase, scale): element i = sin(0.37 i + phase) * scale, float32, as the
 C++ test builds them. Run with the torch venv (it has onnxruntime):
-    /work/main/.venvs/torch/bin/python tests/scripts/rnn_ort_reference.py
+    .venvs/torch/bin/python tests/scripts/rnn_ort_reference.py
 """
 import os
 

@@ -2,7 +2,7 @@
 exported with both PyTorch exporters, with PyTorch's own outputs and SGD losses, in
 tests/fixtures/rnn/ (tests/train/test_rnn_torch.cpp checks onnxdp against them).
 
-    /work/main/.venvs/torch/bin/python tests/scripts/torch_rnn_reference.py
+    .venvs/torch/bin/python tests/scripts/torch_rnn_reference.py
 
 Per model NAME (lstm: bidirectional, batch_first; gru: two layers, batch_first; rnn: relu,
 bidirectional, batch_first; lstm_packed: lstm on pack_padded_sequence(x, lengths), which the
