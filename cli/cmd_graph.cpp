@@ -30,6 +30,7 @@ Command add_graph_command(CLI::App& parent) {
   sub->add_option("--loss", *loss, "cross_entropy | mse | bce_with_logits | l1 | none")->capture_default_str();
   sub->add_option("--label", o->label, "Name of the target input")->capture_default_str();
   sub->add_option("--freeze", o->freeze, "Initializers not to train (regex, repeatable)");
+  sub->add_option("--trainable", o->trainable, "Initializers to train although taken for constants (regex, repeatable)");
   sub->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics");
   sub->add_option("--bucket-mb", o->bucket_mb, "Gradient bucket size in MB")->capture_default_str();
   sub->add_option("--mixed-precision", o->mixed_precision, "bf16 or fp16: the graph as train / run compute it")

@@ -18,6 +18,7 @@
 #include "importer/importer.h"
 #include "importer/onnx_io.h"
 #include "importer/export_metadata.h"
+#include "importer/trainability.h"
 
 namespace onnxdp::cli {
 
@@ -45,11 +46,6 @@ std::string dtype_str(int onnx_type) {
   std::string s = onnx_type_name(onnx_type);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   return s;
-}
-
-bool is_float_type(int onnx_type) {
-  DType d;
-  return dtype_from_onnx(onnx_type, &d) && dtype_is_float(d);
 }
 
 // A graph input/output: dtype and the declared (possibly symbolic) shape; shape is null when
@@ -104,67 +100,7 @@ std::string bytes_text(int64_t b) {
   return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
-// Which values carry a gradient back from the graph outputs, read from the proto alone (the
-// model may hold ops onnxdp cannot import). A value carries one when it is floating point and a
-// consumer that carries one takes it at a differentiable input. Ops whose outputs are integer or
-// bool (Shape, Equal, ArgMax, Cast to int ...) and index/shape inputs (Reshape's shape, Gather's
-// indices, Where's condition ...) stop the path, as they do in autodiff: a causal-mask buffer
-// feeding only Equal does not train.
-std::set<std::string> gradient_values(const onnx::GraphProto& gp) {
-  static const std::set<std::string> int_outputs = {
-      "Shape", "Size", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor",
-      "IsNaN", "IsInf", "ArgMax", "ArgMin", "NonZero", "NonMaxSuppression"};
-  // op -> its inputs that take no gradient (shapes, indices, axes, conditions, running stats)
-  static const std::map<std::string, std::set<int>> no_grad_inputs = {
-      {"Reshape", {1}}, {"Expand", {1}}, {"Tile", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}}, {"Split", {1}},
-      {"Slice", {1, 2, 3, 4}}, {"Gather", {1}}, {"GatherElements", {1}}, {"GatherND", {1}},
-      {"ScatterElements", {1}}, {"ScatterND", {1}}, {"Pad", {1, 2, 3}}, {"Resize", {1, 2, 3}}, {"Upsample", {1}},
-      {"ReduceSum", {1}}, {"ReduceMean", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
-      {"ReduceL1", {1}}, {"ReduceL2", {1}}, {"ReduceLogSumExp", {1}}, {"ReduceSumSquare", {1}}, {"Clip", {1, 2}},
-      {"Dropout", {1, 2}}, {"BatchNormalization", {3, 4}}, {"Where", {0}}, {"Range", {0, 1, 2}},
-      {"ConstantOfShape", {0}}, {"TopK", {1}}, {"OneHot", {0, 1}}, {"CumSum", {1}}, {"Trilu", {1}},
-      {"Compress", {1}}, {"SoftmaxCrossEntropyLoss", {1}}, {"NegativeLogLikelihoodLoss", {1}}};
-
-  // Floating-point-ness of every value: declared types where the proto has them, else by op.
-  std::map<std::string, bool> is_float;
-  for (const auto& t : gp.initializer()) is_float[t.name()] = is_float_type(t.data_type());
-  auto declared = [&](const onnx::ValueInfoProto& vi) {
-    if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type() != 0)
-      is_float[vi.name()] = is_float_type(vi.type().tensor_type().elem_type());
-  };
-  for (const auto& vi : gp.input()) declared(vi);
-  for (const auto& n : gp.node()) {
-    bool cast_to_int = false;
-    if (n.op_type() == "Cast")
-      for (const auto& a : n.attribute())
-        if (a.name() == "to") cast_to_int = !is_float_type(int(a.i()));
-    for (int k = 0; k < n.output_size(); ++k) {
-      bool index_out = (k == 1 && (n.op_type() == "MaxPool" || n.op_type() == "TopK" || n.op_type() == "Dropout")) ||
-                       (k >= 1 && n.op_type() == "Unique");
-      is_float[n.output(k)] = !(int_outputs.count(n.op_type()) || cast_to_int || index_out);
-    }
-  }
-  for (const auto& vi : gp.value_info()) declared(vi);
-  for (const auto& vi : gp.output()) declared(vi);
-
-  std::set<std::string> needed;
-  for (const auto& o : gp.output())
-    if (is_float[o.name()]) needed.insert(o.name());
-  for (int i = gp.node_size() - 1; i >= 0; --i) {
-    const auto& n = gp.node(i);
-    bool carries = false;
-    for (const auto& o : n.output()) carries |= needed.count(o) && is_float[o];
-    if (!carries) continue;
-    auto skip = no_grad_inputs.find(n.op_type());
-    for (int k = 0; k < n.input_size(); ++k) {
-      if (n.input(k).empty() || (skip != no_grad_inputs.end() && skip->second.count(k))) continue;
-      if (is_float[n.input(k)]) needed.insert(n.input(k));
-    }
-  }
-  return needed;
-}
-
-json inspect_model(const std::string& path) {
+json inspect_model(const std::string& path, const TrainabilityOptions& trainability) {
   std::vector<std::string> notes;
   onnx::ModelProto m = load_model_proto(path, &notes);
   for (const std::string& w : export_warnings(m)) notes.push_back("warning: " + w);
@@ -197,23 +133,9 @@ json inspect_model(const std::string& path) {
   j["inputs"] = inputs;
   j["outputs"] = outputs;
 
-  // Why an initializer would not train: BatchNormalization's running statistics (inputs 3 and
-  // 4) are updated by the forward pass, not by gradients; integer tensors have no gradient.
-  std::map<std::string, std::string> frozen_by_use;
-  std::map<std::string, int> uses;
-  for (const auto& n : gp.node()) {
-    bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    for (int k = 0; k < n.input_size(); ++k) {
-      const std::string& in = n.input(k);
-      if (in.empty()) continue;
-      ++uses[in];
-      if (default_domain && n.op_type() == "BatchNormalization" && (k == 3 || k == 4))
-        frozen_by_use[in] = k == 3 ? "BatchNormalization running mean" : "BatchNormalization running variance";
-    }
-  }
-  for (const auto& o : gp.output()) ++uses[o.name()];
-  const std::set<std::string> grad = gradient_values(gp);
-  const std::map<std::string, std::string> constants = export_constants(m);
+  // Which initializers train, and why the others do not: the decision `train` takes.
+  const Trainability decision = decide_trainability(m, trainability);
+  for (const std::string& n : decision.notes) notes.push_back(n);
 
   struct Sum {
     int64_t tensors = 0, elements = 0, bytes = 0;
@@ -235,13 +157,8 @@ json inspect_model(const std::string& path) {
       elements *= d;
     }
     int64_t bytes = elements * onnx_elem_size(t.data_type());
-    std::string reason;
-    if (!is_float_type(t.data_type())) reason = dtype_str(t.data_type()) + " (not floating point)";
-    else if (frozen_by_use.count(t.name())) reason = frozen_by_use[t.name()];
-    else if (constants.count(t.name())) reason = constants.at(t.name());
-    else if (!uses.count(t.name())) reason = "unused";
-    else if (t.data_type() != 1) reason = dtype_str(t.data_type()) + " (onnxdp trains f32 parameters)";
-    else if (!grad.count(t.name())) reason = "no gradient path to an output";
+    const InitializerRole* role = decision.find(t.name());
+    const std::string reason = role ? role->reason : "";
     DType d;
     if (!dtype_from_onnx(t.data_type(), &d))
       problems.push_back(fmt::format("initializer '{}' has element type {}, which onnxdp does not support", t.name(),
@@ -361,6 +278,7 @@ json inspect_training(const std::string& model, TrainOptions o, const std::strin
   t["global_batch"] = o.batch_size;
   t["trainable"] = tg.trainable;
   t["frozen"] = tg.frozen;
+  t["frozen_because"] = tg.frozen_reason;
   t["nodes"] = tg.g.nodes.size();
   json buckets = json::array();
   for (const Bucket& b : tg.buckets) {
@@ -377,7 +295,10 @@ void print_training(const json& t) {
               t["world_size"].get<int>(), (long long)t["global_batch"].get<int64_t>(), t["trainable"].size(),
               t["frozen"].size(), t["nodes"].get<size_t>());
   for (const auto& n : t["trainable"]) std::printf("  train   %s\n", n.get<std::string>().c_str());
-  for (const auto& n : t["frozen"]) std::printf("  frozen  %s\n", n.get<std::string>().c_str());
+  for (const auto& n : t["frozen"]) {
+    const std::string name = n.get<std::string>();
+    std::printf("  frozen  %s: %s\n", name.c_str(), t["frozen_because"].value(name, std::string("?")).c_str());
+  }
   if (t["buckets"].empty()) {
     std::printf("gradient buckets: none (a world of one needs no all-reduce)\n");
     return;
@@ -411,11 +332,13 @@ Command add_inspect_command(CLI::App& parent) {
   sub->add_option("--batch-size", opt->train_options.batch_size, "With --train: global batch size")->capture_default_str();
   sub->add_option("--loss", opt->loss, "With --train: cross_entropy | mse | bce_with_logits | l1 | none")
       ->capture_default_str();
-  sub->add_option("--freeze", opt->train_options.freeze, "With --train: initializers not to train (regex)");
+  sub->add_option("--freeze", opt->train_options.freeze, "Initializers not to train (regex, repeatable)");
+  sub->add_option("--trainable", opt->train_options.trainable,
+                  "Initializers to train although taken for constants (regex, repeatable)");
   sub->add_option("--bucket-mb", opt->train_options.bucket_mb, "With --train: gradient bucket size in MB")
       ->capture_default_str();
   return Command{sub, [opt] {
-                   json j = inspect_model(opt->model);
+                   json j = inspect_model(opt->model, {opt->train_options.freeze, opt->train_options.trainable});
                    if (opt->train) j["train"] = inspect_training(opt->model, opt->train_options, opt->loss);
                    // Names in a model are not always valid UTF-8: replace bad bytes rather than fail.
                    if (opt->json) std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());

@@ -43,6 +43,8 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--no-shuffle", *no_shuffle, "Keep the data's order");
   cmd->add_option("--seed", o->seed, "Seed for shuffling and dropout")->capture_default_str();
   cmd->add_option("--freeze", o->freeze, "Do not train initializers whose name matches this regex (repeatable)");
+  cmd->add_option("--trainable", o->trainable,
+                  "Train initializers whose name matches this regex although onnxdp takes them for constants (repeatable)");
   auto output_dir = std::make_shared<std::string>();
   cmd->add_option("--output-dir", *output_dir,
                   "Folder for the run's metrics.jsonl, tensorboard/, checkpoint-STEP/ and model.onnx "

@@ -208,7 +208,10 @@
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets
 // the node as op `As` with the ONNX node's inputs and attributes, adds helper nodes ahead of it
-// and makes the node itself the last step; tests in tests/ops/test_<C>.cpp.
+// and makes the node itself the last step; tests in tests/ops/test_<C>.cpp. An op with several
+// outputs binds those the node itself does not make to helper values (ImportCtx::bind_output),
+// which then carry the ONNX output names. A composite that needs a static shape (the recurrent
+// ops unroll over the sequence) reads it with ImportCtx::static_shape.
 //
 //  X(Op,                        C,          As)
 #define ONNXDP_COMPOSITES(X)                                                                       \
@@ -220,7 +223,14 @@
   X(ReduceLogSumExp,            reduction,  ReduceSum)                                             \
   /* (x - mean) / sqrt(var + epsilon) * scale + B over the spatial dims (a torch GroupNorm's      */ \
   /* export too); the axes come from Shape / Size / Range, folded to constants at load           */ \
-  X(InstanceNormalization,      nn,         Add)
+  X(InstanceNormalization,      nn,         Add)                                                   \
+  /* The recurrent ops, unrolled over the time steps (the sequence length is static once the    */ \
+  /* shapes are): per step MatMul, Add, Split, the gate activations (Sigmoid, Tanh, Relu ...),  */ \
+  /* Mul, Sub, Where for sequence_lens; the node itself is the Concat that stacks Y. Y_h (and   */ \
+  /* LSTM's Y_c) are bound outputs. Forward, reverse, bidirectional; layout 0 and 1.            */ \
+  X(LSTM,                       rnn,        Concat)                                                \
+  X(GRU,                        rnn,        Concat)                                                \
+  X(RNN,                        rnn,        Concat)
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

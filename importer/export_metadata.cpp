@@ -6,6 +6,7 @@
 #include <set>
 
 #include "google/protobuf/unknown_field_set.h"
+#include "importer/export_ties.h"
 
 namespace onnxdp {
 
@@ -88,55 +89,87 @@ std::string joined(const std::vector<std::string>& names, size_t most) {
 
 }  // namespace
 
-std::map<std::string, std::string> export_constants(const onnx::ModelProto& m) {
-  const onnx::GraphProto& gp = m.graph();
-  std::set<std::string> floats, scalars;
-  for (const auto& t : gp.initializer())
-    if (t.data_type() == onnx::TensorProto::FLOAT || t.data_type() == onnx::TensorProto::DOUBLE ||
-        t.data_type() == onnx::TensorProto::FLOAT16 || t.data_type() == onnx::TensorProto::BFLOAT16) {
-      floats.insert(t.name());
-      bool scalar = true;
-      for (int64_t d : t.dims()) scalar &= d == 1;
-      if (scalar) scalars.insert(t.name());
-    }
+namespace {
 
-  // torch.export's marks, on value_info (and, in some versions, on graph inputs).
-  std::map<std::string, std::string> kind;
-  std::map<std::string, std::vector<std::string>> folded_from;
-  auto read = [&](const onnx::ValueInfoProto& vi) {
-    if (!floats.count(vi.name())) return;
-    auto props = metadata_props(vi, kValueInfoMetadata);
-    if (auto k = props.find(kKind); k != props.end()) kind[vi.name()] = k->second;
-    if (auto f = props.find(kFoldedFrom); f != props.end()) folded_from[vi.name()] = name_list(f->second);
-  };
-  for (const auto& vi : gp.value_info()) read(vi);
-  for (const auto& vi : gp.input()) read(vi);
-  const bool torch_export = !kind.empty() || !folded_from.empty();
-  const std::set<std::string> placeholders = torch_export ? parameter_placeholders(gp) : std::set<std::string>{};
-  auto is_parameter = [&](const std::string& name) {
+// What torch.export's marks say about the float initializers of a file.
+struct ExportMarks {
+  std::set<std::string> floats, scalars;                        // float initializers; those of one element
+  std::map<std::string, std::string> kind;                      // InputSpec.kind
+  std::map<std::string, std::vector<std::string>> folded_from;  // the optimizer's sources
+  std::set<std::string> placeholders;                           // %p_... the nodes name
+  // The exported program's inputs by name -> kind: a folded tensor's source may be a parameter the
+  // file no longer holds (a position embedding gathered at constant positions is folded whole).
+  std::map<std::string, std::string> program_inputs;
+  bool torch_export = false;
+
+  explicit ExportMarks(const onnx::ModelProto& m) : program_inputs(exported_program_inputs(m)) {
+    const onnx::GraphProto& gp = m.graph();
+    for (const auto& t : gp.initializer())
+      if (t.data_type() == onnx::TensorProto::FLOAT || t.data_type() == onnx::TensorProto::DOUBLE ||
+          t.data_type() == onnx::TensorProto::FLOAT16 || t.data_type() == onnx::TensorProto::BFLOAT16) {
+        floats.insert(t.name());
+        bool scalar = true;
+        for (int64_t d : t.dims()) scalar &= d == 1;
+        if (scalar) scalars.insert(t.name());
+      }
+    // torch.export's marks, on value_info (and, in some versions, on graph inputs).
+    auto read = [&](const onnx::ValueInfoProto& vi) {
+      if (!floats.count(vi.name())) return;
+      auto props = metadata_props(vi, kValueInfoMetadata);
+      if (auto k = props.find(kKind); k != props.end()) kind[vi.name()] = k->second;
+      if (auto f = props.find(kFoldedFrom); f != props.end()) folded_from[vi.name()] = name_list(f->second);
+    };
+    for (const auto& vi : gp.value_info()) read(vi);
+    for (const auto& vi : gp.input()) read(vi);
+    torch_export = !kind.empty() || !folded_from.empty();
+    if (torch_export) placeholders = parameter_placeholders(gp);
+  }
+  bool is_parameter(const std::string& name) const {
     auto k = kind.find(name);
     return (k != kind.end() && k->second == "PARAMETER") || placeholders.count(placeholder(name));
-  };
+  }
+  bool from_parameter(const std::string& name) const {
+    auto f = folded_from.find(name);
+    if (f == folded_from.end()) return false;
+    for (const std::string& source : f->second) {
+      auto p = program_inputs.find(source);
+      if (is_parameter(source) || (p != program_inputs.end() && p->second == "PARAMETER")) return true;
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+std::set<std::string> export_parameters(const onnx::ModelProto& m) {
+  const ExportMarks marks(m);
+  std::set<std::string> params;
+  for (const std::string& name : marks.floats)
+    if (marks.is_parameter(name) || marks.from_parameter(name)) params.insert(name);
+  return params;
+}
+
+std::map<std::string, std::string> export_constants(const onnx::ModelProto& m) {
+  const onnx::GraphProto& gp = m.graph();
+  const ExportMarks marks(m);
 
   std::map<std::string, std::string> constants;
   for (const auto& n : gp.node()) {
     bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    if (default_domain && n.op_type() == "Pow" && n.input_size() > 1 && floats.count(n.input(1)) &&
-        !is_parameter(n.input(1)) && !constants.count(n.input(1)))
+    if (default_domain && n.op_type() == "Pow" && n.input_size() > 1 && marks.floats.count(n.input(1)) &&
+        !marks.is_parameter(n.input(1)) && !constants.count(n.input(1)))
       constants[n.input(1)] = fmt::format("the exponent of Pow node '{}'", n.name());
   }
-  if (!torch_export) return constants;
-  for (const std::string& name : floats) {
+  if (!marks.torch_export) return constants;
+  for (const std::string& name : marks.floats) {
     if (constants.count(name)) continue;
-    if (auto k = kind.find(name); k != kind.end()) {
+    if (auto k = marks.kind.find(name); k != marks.kind.end()) {
       if (k->second != "PARAMETER")
         constants[name] = fmt::format("torch.export marks it {}, not a parameter", k->second);
-    } else if (auto f = folded_from.find(name); f != folded_from.end()) {
-      bool from_parameter = false;
-      for (const std::string& source : f->second) from_parameter |= is_parameter(source);
-      if (!from_parameter)
+    } else if (auto f = marks.folded_from.find(name); f != marks.folded_from.end()) {
+      if (!marks.from_parameter(name))
         constants[name] = fmt::format("the exporter computed it from constants ({})", joined(f->second, 4));
-    } else if (scalars.count(name) && !placeholders.empty() && !is_parameter(name)) {
+    } else if (marks.scalars.count(name) && !marks.placeholders.empty() && !marks.is_parameter(name)) {
       constants[name] = "a scalar constant of the export (the exported program has no parameter of that name)";
     }
   }
@@ -246,6 +279,151 @@ std::vector<std::string> untie_merged_parameters(onnx::ModelProto& m) {
     notes.push_back(fmt::format("initializer '{}' stood for {} parameters of the exported module (the exporter merged "
                                 "them: equal initial values); onnxdp trains them apart: {}, {}",
                                 name, copies.size() + 1, name, joined(copies, 8)));
+  }
+  return notes;
+}
+
+namespace {
+
+// The dims of value v where the file says them: an initializer's, or a value_info's when fully known.
+bool known_dims(const onnx::GraphProto& gp, const std::string& v, std::vector<int64_t>* dims) {
+  for (const auto& t : gp.initializer())
+    if (t.name() == v) {
+      dims->assign(t.dims().begin(), t.dims().end());
+      return true;
+    }
+  for (const auto& vi : gp.value_info())
+    if (vi.name() == v && vi.type().has_tensor_type() && vi.type().tensor_type().has_shape()) {
+      dims->clear();
+      for (const auto& d : vi.type().tensor_type().shape().dim()) {
+        if (!d.has_dim_value()) return false;
+        dims->push_back(d.dim_value());
+      }
+      return true;
+    }
+  return false;
+}
+
+int64_t int_attr(const onnx::NodeProto& n, const std::string& name, int64_t fallback) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return a.i();
+  return fallback;
+}
+
+}  // namespace
+
+std::vector<std::string> restore_dropped_parameters(onnx::ModelProto& m) {
+  onnx::GraphProto& gp = *m.mutable_graph();
+  // Every parameter the file accounts for, by placeholder: an initializer (under the placeholder the
+  // exporter recorded for it), or a source of a tensor the optimizer folded.
+  std::map<std::string, std::string> known;  // placeholder -> parameter name
+  std::map<std::string, std::string> original;
+  bool marked = false;
+  for (const auto& vi : gp.value_info()) {
+    auto props = metadata_props(vi, kValueInfoMetadata);
+    marked |= props.count(kKind) > 0;
+    if (auto o = props.find("pkg.torch.onnx.original_node_name"); o != props.end()) original[vi.name()] = o->second;
+    if (auto f = props.find(kFoldedFrom); f != props.end())
+      for (const std::string& source : name_list(f->second)) known.emplace(placeholder(source), source);
+  }
+  if (!marked) return {};
+  std::set<std::string> names;
+  for (const auto& t : gp.initializer()) {
+    names.insert(t.name());
+    known[placeholder(t.name())] = t.name();  // a copy untie_merged_parameters made keeps the original's mark
+    if (original.count(t.name())) known.emplace(original[t.name()], t.name());
+  }
+  for (const auto& n : gp.node())
+    for (const auto& o : n.output()) names.insert(o);
+
+  std::vector<std::string> notes;
+  std::set<std::string> warned;
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const onnx::NodeProto& n = gp.node(i);
+    std::set<std::string> tokens = node_placeholders(n);
+    for (const std::string& tok : tokens) {
+      if (known.count(tok)) continue;
+      const std::string& op = n.op_type();
+      bool add_after = false;  // a MatMul (Linear on a 3-D input): an Add after it, where there was none
+      if (op == "MatMul") {
+        // The exporter keeps the Add of a bias it did not drop: a node of the same fx op.
+        const std::string fx = metadata_props(n, kNodeMetadata)[kFxNode];
+        bool has_add = false;
+        for (const auto& other : gp.node())
+          has_add |= other.op_type() == "Add" && metadata_props(other, kNodeMetadata)[kFxNode] == fx;
+        if (has_add) continue;
+        add_after = true;
+      } else if (n.input_size() > 2 && !n.input(2).empty()) {
+        continue;  // the node has its input 2: the parameter is in the file under another tensor
+      }
+      // A bias whose weight the file holds: its name is the weight's with "bias" for "weight".
+      const std::string suffix = "_bias";
+      std::string bias, why;
+      std::vector<int64_t> wdims;
+      const bool takes_bias = op == "Conv" || op == "ConvTranspose" || op == "Gemm" || op == "MatMul" ||
+                              op == "LayerNormalization";
+      if (!takes_bias) {
+        why = fmt::format("a {} takes no bias", op);
+      } else if (tok.size() <= suffix.size() || tok.compare(tok.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        why = "it is not a bias";
+      } else if (auto w = known.find(tok.substr(0, tok.size() - 4) + "weight");
+                 w == known.end() || w->second.size() < 6 || w->second.compare(w->second.size() - 6, 6, "weight") != 0) {
+        why = "the file has no weight of the same module to name and shape it by";
+      } else {
+        bias = w->second.substr(0, w->second.size() - 6) + "bias";
+        if (n.input_size() < 2 || !known_dims(gp, n.input(1), &wdims) ||
+            wdims.size() < (op == "LayerNormalization" ? 1u : 2u))
+          why = "the shape of the node's weight is not known";
+      }
+      if (!why.empty()) {
+        if (warned.insert(tok).second)
+          notes.push_back(fmt::format("warning: parameter '{}' of the exported module (node '{}', {}) is not in the "
+                                      "file and onnxdp cannot restore it ({}): it does not train",
+                                      bias.empty() ? tok.substr(2) : bias, n.name(), op, why));
+        continue;
+      }
+      // Its length: the node's output channels / features.
+      int64_t len = 0;
+      if (op == "Conv") len = wdims[0];
+      else if (op == "ConvTranspose") len = wdims[1] * int_attr(n, "group", 1);
+      else if (op == "Gemm") len = int_attr(n, "transB", 0) ? wdims[0] : wdims[1];
+      else len = wdims.back();  // MatMul's [in, out]; LayerNormalization takes the scale's shape
+      std::string name = bias;
+      for (int k = 2; names.count(name); ++k) name = bias + "_" + std::to_string(k);
+      names.insert(name);
+      onnx::TensorProto* t = gp.add_initializer();
+      t->set_name(name);
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      std::vector<int64_t> dims = op == "LayerNormalization" ? wdims : std::vector<int64_t>{len};
+      int64_t count = 1;
+      for (int64_t d : dims) {
+        t->add_dims(d);
+        count *= d;
+      }
+      t->set_raw_data(std::string(size_t(count) * 4, '\0'));
+      onnx::NodeProto* node = gp.mutable_node(i);
+      if (add_after) {
+        const std::string out = node->output(0), product = out + "/without_bias";
+        node->set_output(0, product);
+        onnx::NodeProto* add = gp.add_node();
+        add->set_op_type("Add");
+        add->set_name(node->name() + "/restored_bias");
+        add->add_input(product);
+        add->add_input(name);
+        add->add_output(out);
+        for (int j = gp.node_size() - 1; j > i + 1; --j) gp.mutable_node()->SwapElements(j, j - 1);
+      } else {
+        while (node->input_size() < 2) node->add_input("");
+        if (node->input_size() == 2) node->add_input(name);
+        else node->set_input(2, name);
+      }
+      known[tok] = name;
+      std::string shape;
+      for (int64_t d : dims) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      notes.push_back(fmt::format("restored parameter '{}' [{}] of node '{}' ({}): the exporter dropped it (all zeros); "
+                                  "onnxdp trains it from zero{}",
+                                  name, shape, gp.node(i).name(), op, add_after ? ", added after the MatMul" : ""));
+    }
   }
   return notes;
 }

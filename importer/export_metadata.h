@@ -9,6 +9,7 @@
 // rules that need none.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ namespace onnxdp {
 // load_model_proto runs it, so every command sees the same initializers.
 std::vector<std::string> untie_merged_parameters(onnx::ModelProto& m);
 
+// torch.onnx.export(dynamo=True)'s optimizer drops all-zero bias inputs (a fresh Conv's or
+// Linear's zero bias: Conv / ConvTranspose / Gemm / LayerNormalization lose input 2, a Linear on
+// a 3-D input its Add), though the exported program's node metadata still names the parameter
+// (%p_<module>_bias beside %p_<module>_weight). This puts each back as a zero float tensor named
+// like its weight (`head.weight` -> `head.bias`), shaped by the weight, as the node's input 2 or
+// as an Add after the MatMul, so that it trains as in PyTorch and the trained model holds it.
+// Returns one line per parameter restored, and a "warning: " line per one named by the metadata
+// that is not in the file and cannot be restored. load_model_proto runs it after the untying.
+std::vector<std::string> restore_dropped_parameters(onnx::ModelProto& m);
+
 // An ONNX file does not say which initializers are weights. onnxdp trains every f32 initializer
 // with a gradient path to the loss, except the ones this returns: initializer name -> why it is a
 // constant of the export (a phrase for "frozen: ..."):
@@ -37,6 +48,11 @@ std::vector<std::string> untie_merged_parameters(onnx::ModelProto& m);
 //    node's op names as a parameter. Larger unmarked tensors train: the optimizer's rewrites (a
 //    BatchNorm fused into a Conv) leave weights unmarked.
 std::map<std::string, std::string> export_constants(const onnx::ModelProto& m);
+
+// The float initializers torch.export's metadata calls parameters of the source module (marked
+// PARAMETER, named by a node's %p_ placeholder, or folded from one): the rules for files without
+// metadata (importer/trainability.h) never freeze them. Empty for other files.
+std::set<std::string> export_parameters(const onnx::ModelProto& m);
 
 // What the export lost that training needs, one line per node: a BatchNorm that was in training
 // mode in the exported program but is fused into a Conv or in inference form in the file (the

@@ -1,5 +1,6 @@
 #include "importer/importer.h"
 
+#include <algorithm>
 #include <set>
 
 #include "importer/onnx_io.h"
@@ -69,8 +70,42 @@ ValueId ImportCtx::add_node(Op op, const std::string& suffix, std::vector<ValueI
   for (int k = 1; graph.find(v.name) != kNoValue; ++k) v.name = base + "_" + std::to_string(k);
   v.producer = int(graph.nodes.size());
   n.outputs.push_back(graph.add_value(std::move(v)));
+  helper_values.push_back(n.outputs[0]);
   graph.nodes.push_back(std::move(n));
   return graph.nodes.back().outputs[0];
+}
+
+std::vector<ValueId> ImportCtx::add_node_n(Op op, const std::string& suffix, std::vector<ValueId> inputs, int n,
+                                           std::map<std::string, Attr> attrs) {
+  ValueId first = add_node(op, suffix, std::move(inputs), std::move(attrs));
+  Node& nd = graph.nodes.back();
+  for (int k = 1; k < n; ++k) {
+    Value v;
+    v.name = graph.value(first).name + ":" + std::to_string(k);
+    v.producer = int(graph.nodes.size()) - 1;
+    ValueId id = graph.add_value(std::move(v));
+    nd.outputs.push_back(id);
+    helper_values.push_back(id);
+  }
+  return nd.outputs;
+}
+
+void ImportCtx::bind_output(size_t k, ValueId v) {
+  if (std::find(helper_values.begin(), helper_values.end(), v) == helper_values.end())
+    fail("internal: output {} is bound to a value this node's import did not make", k);
+  if (std::find(bound_outputs.begin(), bound_outputs.end(), v) != bound_outputs.end())
+    fail("internal: one value is bound to two outputs");
+  if (bound_outputs.size() <= k) bound_outputs.resize(k + 1, kNoValue);
+  bound_outputs[k] = v;
+}
+
+const Shape& ImportCtx::static_shape(ValueId v, const char* what) {
+  if (graph.value(v).kind == ValueKind::activation) {
+    if (!options || !options->infer_shapes)
+      fail("needs the static shape of {} while importing (load the model with load_graph)", what);
+    options->infer_shapes(graph);
+  }
+  return graph.value(v).shape;
 }
 
 void ImportCtx::attr_to_input(const std::string& attr, size_t index) {
@@ -178,7 +213,7 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
     const std::string& domain = np.domain();
     Node n;
     n.name = np.name();
-    ImportCtx ctx{g, np, opset, n};
+    ImportCtx ctx{g, np, opset, n, &opt};
     if (!(domain.empty() || domain == "ai.onnx"))
       ctx.fail("domain '{}' is not supported (onnxdp imports the default ONNX domain)", domain);
     auto op = op_from_name(np.op_type());
@@ -198,18 +233,33 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
       n.inputs.push_back(it->second);
     }
     while (!n.inputs.empty() && n.inputs.back() == kNoValue) n.inputs.pop_back();
-    for (const auto& a : np.attribute()) n.attrs[a.name()] = convert_attr(a, model_dir, ctx);
+    for (const auto& a : np.attribute()) {
+      // Lists of strings (the recurrent ops' activations) have no Attr form: a composite reads
+      // them from the proto itself; any other op refuses them in convert_attr.
+      if (composite && a.type() == onnx::AttributeProto::STRINGS) continue;
+      n.attrs[a.name()] = convert_attr(a, model_dir, ctx);
+    }
     (composite ? composite : import_fn(n.op))(ctx);
     const OpInfo& info = op_info(n.op);
     for (const auto& [name, a] : n.attrs)
       if (!info.find_attr(name)) ctx.fail("attribute '{}' is not supported", name);
     int idx = int(g.nodes.size());
-    for (const auto& out : np.output()) {
+    for (int k = 0; k < np.output_size(); ++k) {
+      const std::string& out = np.output(k);
+      if (!out.empty() && by_name.count(out)) ctx.fail("output '{}' is already defined elsewhere", out);
+      if (size_t(k) < ctx.bound_outputs.size() && ctx.bound_outputs[size_t(k)] != kNoValue) {
+        // A composite's output made by a helper node: it takes the ONNX name (an unnamed one
+        // stays internal and dead-node removal drops it).
+        if (!out.empty()) {
+          g.value(ctx.bound_outputs[size_t(k)]).name = out;
+          by_name[out] = ctx.bound_outputs[size_t(k)];
+        }
+        continue;
+      }
       if (out.empty()) {
         n.outputs.push_back(kNoValue);
         continue;
       }
-      if (by_name.count(out)) ctx.fail("output '{}' is already defined elsewhere", out);
       Value v;
       v.name = out;
       v.producer = idx;
@@ -218,6 +268,16 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
       n.outputs.push_back(id);
     }
     while (!n.outputs.empty() && n.outputs.back() == kNoValue) n.outputs.pop_back();
+    if (n.outputs.empty() && !ctx.bound_outputs.empty()) {
+      // Every output the ONNX node names is bound: the node's own output is unused but kept so
+      // the node stays well formed until dead-node removal.
+      const std::string base = (n.name.empty() ? np.op_type() : n.name) + "/unused";
+      Value v;
+      v.name = base;
+      for (int k = 1; g.find(v.name) != kNoValue; ++k) v.name = base + "_" + std::to_string(k);
+      v.producer = idx;
+      n.outputs.push_back(g.add_value(std::move(v)));
+    }
     g.nodes.push_back(std::move(n));
   }
   for (const auto& out : gp.output()) {

@@ -1,6 +1,7 @@
 // ONNX -> Graph. One import function per ONNX op (importer/ops_<category>.cpp, named
 // import_<Op>), dispatched through the op table.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 
@@ -18,6 +19,10 @@ struct ImportOptions {
   int64_t batch_size = 1;                      // for the leading symbolic dim of graph inputs
   std::map<std::string, Shape> input_shapes;   // exact shapes for inputs, overriding the model's
   std::map<std::string, Tensor> constant_inputs;  // graph inputs bound to known values
+  // Shape inference with constant folding over the graph imported so far, for composites that need
+  // a static shape (ImportCtx::static_shape). load_graph sets it to infer_and_fold (exec/fold.h),
+  // which the importer does not link.
+  std::function<void(Graph&)> infer_shapes;
 };
 
 // The model file's facts, for `onnxdp inspect`.
@@ -43,6 +48,10 @@ struct ImportCtx {
   const onnx::NodeProto& proto;
   int opset;      // the model's default-domain opset
   Node& node;     // name, op, inputs and attributes already filled
+  const ImportOptions* options = nullptr;
+  // Outputs of the ONNX node bound to helper values (bind_output); kNoValue: the node's own.
+  std::vector<ValueId> bound_outputs;
+  std::vector<ValueId> helper_values;  // the values add_node made for this node
 
   // A new constant value (kind constant) holding t; returns its id.
   ValueId add_constant(Tensor t, const std::string& hint);
@@ -50,6 +59,15 @@ struct ImportCtx {
   // the order stays topological), named <node>/<suffix>, and returns its one output.
   ValueId add_node(Op op, const std::string& suffix, std::vector<ValueId> inputs,
                    std::map<std::string, Attr> attrs = {});
+  // The same for an op with several outputs (Split): returns its n outputs.
+  std::vector<ValueId> add_node_n(Op op, const std::string& suffix, std::vector<ValueId> inputs, int n,
+                                  std::map<std::string, Attr> attrs = {});
+  // Composites with several outputs: ONNX output k is v, a value add_node made for this node; v
+  // takes the output's name and the node itself does not make output k.
+  void bind_output(size_t k, ValueId v);
+  // The static shape of v. For a node's output, shapes are inferred (with constant folding) over
+  // the graph imported so far, through options->infer_shapes.
+  const Shape& static_shape(ValueId v, const char* what);
   // Moves an ints attribute of older opsets into input `index` as an i64 constant (Squeeze's
   // axes, ReduceSum's axes, Split's split ...). No-op when the attribute is absent.
   void attr_to_input(const std::string& attr, size_t index);

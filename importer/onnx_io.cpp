@@ -1,6 +1,7 @@
 #include "importer/onnx_io.h"
 
 #include "importer/export_metadata.h"
+#include "importer/export_ties.h"
 
 #include <sys/stat.h>
 
@@ -73,8 +74,15 @@ onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::stri
   if (!m.ParseFromString(bytes))
     fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
   if (!m.has_graph()) fail("model file '{}' has no graph", path);
-  std::vector<std::string> untied = untie_merged_parameters(m);
-  if (notes) notes->insert(notes->end(), untied.begin(), untied.end());
+  // What trains is what the source model trains: the exporters' merges of distinct parameters are
+  // undone, their second copies of one parameter become nodes of it (importer/export_ties.h).
+  std::vector<std::string> changes = untie_merged_parameters(m);
+  auto add = [&](const std::vector<std::string>& more) { changes.insert(changes.end(), more.begin(), more.end()); };
+  add(untie_deduplicated_initializers(m));
+  add(tie_transposed_copies(m, fs::path(path).parent_path().string()));
+  // Zero biases the dynamo exporter dropped come back as trainable zeros (export_metadata.h).
+  add(restore_dropped_parameters(m));
+  if (notes) notes->insert(notes->end(), changes.begin(), changes.end());
   return m;
 }
 

@@ -13,7 +13,8 @@
 namespace onnxdp {
 
 // Parses a ModelProto from a file; throws Error naming the file on any failure. Parameters the
-// dynamo exporter merged are untied (importer/export_metadata.h); `notes` gets a line for each.
+// exporters merged are untied, and a parameter stored a second time transposed becomes a Transpose
+// node of it (importer/export_metadata.h, importer/export_ties.h); `notes` gets a line for each.
 onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 // A TensorProto's value. `model_dir` is where external data locations are resolved; a location

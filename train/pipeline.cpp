@@ -8,7 +8,9 @@
 namespace onnxdp {
 
 Graph load_graph(const onnx::ModelProto& m, const std::string& model_dir, const ImportOptions& options) {
-  Graph g = import_graph(m, model_dir, options);
+  ImportOptions opt = options;
+  if (!opt.infer_shapes) opt.infer_shapes = infer_and_fold;  // the recurrent composites unroll over static shapes
+  Graph g = import_graph(m, model_dir, opt);
   infer_and_fold(g);
   remove_dead_nodes(g);
   verify(g);

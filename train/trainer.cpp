@@ -12,7 +12,6 @@
 #include <numeric>
 #include <optional>
 #include <random>
-#include <regex>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -32,6 +31,7 @@
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
 #include "importer/export_metadata.h"
+#include "importer/trainability.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "train/checkpoint.h"
@@ -312,14 +312,8 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
                                   LossOptions lo, const TrainOptions& o, const std::vector<std::string>& batch_inputs,
                                   int world, int rank, const MicroBatch& mb) {
   const int64_t b = mb.b;
-  std::vector<std::regex> freeze;
-  for (const auto& f : o.freeze) {
-    try {
-      freeze.emplace_back(f);
-    } catch (const std::regex_error& e) {
-      fail("--freeze '{}' is not a valid regular expression: {}", f, e.what());
-    }
-  }
+  // Which initializers train: one decision for every command (importer/trainability.h).
+  const Trainability decision = decide_trainability(proto, {o.freeze, o.trainable});
   TrainingGraph tg;
   Graph& g = tg.g;
   g = load_graph(proto, model_dir, shapes);
@@ -345,16 +339,23 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
     lo.shard_fraction = double(rows) / double(mb.step_rows);
   }
   ValueId loss = add_loss(g, lo);
-  // Trainable: f32 initializers that reach the loss, minus running statistics, the export's
-  // constants (importer/export_metadata.h) and --freeze.
-  const std::map<std::string, std::string> constants = export_constants(proto);
+  // Trainable: what the decision says trains, or has no gradient path to an output by the
+  // proto's reading (the loss's autodiff decides those), and reaches the loss.
   std::vector<ValueId> candidates;
   for (ValueId p : g.parameters()) {
     const Value& v = g.value(p);
-    bool frozen = stats.count(p) || v.dtype != DType::f32 || constants.count(v.name);
-    for (const auto& re : freeze) frozen |= std::regex_search(v.name, re);
-    if (frozen) tg.frozen.push_back(v.name);
-    else candidates.push_back(p);
+    const InitializerRole* role = decision.find(v.name);
+    std::string why = stats.count(p) ? "BatchNormalization running statistic"
+                      : v.dtype != DType::f32 ? fmt::format("{} (onnxdp trains f32 parameters)", dtype_name(v.dtype))
+                      : role && role->why != InitializerRole::Why::trains && role->why != InitializerRole::Why::unreached
+                          ? role->reason
+                          : "";
+    if (why.empty()) {
+      candidates.push_back(p);
+    } else {
+      tg.frozen.push_back(v.name);
+      tg.frozen_reason[v.name] = why;
+    }
   }
   Graph probe = g;
   std::vector<ValueId> probe_grads = autodiff(probe, loss, candidates);
@@ -363,6 +364,7 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
     const std::string& name = g.value(candidates[i]).name;
     if (probe_grads[i] == kNoValue) {
       tg.frozen.push_back(name);
+      tg.frozen_reason[name] = "no gradient path to the loss";
     } else {
       tg.trainable.push_back(name);
       wrt.push_back(candidates[i]);
@@ -445,6 +447,7 @@ void train_replica(const TrainOptions& options, Communicator* comm, std::shared_
   std::vector<std::string> export_notes;
   onnx::ModelProto proto = load_model_proto(o.model, &export_notes);
   for (const std::string& w : export_warnings(proto)) export_notes.push_back("warning: " + w);
+  for (const std::string& n : decide_trainability(proto, {o.freeze, o.trainable}).notes) export_notes.push_back(n);
   std::string data_path = o.data;
   if (data_path.empty()) data_path = (fs::path(o.model).parent_path() / fs::path(o.model).stem()).string() + ".npz";
   const bool need_label = o.loss != LossKind::none;

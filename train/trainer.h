@@ -31,7 +31,8 @@ struct TrainOptions {
   bool shuffle = true;
   bool drop_last = false;
   uint64_t seed = 0;
-  std::vector<std::string> freeze;  // regexes over initializer names
+  std::vector<std::string> freeze;     // regexes over initializer names: do not train
+  std::vector<std::string> trainable;  // regexes: train although a rule says constant (importer/trainability.h)
   // One place for a run's files: metrics.jsonl, tensorboard/, checkpoint-STEP/ and model.onnx go
   // there unless --metrics, --checkpoint-dir or --save put them elsewhere. Empty: only what those
   // three name is written (the CLI's default is runs/<model name>, see cli/cmd_train.cpp).
@@ -87,7 +88,7 @@ TrainResult train(const TrainOptions& options);
 // --mixed-precision fp16: the training graph's scalar input that seeds backward (the loss scale).
 inline constexpr const char* kLossScaleInput = "amp/loss_scale";
 
-// The training graph replica `replica` of a world of `world` runs (model, loss, --freeze,
+// The training graph replica `replica` of a world of `world` runs (model, loss, --freeze, --trainable,
 // --batch-size, --local-bn, --bucket-mb from options; input shapes from the model, symbolic
 // leading dims = the replica's rows, labels i64 for cross_entropy and f32 otherwise).
 struct TrainingGraph {
@@ -95,6 +96,7 @@ struct TrainingGraph {
   ValueId loss = kNoValue;
   std::vector<ValueId> grads;  // per trainable parameter, all-reduced when world > 1
   std::vector<std::string> trainable, frozen;
+  std::map<std::string, std::string> frozen_reason;  // frozen name -> why (importer/trainability.h)
   std::vector<size_t> order;   // positions in trainable in the order backward produces their gradients
   std::vector<Bucket> buckets;
   std::vector<std::pair<ValueId, std::string>> running_stats;  // BN outputs -> initializer

@@ -26,6 +26,9 @@ onnx::AttributeProto attr_s(const std::string& name, const std::string& v);
 onnx::AttributeProto attr_ints(const std::string& name, const std::vector<int64_t>& v);
 onnx::AttributeProto attr_floats(const std::string& name, const std::vector<float>& v);
 onnx::AttributeProto attr_t(const std::string& name, const Tensor& t);
+// The model run_onnx loads: inputs x0.., outputs y0.., one node named test_node.
+onnx::ModelProto one_node_model(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
+                                const std::vector<onnx::AttributeProto>& attrs, int n_out);
 std::vector<Tensor> run_onnx(int opset, const std::string& op_type, const std::vector<Tensor>& inputs,
                              const std::vector<onnx::AttributeProto>& attrs = {}, int n_out = 1, int first_const = 1);
 std::string error_of(const std::function<void()>& f);
