@@ -326,6 +326,17 @@ struct GreaterOrEqual {
 struct Not {
   ONNXDP_HD bool operator()(bool x) const { return !x; }
 };
+// IsNaN: x != x holds for NaN only. IsInf: +inf when `positive`, -inf when `negative` (ONNX's
+// detect_positive / detect_negative).
+struct IsNaN {
+  template <class T> ONNXDP_HD bool operator()(T x) const { return x != x; }
+};
+struct IsInf {
+  bool negative = true, positive = true;
+  template <class T> ONNXDP_HD bool operator()(T x) const {
+    return (positive && x == T(INFINITY)) || (negative && x == -T(INFINITY));
+  }
+};
 struct And {
   ONNXDP_HD bool operator()(bool a, bool b) const { return a && b; }
 };

@@ -19,4 +19,8 @@ void grad_Where(GradCtx& c) {  // dx = dy where cond, dy_other = dy where !cond
   if (c.needs(2)) c.add(2, c.reduce_to(c.emit(Op::Where, {c.in_id(0), zero, c.dy()}), c.in(2).shape));
 }
 
+// Bool outputs: nothing flows back to x.
+void grad_IsNaN(GradCtx& c) { no_gradient(c); }
+void grad_IsInf(GradCtx& c) { no_gradient(c); }
+
 }  // namespace onnxdp

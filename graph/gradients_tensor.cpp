@@ -234,4 +234,22 @@ void grad_Trilu(GradCtx& c) {
   c.add(0, c.emit(Op::Trilu, ins, {{"upper", Attr(c.node.i("upper"))}}));
 }
 
+// The indices and depth pick positions: no gradient. values [off, on]: on collects dy where the
+// one-hot mask (OneHot with values [0, 1]) is 1, off the rest: [sum(dy) - sum(dy * mask), sum(dy * mask)].
+void grad_OneHot(GradCtx& c) {
+  if (!c.needs(2)) return;
+  const DType t = c.graph.value(c.dy()).dtype;
+  Tensor zero_one(t, {2});
+  if (t == DType::f64) zero_one.as<double>()[0] = 0, zero_one.as<double>()[1] = 1;
+  else if (t == DType::f32) zero_one.as<float>()[0] = 0, zero_one.as<float>()[1] = 1;
+  else c.fail("the values' gradient is computed in f32 / f64, the values are {}", dtype_name(t));
+  ValueId mask = c.emit(Op::OneHot, {c.in_id(0), c.in_id(1), c.constant(zero_one)}, {{"axis", Attr(c.node.i("axis"))}});
+  const std::map<std::string, Attr> all{{"keepdims", Attr(int64_t(0))}};
+  ValueId on = c.emit(Op::ReduceSum, {c.emit(Op::Mul, {c.dy(), mask})}, all);
+  ValueId off = c.emit(Op::Sub, {c.emit(Op::ReduceSum, {c.dy()}, all), on});
+  ValueId axis0 = c.ints({0});
+  c.add(2, c.emit(Op::Concat, {c.emit(Op::Unsqueeze, {off, axis0}), c.emit(Op::Unsqueeze, {on, axis0})},
+                  {{"axis", Attr(int64_t(0))}}));
+}
+
 }  // namespace onnxdp

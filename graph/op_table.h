@@ -73,6 +73,9 @@
   X(Or,                         logical,    2, 2, 1, 1, "")                                         \
   X(Xor,                        logical,    2, 2, 1, 1, "")                                         \
   X(Where,                      logical,    3, 3, 1, 1, "")                                         \
+  /* IsNaN / IsInf (x float) -> bool; IsInf counts -inf / +inf as its detect_* attributes say. */ \
+  X(IsNaN,                      logical,    1, 1, 1, 1, "")                                         \
+  X(IsInf,                      logical,    1, 1, 1, 1, "detect_negative:i=1,detect_positive:i=1")  \
   X(Conv,                       nn,         2, 3, 1, 1,                                             \
     "auto_pad:s=NOTSET,dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")          \
   X(ConvTranspose,              nn,         2, 3, 1, 1,                                             \
@@ -116,6 +119,9 @@
   /* index order (`reduction` none, add, mul, max, min).                                          */ \
   X(GatherND,                   tensor,     2, 2, 1, 1, "batch_dims:i=0")                           \
   X(ScatterND,                  tensor,     3, 3, 1, 1, "reduction:s=none")                         \
+  /* OneHot (indices, depth: constant scalar, values [off, on]) -> values' dtype, a new axis    */ \
+  /* of size depth at `axis`; negative indices count from the end, out-of-range ones give off.  */ \
+  X(OneHot,                     tensor,     3, 3, 1, 1, "axis:i=-1")                                \
   X(Expand,                     tensor,     2, 2, 1, 1, "")                                         \
   X(Tile,                       tensor,     2, 2, 1, 1, "")                                         \
   X(Pad,                        tensor,     2, 4, 1, 1, "mode:s=constant")                          \
@@ -133,8 +139,12 @@
   X(ReduceSum,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceMax,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceMin,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
+  X(ReduceProd,                 reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ArgMax,                     reduction,  1, 1, 1, 1, "axis:i=0,keepdims:i=1,select_last_index:i=0") \
   X(ArgMin,                     reduction,  1, 1, 1, 1, "axis:i=0,keepdims:i=1,select_last_index:i=0") \
+  /* TopK (x, K: constant [1] int64) -> (values, int64 indices) along `axis`; ties: lower index */ \
+  /* first (ONNX's reference). Opsets < 10 give k as an attribute (moved to input 1 on import).  */ \
+  X(TopK,                       reduction,  2, 2, 2, 2, "axis:i=-1,largest:i=1,sorted:i=1")         \
   /* Collectives (domain onnxdp), inserted by the data-parallel pass (parallel/data_parallel.h): */ \
   /* Scatter: this replica's `rows` rows of the global batch, from row RunState::batch_offset.   */ \
   X(Scatter,                    collective, 1, 1, 1, 1, "rows:i")                                   \
@@ -203,7 +213,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 107
+#define ONNXDP_OP_COUNT 112
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets
@@ -230,7 +240,13 @@
   /* LSTM's Y_c) are bound outputs. Forward, reverse, bidirectional; layout 0 and 1.            */ \
   X(LSTM,                       rnn,        Concat)                                                \
   X(GRU,                        rnn,        Concat)                                                \
-  X(RNN,                        rnn,        Concat)
+  X(RNN,                        rnn,        Concat)                                                \
+  /* DepthToSpace (DCR / CRD) and SpaceToDepth: Reshape -> Transpose -> Reshape, static shapes    */ \
+  X(DepthToSpace,               tensor,     Reshape)                                               \
+  X(SpaceToDepth,               tensor,     Reshape)                                               \
+  /* Einsum: the equation lowered to Transpose / Reshape / MatMul / ReduceSum / Mul, operands     */ \
+  /* folded left to right (importer/ops_math.cpp)                                                 */ \
+  X(Einsum,                     math,       MatMul)
 
 // Notes on normalised inputs (the importer turns attribute forms of older opsets into these):
 //   Squeeze/Unsqueeze/Reduce*: axes as input 1.  Split: sizes as input 1.  Clip: min/max as

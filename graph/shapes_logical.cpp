@@ -54,4 +54,13 @@ void shape_Where(ShapeCtx& c) {
   c.set(0, c.dtype(1), s);
 }
 
+// IsNaN, IsInf: a float input (f32, f64, f16, bf16); the result is bool of its shape.
+static void float_test(ShapeCtx& c) {
+  if (!dtype_is_float(c.dtype(0)))
+    c.fail("input 0 is {}; {} takes floats (f32, f64, f16, bf16)", dtype_name(c.dtype(0)), op_name(c.node.op));
+  c.set(0, DType::boolean, c.shape(0));
+}
+void shape_IsNaN(ShapeCtx& c) { float_test(c); }
+void shape_IsInf(ShapeCtx& c) { float_test(c); }
+
 }  // namespace onnxdp

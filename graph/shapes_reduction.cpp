@@ -35,6 +35,7 @@ void shape_ReduceMean(ShapeCtx& c) { shape_reduce(c, false); }
 void shape_ReduceSum(ShapeCtx& c) { shape_reduce(c, false); }
 void shape_ReduceMax(ShapeCtx& c) { shape_reduce(c, true); }
 void shape_ReduceMin(ShapeCtx& c) { shape_reduce(c, true); }
+void shape_ReduceProd(ShapeCtx& c) { shape_reduce(c, false); }
 
 // ArgMax / ArgMin: int64 indices along `axis`, which becomes 1 (keepdims) or disappears.
 static void shape_arg(ShapeCtx& c) {
@@ -50,5 +51,23 @@ static void shape_arg(ShapeCtx& c) {
 }
 void shape_ArgMax(ShapeCtx& c) { shape_arg(c); }
 void shape_ArgMin(ShapeCtx& c) { shape_arg(c); }
+
+// TopK(x, K: known, one int64 element) -> values (x's dtype) and int64 indices, x's shape with
+// K along `axis`; 0 <= K <= the axis' size.
+void shape_TopK(ShapeCtx& c) {
+  if (c.dtype(0) == DType::boolean) c.fail("input 0 is bool; TopK takes numbers");
+  Shape out = c.shape(0);
+  if (out.empty()) c.fail("input 0 is a scalar; TopK needs an axis");
+  const int64_t axis = normalize_axis(c.node.i("axis"), int64_t(out.size()), c.node);
+  const Tensor& kt = c.require_constant(1, "K");
+  if (!dtype_is_integer(kt.dtype()) || kt.numel() != 1 || kt.rank() > 1)
+    c.fail("input 1 (K) must be one int64 element, it is {} of shape {}", dtype_name(kt.dtype()), shape_str(kt.shape()));
+  const int64_t k = kt.to_i64()[0];
+  if (k < 0 || k > out[size_t(axis)])
+    c.fail("K = {} is outside [0, {}] (the size of axis {} of {})", k, out[size_t(axis)], axis, shape_str(out));
+  out[size_t(axis)] = k;
+  c.set(0, c.dtype(0), out);
+  c.set(1, DType::i64, out);
+}
 
 }  // namespace onnxdp

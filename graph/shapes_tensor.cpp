@@ -465,4 +465,23 @@ void shape_Trilu(ShapeCtx& c) {
   c.set(0, c.dtype(0), c.shape(0));
 }
 
+// OneHot(indices [S], depth (one known element), values [2]) -> values' dtype, [S] with a dim of
+// size depth inserted at `axis` (-rank(S)-1 .. rank(S)). Non-integer indices and depth are cast
+// to int64 (truncated), as ONNX says.
+void shape_OneHot(ShapeCtx& c) {
+  if (c.dtype(0) == DType::boolean) c.fail("input 0 (the indices) is bool; OneHot takes numbers");
+  const Tensor& d = c.require_constant(1, "depth");
+  if (d.numel() != 1 || d.rank() > 1)
+    c.fail("input 1 (the depth) must be a scalar or hold one element, it has shape {}", shape_str(d.shape()));
+  if (d.dtype() == DType::boolean) c.fail("input 1 (the depth) is bool; it must be a number");
+  const int64_t depth = d.to_i64()[0];
+  if (depth < 1) c.fail("depth {} must be at least 1", depth);
+  if (c.shape(2).size() != 1 || c.shape(2)[0] != 2)
+    c.fail("input 2 (the values [off, on]) must have shape [2], it has shape {}", shape_str(c.shape(2)));
+  Shape out = c.shape(0);
+  const int64_t axis = normalize_axis(c.node.i("axis"), int64_t(out.size()) + 1, c.node);
+  out.insert(out.begin() + axis, depth);
+  c.set(0, c.dtype(2), out);
+}
+
 }  // namespace onnxdp

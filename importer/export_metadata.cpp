@@ -38,18 +38,6 @@ const char* const kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 const char* const kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
 const char* const kFxNode = "pkg.torch.onnx.fx_node";
 
-// "['a', 'b.c']" -> {a, b.c}
-std::vector<std::string> name_list(const std::string& s) {
-  std::vector<std::string> names;
-  for (size_t i = 0; (i = s.find('\'', i)) != std::string::npos;) {
-    size_t end = s.find('\'', i + 1);
-    if (end == std::string::npos) break;
-    names.push_back(s.substr(i + 1, end - i - 1));
-    i = end + 1;
-  }
-  return names;
-}
-
 // torch.export's placeholder for parameter `name`: p_ + the name lower-cased, dots as '_'.
 std::string placeholder(const std::string& name) {
   std::string p = "p_";
@@ -433,7 +421,7 @@ std::vector<std::string> export_warnings(const onnx::ModelProto& m) {
   std::set<std::string> seen;  // one line per BatchNorm of the exported program
   const char* const advice =
       "torch.onnx.export(dynamo=True) keeps no training-mode BatchNorm: export with dynamo=False and "
-      "training=torch.onnx.TrainingMode.TRAINING (README: Exporting from PyTorch)";
+      "training=torch.onnx.TrainingMode.TRAINING (README: Exporting from any framework)";
   for (const auto& n : m.graph().node()) {
     auto props = metadata_props(n, kNodeMetadata);
     auto fx = props.find(kFxNode);
@@ -463,7 +451,73 @@ std::vector<std::string> export_warnings(const onnx::ModelProto& m) {
                                 "has it {}. {}",
                                 n.name(), module, form, advice));
   }
+
+  // Files without that metadata say only what they hold. An inference-form BatchNormalization (the
+  // legacy exporter's default eval mode, tf2onnx) trains with its running statistics fixed, which
+  // no framework's training does unless the model was put in eval mode on purpose.
+  int64_t opset = 0;
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() != "BatchNormalization" || metadata_props(n, kNodeMetadata).count(kFxNode)) continue;
+    int named = n.output_size();
+    while (named > 0 && n.output(named - 1).empty()) --named;
+    bool training_form = opset < 14 && named > 1;
+    for (const auto& a : n.attribute())
+      if (a.name() == "training_mode") training_form = a.i() != 0;
+    if (!training_form)
+      lines.push_back(fmt::format("node '{}': BatchNormalization is in inference form (training_mode 0): it trains "
+                                  "normalising with its fixed running statistics, not with batch statistics as the "
+                                  "framework trains it; export it in training mode (PyTorch: dynamo=False, "
+                                  "training=torch.onnx.TrainingMode.TRAINING) unless that is what you want",
+                                  n.name()));
+  }
+
+  // tf2onnx drops bias Adds whose bias is all zeros (a freshly initialised Keras layer's), and
+  // nothing in the file tells such a layer from one with use_bias=False: name the layers that may
+  // have lost one.
+  if (m.producer_name() == "tf2onnx") {
+    std::set<std::string> initializers;
+    for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
+    std::map<std::string, std::vector<const onnx::NodeProto*>> readers;
+    for (const auto& n : m.graph().node())
+      for (const auto& in : n.input()) readers[in].push_back(&n);
+    auto added_bias = [&](const std::string& out) {  // the output's one reader adds an initializer
+      auto r = readers.find(out);
+      if (r == readers.end() || r->second.size() != 1 || r->second[0]->op_type() != "Add") return false;
+      for (const auto& in : r->second[0]->input())
+        if (in != out && initializers.count(in)) return true;
+      return false;
+    };
+    std::vector<std::string> bare;
+    for (const auto& n : m.graph().node()) {
+      bool weight = n.input_size() > 1 && initializers.count(n.input(1));
+      if (!weight || n.output_size() < 1) continue;
+      if (((n.op_type() == "Conv" || n.op_type() == "ConvTranspose") && (n.input_size() < 3 || n.input(2).empty())) ||
+          (n.op_type() == "Gemm" && (n.input_size() < 3 || n.input(2).empty())) ||
+          (n.op_type() == "MatMul" && !added_bias(n.output(0))))
+        if (!added_bias(n.output(0))) bare.push_back(n.name());
+    }
+    if (!bare.empty())
+      lines.push_back(fmt::format("{} layer(s) have no bias in this tf2onnx file: {}. tf2onnx drops all-zero biases "
+                                  "(a freshly initialised Keras layer's), so if the Keras layer has one (use_bias=True, "
+                                  "the default) it does not train here; export after its bias is non-zero "
+                                  "(README: Exporting from any framework)",
+                                  bare.size(), joined(bare, 6)));
+  }
   return lines;
+}
+
+// The names of a metadata list value: "['a', 'b.c']" -> {a, b.c}
+std::vector<std::string> name_list(const std::string& s) {
+  std::vector<std::string> names;
+  for (size_t i = 0; (i = s.find('\'', i)) != std::string::npos;) {
+    size_t end = s.find('\'', i + 1);
+    if (end == std::string::npos) break;
+    names.push_back(s.substr(i + 1, end - i - 1));
+    i = end + 1;
+  }
+  return names;
 }
 
 }  // namespace onnxdp

@@ -63,4 +63,7 @@ std::vector<std::string> export_warnings(const onnx::ModelProto& m);
 // reflection, or from the unknown fields when the compiled ONNX proto predates the field.
 std::map<std::string, std::string> metadata_props(const google::protobuf::Message& msg, int field_number);
 
+// The names of a metadata list value (folded_from, name_scopes): "['a', 'b.c']" -> {a, b.c}.
+std::vector<std::string> name_list(const std::string& s);
+
 }  // namespace onnxdp

@@ -42,18 +42,6 @@ bool legacy_torch_file(const onnx::ModelProto& m) {
   return m.producer_name() == "pytorch" && !has_torch_export_metadata(m);
 }
 
-// "['a', 'b.c']" -> {a, b.c}
-std::vector<std::string> name_list(const std::string& s) {
-  std::vector<std::string> names;
-  for (size_t i = 0; (i = s.find('\'', i)) != std::string::npos;) {
-    size_t end = s.find('\'', i + 1);
-    if (end == std::string::npos) break;
-    names.push_back(s.substr(i + 1, end - i - 1));
-    i = end + 1;
-  }
-  return names;
-}
-
 std::string joined(const std::vector<std::string>& names, size_t most) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < most; ++i) s += (i ? ", " : "") + names[i];
@@ -97,6 +85,26 @@ bool constant_fill(const Tensor& t) {
   return true;
 }
 
+// The module a legacy-exported node belongs to: its name's scope ("/layers.0/linear1/MatMul" ->
+// "/layers.0/linear1"), each part without the "_N" the exporter appends for the module's N+1-th
+// call ("/a_1/MatMul", a's second call, -> "/a"). Empty when the name has no scope.
+std::string module_of(const std::string& node_name) {
+  size_t last = node_name.rfind('/');
+  if (last == std::string::npos || last == 0) return "";
+  std::string module;
+  for (size_t start = 1; start <= last;) {
+    size_t end = node_name.find('/', start);
+    std::string part = node_name.substr(start, end - start);
+    size_t us = part.rfind('_');
+    if (us != std::string::npos && us + 1 < part.size() &&
+        part.find_first_not_of("0123456789", us + 1) == std::string::npos)
+      part.resize(us);
+    module += "/" + part;
+    start = end + 1;
+  }
+  return module;
+}
+
 }  // namespace
 
 std::vector<std::string> untie_deduplicated_initializers(onnx::ModelProto& m) {
@@ -106,6 +114,20 @@ std::vector<std::string> untie_deduplicated_initializers(onnx::ModelProto& m) {
   for (int i = 0; i < gp.initializer_size(); ++i) init_index[gp.initializer(i).name()] = i;
   std::set<std::string> graph_outputs;
   for (const auto& o : gp.output()) graph_outputs.insert(o.name());
+
+  // value -> the modules of the nodes reading it
+  std::map<std::string, std::set<std::string>> readers;
+  for (const auto& n : gp.node())
+    for (const auto& in : n.input())
+      if (!(default_domain(n) && n.op_type() == "Identity")) readers[in].insert(module_of(n.name()));
+  // An `onnx::` name is a tensor the constant folding computed (a Linear weight transposed for a
+  // MatMul): two equal ones are the same parameter folded twice when one module (a module called
+  // twice) reads both, else two parameters of equal value (deep-copied layers) that train apart.
+  auto one_module = [&](const std::string& a, const std::string& b) {
+    for (const std::string& ma : readers[a])
+      if (ma.empty() || readers[b].count(ma) || readers[b].count("")) return true;
+    return readers[a].empty() || readers[b].empty();
+  };
 
   // source initializer -> the names its Identity nodes write, in node order
   std::map<std::string, std::vector<std::string>> copies;
@@ -117,7 +139,7 @@ std::vector<std::string> untie_deduplicated_initializers(onnx::ModelProto& m) {
     auto src = init_index.find(n.input(0));
     const std::string& out = n.output(0);
     if (src == init_index.end() || !is_float(gp.initializer(src->second).data_type()) || out.empty() ||
-        graph_outputs.count(out) || init_index.count(out))
+        graph_outputs.count(out) || init_index.count(out) || (out.rfind("onnx::", 0) == 0 && one_module(n.input(0), out)))
       continue;
     if (!copies.count(n.input(0))) order.push_back(n.input(0));
     copies[n.input(0)].push_back(out);

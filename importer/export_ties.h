@@ -28,11 +28,19 @@ namespace onnxdp {
 // removes the Identity. A parameter the module really shares (one nn.Parameter used twice) never
 // looks like this: the exporter emits each Parameter object once (torch.jit._unique_state_dict)
 // and its uses read that one initializer directly, which is left as it is.
+// The exporter deduplicates the tensors its constant folding computed (named `onnx::...`) as well:
+// a Linear weight transposed for a MatMul is folded once per call, so a module called twice
+// (weights shared across steps, as ALBERT's layer) leaves an Identity between two folds of ONE
+// parameter, while deep-copied layers leave one between folds of two. Such an Identity is undone
+// only when no module reads both tensors (node names give the module: "/layers.0/linear1/MatMul"
+// and "/layers.1/linear1/MatMul" are two modules, "/a/MatMul" and "/a_1/MatMul" two calls of one).
 // Applies to files whose producer is "pytorch" and that carry no torch.export metadata (the dynamo
 // exporter merges without Identity nodes: untie_merged_parameters), to Identity nodes of a float
 // initializer whose output is not a graph output (the exporter returns a parameter through an
-// Identity). Limit: two distinct nn.Parameter objects over the same storage, exported with
-// training=TRAINING, are one tensor in PyTorch's training but are untied here.
+// Identity). Limits: two distinct nn.Parameter objects over the same storage, exported with
+// training=TRAINING, are one tensor in PyTorch's training but are untied here; two modules that
+// share one Parameter and read it through folded transposes are untied; modules named `x` and
+// `x_1` are taken for two calls of one.
 // Returns one line per initializer split.
 std::vector<std::string> untie_deduplicated_initializers(onnx::ModelProto& m);
 

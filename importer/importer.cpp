@@ -44,12 +44,20 @@ ModelInfo model_info(const onnx::ModelProto& m, const std::string& path) {
   return info;
 }
 
-ValueId ImportCtx::add_constant(Tensor t, const std::string& hint) {
-  std::string base = (node.name.empty() ? std::string(op_name(node.op)) : node.name) + "/" + hint;
+std::string ImportCtx::unique_value_name(const std::string& base) {
   std::string nm = base;
-  for (int k = 1; graph.find(nm) != kNoValue; ++k) nm = base + "_" + std::to_string(k);
+  if (!value_names) {
+    for (int k = 1; graph.find(nm) != kNoValue; ++k) nm = base + "_" + std::to_string(k);
+    return nm;
+  }
+  for (int k = 1; value_names->count(nm); ++k) nm = base + "_" + std::to_string(k);
+  value_names->insert(nm);
+  return nm;
+}
+
+ValueId ImportCtx::add_constant(Tensor t, const std::string& hint) {
   Value v;
-  v.name = nm;
+  v.name = unique_value_name((node.name.empty() ? std::string(op_name(node.op)) : node.name) + "/" + hint);
   v.dtype = t.dtype();
   v.shape = t.shape();
   v.kind = ValueKind::constant;
@@ -66,11 +74,11 @@ ValueId ImportCtx::add_node(Op op, const std::string& suffix, std::vector<ValueI
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);
   Value v;
-  v.name = base;
-  for (int k = 1; graph.find(v.name) != kNoValue; ++k) v.name = base + "_" + std::to_string(k);
+  v.name = unique_value_name(base);
   v.producer = int(graph.nodes.size());
   n.outputs.push_back(graph.add_value(std::move(v)));
   helper_values.push_back(n.outputs[0]);
+  shapes_current = false;
   graph.nodes.push_back(std::move(n));
   return graph.nodes.back().outputs[0];
 }
@@ -81,7 +89,7 @@ std::vector<ValueId> ImportCtx::add_node_n(Op op, const std::string& suffix, std
   Node& nd = graph.nodes.back();
   for (int k = 1; k < n; ++k) {
     Value v;
-    v.name = graph.value(first).name + ":" + std::to_string(k);
+    v.name = unique_value_name(graph.value(first).name + ":" + std::to_string(k));
     v.producer = int(graph.nodes.size()) - 1;
     ValueId id = graph.add_value(std::move(v));
     nd.outputs.push_back(id);
@@ -100,10 +108,11 @@ void ImportCtx::bind_output(size_t k, ValueId v) {
 }
 
 const Shape& ImportCtx::static_shape(ValueId v, const char* what) {
-  if (graph.value(v).kind == ValueKind::activation) {
+  if (graph.value(v).kind == ValueKind::activation && !shapes_current) {
     if (!options || !options->infer_shapes)
       fail("needs the static shape of {} while importing (load the model with load_graph)", what);
     options->infer_shapes(graph);
+    shapes_current = true;
   }
   return graph.value(v).shape;
 }
@@ -168,6 +177,7 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
   Graph g;
   g.name = gp.name();
   std::map<std::string, ValueId> by_name;
+  std::unordered_set<std::string> value_names;  // every value's name (ImportCtx::unique_value_name)
 
   for (const auto& init : gp.initializer()) {
     if (init.name().empty()) fail("an initializer has no name");
@@ -183,6 +193,7 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
     // (C++17 evaluates the right side of `=` first: take the id before v's name is moved out.)
     ValueId id = g.add_value(std::move(v));
     by_name[init.name()] = id;
+    value_names.insert(init.name());
   }
   for (const auto& vi : gp.input()) {
     if (by_name.count(vi.name())) continue;  // an initializer listed as input (IR < 4)
@@ -200,12 +211,14 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
       if (v.data.dtype() != v.dtype) fail("graph input '{}' is {}, the value bound to it is {}", vi.name(), dtype_name(v.dtype), dtype_name(v.data.dtype()));
       ValueId id = g.add_value(std::move(v));
       by_name[vi.name()] = id;
+      value_names.insert(vi.name());
       continue;
     }
     v.shape = static_shape(vi, opt);
     v.kind = ValueKind::input;
     ValueId id = g.add_value(std::move(v));
     by_name[vi.name()] = id;
+    value_names.insert(vi.name());
     g.inputs.push_back(id);
   }
 
@@ -214,6 +227,7 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
     Node n;
     n.name = np.name();
     ImportCtx ctx{g, np, opset, n, &opt};
+    ctx.value_names = &value_names;
     if (!(domain.empty() || domain == "ai.onnx"))
       ctx.fail("domain '{}' is not supported (onnxdp imports the default ONNX domain)", domain);
     auto op = op_from_name(np.op_type());
@@ -253,6 +267,7 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
         if (!out.empty()) {
           g.value(ctx.bound_outputs[size_t(k)]).name = out;
           by_name[out] = ctx.bound_outputs[size_t(k)];
+          value_names.insert(out);
         }
         continue;
       }
@@ -265,16 +280,15 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
       v.producer = idx;
       ValueId id = g.add_value(std::move(v));
       by_name[out] = id;
+      value_names.insert(out);
       n.outputs.push_back(id);
     }
     while (!n.outputs.empty() && n.outputs.back() == kNoValue) n.outputs.pop_back();
     if (n.outputs.empty() && !ctx.bound_outputs.empty()) {
       // Every output the ONNX node names is bound: the node's own output is unused but kept so
       // the node stays well formed until dead-node removal.
-      const std::string base = (n.name.empty() ? np.op_type() : n.name) + "/unused";
       Value v;
-      v.name = base;
-      for (int k = 1; g.find(v.name) != kNoValue; ++k) v.name = base + "_" + std::to_string(k);
+      v.name = ctx.unique_value_name((n.name.empty() ? np.op_type() : n.name) + "/unused");
       v.producer = idx;
       n.outputs.push_back(g.add_value(std::move(v)));
     }

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <unordered_set>
 
 #include "graph/graph.h"
 #include "onnx/onnx_pb.h"
@@ -52,6 +53,13 @@ struct ImportCtx {
   // Outputs of the ONNX node bound to helper values (bind_output); kNoValue: the node's own.
   std::vector<ValueId> bound_outputs;
   std::vector<ValueId> helper_values;  // the values add_node made for this node
+  // The names of the graph's values, kept by import_graph so that new names are checked in O(1)
+  // (the recurrent composites add thousands); null: Graph::find.
+  std::unordered_set<std::string>* value_names = nullptr;
+  bool shapes_current = false;  // static_shape's inference covers every node so far
+
+  // base, or base_1, base_2 ... : a name no value has yet, now taken.
+  std::string unique_value_name(const std::string& base);
 
   // A new constant value (kind constant) holding t; returns its id.
   ValueId add_constant(Tensor t, const std::string& hint);

@@ -49,6 +49,13 @@ void import_ConstantOfShape(ImportCtx& c) {
 // Opset 27's stash_type (the precision of f16/bf16 ranges) is ignored: onnxdp always computes
 // start + i * delta in double and rounds once to the output type, at least as precise as either
 // stash type the spec allows (float, double).
-void import_Range(ImportCtx& c) { c.ignore_attr("stash_type"); }
+// The bounds set the output's length: a float initializer feeding them (torch.arange(2.0, ...)
+// exported with its bounds stored as initializers) is a constant of the model, not a parameter, so
+// the Range folds at load.
+void import_Range(ImportCtx& c) {
+  c.ignore_attr("stash_type");
+  for (ValueId in : c.node.inputs)
+    if (in != kNoValue && c.graph.value(in).kind == ValueKind::parameter) c.graph.value(in).kind = ValueKind::constant;
+}
 
 }  // namespace onnxdp

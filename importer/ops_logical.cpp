@@ -15,4 +15,8 @@ void import_Or(ImportCtx& c) {}
 void import_Xor(ImportCtx& c) {}
 void import_Where(ImportCtx& c) {}
 
+// IsNaN (opsets 9, 13, 20) and IsInf (10, 20): later versions only added element types.
+void import_IsNaN(ImportCtx& c) {}
+void import_IsInf(ImportCtx& c) {}
+
 }  // namespace onnxdp

@@ -16,6 +16,9 @@ void import_ReduceMax(ImportCtx& c) {
 void import_ReduceMin(ImportCtx& c) {
   if (c.opset < 18) c.attr_to_input("axes", 1);
 }
+void import_ReduceProd(ImportCtx& c) {
+  if (c.opset < 18) c.attr_to_input("axes", 1);
+}
 
 void import_ArgMax(ImportCtx& c) {}
 void import_ArgMin(ImportCtx& c) {}
@@ -82,6 +85,20 @@ void import_ReduceLogSumExp(ImportCtx& c) {
   c.node.op = Op::Add;
   c.node.inputs = {c.add_node(Op::Log, "log", {sum}), shift};
   c.node.attrs.clear();
+}
+
+// TopK-1 gave k as an attribute (moved to input 1 here); opset 10 made it input 1; opset 11 added
+// largest and sorted (defaults keep the old meaning) and negative axes.
+void import_TopK(ImportCtx& c) {
+  if (c.opset < 10) {
+    auto it = c.node.attrs.find("k");
+    const int64_t* k = it == c.node.attrs.end() ? nullptr : std::get_if<int64_t>(&it->second);
+    if (!k) c.fail("attribute 'k' (an int) is required before opset 10");
+    ValueId kv = c.add_constant(Tensor::from_i64({*k}), "k");
+    c.node.attrs.erase(it);
+    c.node.inputs.resize(1);
+    c.node.inputs.push_back(kv);
+  }
 }
 
 }  // namespace onnxdp

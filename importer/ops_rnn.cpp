@@ -102,7 +102,7 @@ class Unroll {
     c_.node.attrs.clear();
     if (dirs_ == 1) {
       c_.node.op = Op::Unsqueeze;
-      c_.node.inputs = {ys[0], c_.add_constant(Tensor::from_i64({dir_axis_y}), "y_axes")};
+      c_.node.inputs = {ys[0], axes(dir_axis_y)};
     } else {
       c_.node.op = Op::Concat;
       c_.node.inputs = {unsqueeze(ys[0], dir_axis_y, "fw/Y_d"), unsqueeze(ys[1], dir_axis_y, "bw/Y_d")};
@@ -232,11 +232,17 @@ class Unroll {
     }
   }
 
+  ValueId axes(int64_t axis) {  // one constant per axis, shared by the (Un)squeezes
+    auto it = axes_.find(axis);
+    if (it == axes_.end())
+      it = axes_.emplace(axis, c_.add_constant(Tensor::from_i64({axis}), fmt::format("axes_{}", axis))).first;
+    return it->second;
+  }
   ValueId unsqueeze(ValueId v, int64_t axis, const std::string& suffix) {
-    return c_.add_node(Op::Unsqueeze, suffix, {v, c_.add_constant(Tensor::from_i64({axis}), "axes")});
+    return c_.add_node(Op::Unsqueeze, suffix, {v, axes(axis)});
   }
   ValueId squeeze(ValueId v, int64_t axis, const std::string& suffix) {
-    return c_.add_node(Op::Squeeze, suffix, {v, c_.add_constant(Tensor::from_i64({axis}), "axes")});
+    return c_.add_node(Op::Squeeze, suffix, {v, axes(axis)});
   }
   ValueId add(ValueId a, ValueId b, const std::string& suffix) {  // kNoValue is zero
     if (a == kNoValue) return b;
@@ -322,7 +328,7 @@ class Unroll {
     ValueId& m = masks_[size_t(t)];
     if (m == kNoValue) {
       // (fmt rather than "t" + std::to_string(t): GCC 12 warns falsely (-Wrestrict) on the latter.)
-      ValueId less = c_.add_node(Op::Less, fmt::format("t{}/valid", t), {c_.add_constant(Tensor::scalar_i64(t), "t"), lens_});
+      ValueId less = c_.add_node(Op::Less, fmt::format("t{}/valid", t), {c_.add_constant(Tensor::scalar_i64(t), fmt::format("t{}", t)), lens_});
       m = unsqueeze(less, 1, fmt::format("t{}/mask", t));
     }
     return m;
@@ -411,6 +417,7 @@ class Unroll {
   int64_t T_ = 0, B_ = 0, H_ = 0;
   ValueId x_ = kNoValue, zero_ = kNoValue, lens_ = kNoValue, clip_min_ = kNoValue, clip_max_ = kNoValue;
   std::vector<ValueId> masks_;
+  std::map<int64_t, ValueId> axes_;
   std::string dir_;
 };
 

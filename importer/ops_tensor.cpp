@@ -114,4 +114,92 @@ void import_Resize(ImportCtx& c) {
     }
 }
 
+// OneHot 9 and 11 (11: negative indices and axis allowed) have one meaning here. The depth sets the
+// output's shape: a float initializer holding it is a constant of the model, not a parameter.
+void import_OneHot(ImportCtx& c) {
+  if (c.node.has_input(1)) {
+    Value& v = c.graph.value(c.node.inputs[1]);
+    if (v.kind == ValueKind::parameter) v.kind = ValueKind::constant;
+  }
+}
+// ---- composites (graph/op_table.h): each arrives as a Reshape node with the ONNX node's input and
+// attributes, and becomes Reshape -> Transpose -> Reshape of x [N, C, H, W] (4-D; other ranks fail
+// at the reshapes, naming this node's helpers). The target shapes come from Shape(x) slices, folded
+// to constants at load.
+
+namespace {
+
+// blocksize (>= 1), removed from the node's attributes.
+int64_t take_blocksize(ImportCtx& c) {
+  auto it = c.node.attrs.find("blocksize");
+  const int64_t* b = it == c.node.attrs.end() ? nullptr : std::get_if<int64_t>(&it->second);
+  if (!b) c.fail("attribute 'blocksize' (an int) is required");
+  if (*b < 1) c.fail("blocksize {} must be at least 1", *b);
+  const int64_t v = *b;
+  c.node.attrs.erase(it);
+  return v;
+}
+
+ValueId x_of(ImportCtx& c) {
+  if (c.node.inputs.size() != 1 || c.node.inputs[0] == kNoValue) c.fail("takes one input, x");
+  return c.node.inputs[0];
+}
+
+// Shape(x)[start:end] (end 0: to the end).
+ValueId dims(ImportCtx& c, const std::string& suffix, ValueId x, int64_t start, int64_t end = 0) {
+  std::map<std::string, Attr> a{{"start", Attr(start)}};
+  if (end) a["end"] = Attr(end);
+  return c.add_node(Op::Shape, suffix, {x}, std::move(a));
+}
+
+ValueId concat(ImportCtx& c, const std::string& suffix, std::vector<ValueId> parts) {
+  return c.add_node(Op::Concat, suffix, std::move(parts), {{"axis", Attr(int64_t(0))}});
+}
+
+}  // namespace
+
+// DepthToSpace: y [N, C/b², H*b, W*b]. DCR (the default, and the only mode before opset 11) splits C
+// as [b, b, C/b²], CRD as [C/b², b, b]; the block's rows and columns then interleave with H and W.
+void import_DepthToSpace(ImportCtx& c) {
+  const int64_t b = take_blocksize(c);
+  std::string mode = "DCR";
+  if (auto it = c.node.attrs.find("mode"); it != c.node.attrs.end()) {
+    const std::string* m = std::get_if<std::string>(&it->second);
+    if (!m || (*m != "DCR" && *m != "CRD")) c.fail("mode must be 'DCR' or 'CRD'");
+    mode = *m;
+    c.node.attrs.erase(it);
+  }
+  const ValueId x = x_of(c);
+  const bool dcr = mode == "DCR";
+  ValueId split = c.add_constant(Tensor::from_i64(dcr ? std::vector<int64_t>{b, b, -1} : std::vector<int64_t>{-1, b, b}),
+                                 "channel_split");
+  // [N, b, b, C/b², H, W] (DCR) or [N, C/b², b, b, H, W] (CRD)
+  ValueId split_shape = concat(c, "split_shape", {dims(c, "n", x, 0, 1), split, dims(c, "hw", x, 2)});
+  ValueId blocks = c.add_node(Op::Reshape, "split_channels", {x, split_shape});
+  // -> [N, C/b², H, b, W, b]
+  const std::vector<int64_t> perm = dcr ? std::vector<int64_t>{0, 3, 4, 1, 5, 2} : std::vector<int64_t>{0, 1, 4, 2, 5, 3};
+  ValueId moved = c.add_node(Op::Transpose, "interleave", {blocks}, {{"perm", Attr(perm)}});
+  ValueId hw_b = c.add_node(Op::Mul, "hw_times_b", {dims(c, "hw_out", x, 2), c.add_constant(Tensor::from_i64({b}), "b")});
+  c.node.op = Op::Reshape;
+  c.node.inputs = {moved, concat(c, "out_shape", {c.add_constant(Tensor::from_i64({0, -1}), "n_c"), hw_b})};
+}
+
+// SpaceToDepth: y [N, C*b², H/b, W/b], the inverse of DCR: x as [N, C, H/b, b, W/b, b], the block's
+// rows and columns moved ahead of C. H / b and W / b are exact (a remainder fails the first reshape).
+void import_SpaceToDepth(ImportCtx& c) {
+  const int64_t b = take_blocksize(c);
+  const ValueId x = x_of(c);
+  ValueId bv = c.add_constant(Tensor::from_i64({b}), "b");
+  ValueId h_b = c.add_node(Op::Div, "h_over_b", {dims(c, "h", x, 2, 3), bv});
+  ValueId w_b = c.add_node(Op::Div, "w_over_b", {dims(c, "w", x, 3, 4), bv});
+  ValueId split_shape = concat(c, "split_shape", {dims(c, "nc", x, 0, 2), h_b, bv, w_b, bv});
+  ValueId blocks = c.add_node(Op::Reshape, "split_space", {x, split_shape});
+  // [N, C, H/b, b, W/b, b] -> [N, b, b, C, H/b, W/b]
+  ValueId moved = c.add_node(Op::Transpose, "gather_blocks", {blocks},
+                             {{"perm", Attr(std::vector<int64_t>{0, 3, 5, 1, 2, 4})}});
+  ValueId hw_b = c.add_node(Op::Div, "hw_over_b", {dims(c, "hw", x, 2), bv});
+  c.node.op = Op::Reshape;
+  c.node.inputs = {moved, concat(c, "out_shape", {c.add_constant(Tensor::from_i64({0, -1}), "n_c"), hw_b})};
+}
+
 }  // namespace onnxdp

@@ -272,7 +272,7 @@ class Rules {
     }
   }
 
-  // The readers of node i's output 0 (a graph output counts as a reader of no op).
+  // Whether node i's output 0 is read, and only by `ops` (or as the base of a Pow): not a graph output.
   bool output_read_only_by(int i, const std::set<std::string>& ops, bool base_of_pow = false) const {
     const auto& n = g_.node(i);
     if (n.output_size() == 0 || g_.outputs.count(n.output(0))) return false;

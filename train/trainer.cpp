@@ -345,11 +345,11 @@ TrainingGraph make_training_graph(const onnx::ModelProto& proto, const std::stri
   for (ValueId p : g.parameters()) {
     const Value& v = g.value(p);
     const InitializerRole* role = decision.find(v.name);
-    std::string why = stats.count(p) ? "BatchNormalization running statistic"
+    using Why = InitializerRole::Why;
+    std::string why = role && role->why != Why::trains && role->why != Why::unreached ? role->reason
+                      : stats.count(p) ? "BatchNormalization running statistic"
                       : v.dtype != DType::f32 ? fmt::format("{} (onnxdp trains f32 parameters)", dtype_name(v.dtype))
-                      : role && role->why != InitializerRole::Why::trains && role->why != InitializerRole::Why::unreached
-                          ? role->reason
-                          : "";
+                                              : "";
     if (why.empty()) {
       candidates.push_back(p);
     } else {

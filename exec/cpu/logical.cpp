@@ -39,4 +39,21 @@ void Where_forward(KernelCtx& c) {
   });
 }
 
+namespace {
+
+// bool out = f(x) for a float x (f16 / bf16 tested as floats).
+template <class F>
+void float_test(KernelCtx& c, const F& f) {
+  if (half_map<bool>(c.in(0).dtype, c.out(0), f, c.in(0))) return;
+  if (c.in(0).dtype == DType::f64) return broadcast_map<bool, double>(c.out(0), f, c.in(0));
+  broadcast_map<bool, float>(c.out(0), f, c.in(0));
+}
+
+}  // namespace
+
+void IsNaN_forward(KernelCtx& c) { float_test(c, fn::IsNaN{}); }
+void IsInf_forward(KernelCtx& c) {
+  float_test(c, fn::IsInf{c.node.i("detect_negative") != 0, c.node.i("detect_positive") != 0});
+}
+
 }  // namespace onnxdp

@@ -24,11 +24,11 @@ namespace onnxdp {
 
 namespace {
 
-enum class ReduceKind { sum, mean, max, min };
+enum class ReduceKind { sum, mean, max, min, prod };
 template <ReduceKind K>
 inline constexpr bool kExtremum = K == ReduceKind::max || K == ReduceKind::min;
 
-// acc[c] = acc[c] + p[c] (sum, mean) or the larger / smaller, NaN winning (max, min), for c < w, in double: one
+// acc[c] = acc[c] + p[c] (sum, mean), acc[c] * p[c] (prod) or the larger / smaller, NaN winning (max, min), for c < w, in double: one
 // row segment of a float or double input into fast path 1's block of accumulators (see reduce()).
 // Built for x86-64-v3 too: the columns are independent, so the loop runs 4 doubles at a time.
 template <ReduceKind K, class T>
@@ -37,6 +37,7 @@ ONNXDP_CPU_CLONES void accumulate_segment(double* acc, const T* p, int64_t w) {
     const double v = double(p[c]);
     if constexpr (K == ReduceKind::max) acc[c] = (v > acc[c] || v != v) ? v : acc[c];
     else if constexpr (K == ReduceKind::min) acc[c] = (v < acc[c] || v != v) ? v : acc[c];
+    else if constexpr (K == ReduceKind::prod) acc[c] = acc[c] * v;
     else acc[c] = acc[c] + v;
   }
 }
@@ -49,7 +50,8 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   T* dst = out.as<T>();
 
   A init;
-  if constexpr (!kExtremum<K>) init = A(0);
+  if constexpr (K == ReduceKind::prod) init = A(1);  // the empty product
+  else if constexpr (!kExtremum<K>) init = A(0);
   else if constexpr (E::kind == ElemKind::floating)
     init = (K == ReduceKind::max ? -1 : 1) * std::numeric_limits<double>::infinity();
   else init = K == ReduceKind::max ? int64_t(std::numeric_limits<T>::lowest()) : int64_t(std::numeric_limits<T>::max());
@@ -58,7 +60,10 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
     else return E::to_i64(v);
   };
   auto combine = [](A a, A b) -> A {
-    if constexpr (!kExtremum<K>) return a + b;
+    if constexpr (K == ReduceKind::prod) {
+      if constexpr (E::kind == ElemKind::floating) return a * b;
+      else return int64_t(uint64_t(a) * uint64_t(b));  // wraps (defined) as the element type would
+    } else if constexpr (!kExtremum<K>) return a + b;
     else if constexpr (K == ReduceKind::max) return (b > a || b != b) ? b : a;  // NaN wins (floats)
     else return (b < a || b != b) ? b : a;
   };
@@ -169,7 +174,7 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
   // the lanes as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) and adds the tail elements in order. The
   // lanes break the serial add chain; the order is fixed, so a run is reproducible and does not
   // depend on the thread count. Floats still accumulate in double.
-  if constexpr (!kExtremum<K> && E::kind == ElemKind::floating) {
+  if constexpr ((K == ReduceKind::sum || K == ReduceKind::mean) && E::kind == ElemKind::floating) {
     if (nr == 1 && row_stride == 1 && row >= 32 && (n_out >= 4 * int64_t(threads) || !parallel || threads == 1)) {
       parallel_for(n_out, parallel, [&](int64_t o) {
         const T* p = src + base_of(o);
@@ -275,5 +280,55 @@ void arg_forward(KernelCtx& c) {
 void ArgMax_forward(KernelCtx& c) { arg_forward<true>(c); }
 void ArgMin_forward(KernelCtx& c) { arg_forward<false>(c); }
 void ReduceMin_forward(KernelCtx& c) { reduce_forward<ReduceKind::min>(c); }
+// Products accumulate in double (floats) or int64 (integers, wrapping as the element type on store).
+void ReduceProd_forward(KernelCtx& c) { reduce_forward<ReduceKind::prod>(c); }
+
+// The K largest (largest = 1) or smallest elements along the axis with their indices, in that
+// order whatever `sorted` says (unsorted order is the op's choice). Equal values: the lower index
+// first (ONNX); NaN counts as larger than every number (torch.topk), NaNs by index.
+void TopK_forward(KernelCtx& c) {
+  const TensorRef &in = c.in(0), &values = c.out(0), &indices = c.out(1);
+  const int64_t r = in.rank(), axis = normalize_axis(c.node.i("axis"), r, c.node);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= in.dim(int(d));
+  for (int64_t d = axis + 1; d < r; ++d) inner *= in.dim(int(d));
+  const int64_t n = in.dim(int(axis)), k = values.dim(int(axis));
+  const bool largest = c.node.i("largest") != 0;
+  int64_t* idx = indices.as<int64_t>();
+  dispatch_elem(in.dtype, [&]<class E>() {
+    using T = typename E::T;
+    using A = std::conditional_t<E::kind == ElemKind::floating, double, int64_t>;  // exact for int64
+    auto load = [](T v) -> A {
+      if constexpr (E::kind == ElemKind::floating) return E::to_f64(v);
+      else return E::to_i64(v);
+    };
+    const T* src = in.as<const T>();
+    T* dst = values.as<T>();
+    parallel_for(outer * inner, outer * inner * n > parallel_min_elements(), [&](int64_t o) {
+      const int64_t q = o / inner, i = o % inner;
+      const T* p = src + q * n * inner + i;
+      std::vector<A> v(static_cast<size_t>(n));
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = load(p[j * inner]), order[size_t(j)] = j;
+      // a before b: a's value comes first (NaN above every number), then the lower index.
+      auto before = [&](int64_t a, int64_t b) {
+        const A x = v[size_t(a)], y = v[size_t(b)];
+        const bool xn = x != x, yn = y != y;
+        if (xn || yn) {
+          if (xn && yn) return a < b;
+          return largest ? xn : yn;
+        }
+        if (x != y) return largest ? x > y : x < y;
+        return a < b;
+      };
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t at = q * k * inner + j * inner + i;
+        dst[at] = p[order[size_t(j)] * inner];
+        idx[at] = order[size_t(j)];
+      }
+    });
+  });
+}
 
 }  // namespace onnxdp

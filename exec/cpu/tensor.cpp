@@ -517,4 +517,26 @@ void Trilu_forward(KernelCtx& c) {
   });
 }
 
+// out [outer, depth, inner] = on where the index (indices viewed as [outer, inner], cast to int64,
+// negative ones counting from the end) equals the position along depth, else off. An index outside
+// [-depth, depth - 1] gives a row of off values (ONNX's OneHot).
+void OneHot_forward(KernelCtx& c) {
+  const TensorRef &idx = c.in(0), &out = c.out(0);
+  const int64_t axis = normalize_axis(c.node.i("axis"), int64_t(idx.rank()) + 1, c.node), depth = out.dim(int(axis));
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= out.dim(int(d));
+  const int64_t inner = depth ? out.numel / (outer * depth) : 0;
+  const std::vector<int64_t> at = ref_ints(idx);
+  dispatch_bytes(dtype_size(out.dtype), [&]<class U>() {
+    const U off = c.in(2).as<const U>()[0], on = c.in(2).as<const U>()[1];
+    U* dst = out.as<U>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t k = at[size_t(o * inner + i)];
+        if (k < 0) k += depth;  // still < 0 when out of range: matches no position
+        for (int64_t j = 0; j < depth; ++j) dst[(o * depth + j) * inner + i] = j == k ? on : off;
+      }
+  });
+}
+
 }  // namespace onnxdp

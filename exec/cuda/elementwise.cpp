@@ -67,6 +67,8 @@ const char* ew_op_name(EwOp op) {
     case EwOp::Or: return "Or";
     case EwOp::Xor: return "Xor";
     case EwOp::Not: return "Not";
+    case EwOp::IsNaN: return "IsNaN";
+    case EwOp::IsInf: return "IsInf";
     case EwOp::Where: return "Where";
   }
   return "?";
@@ -130,6 +132,8 @@ bool ew_op(const Node& n, EwOp* out) {
     case Op::Or: *out = EwOp::Or; return true;
     case Op::Xor: *out = EwOp::Xor; return true;
     case Op::Not: *out = EwOp::Not; return true;
+    case Op::IsNaN: *out = EwOp::IsNaN; return true;
+    case Op::IsInf: *out = EwOp::IsInf; return true;
     case Op::Where: *out = EwOp::Where; return true;
     default: return false;
   }
@@ -313,6 +317,10 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
         l.alpha = n.f("alpha");
       if (op == EwOp::HardSigmoid) l.beta = n.f("beta");
       if (op == EwOp::Selu) l.gamma = n.f("gamma");
+      if (op == EwOp::IsInf) {
+        l.inf_negative = n.i("detect_negative") != 0;
+        l.inf_positive = n.i("detect_positive") != 0;
+      }
       if (op == EwOp::Clip) set_clip(l, clip);
       l.in[0] = in[0].data;
       l.layout = layout_of<1>(n, os, {in[0].shape});

@@ -175,6 +175,15 @@ bool compare(const Ctx& c, F f) {
   });
 }
 
+// bool out = f(a), a f32 / f64 (IsNaN, IsInf).
+template <class F>
+bool float_test(const Ctx& c, F f) {
+  return with_float(c.l.type, [&](auto tag) {
+    using T = decltype(tag);
+    return go1<bool, T>(c, f);
+  });
+}
+
 // Where copies elements: one instantiation per element size.
 bool where(const Ctx& c) {
   switch (c.l.type) {
@@ -262,6 +271,8 @@ bool dispatch(const Ctx& c) {
     case EwOp::Or: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::Or{});
     case EwOp::Xor: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::Xor{});
     case EwOp::Not: return c.l.type == EwType::boolean && go1<bool, bool>(c, fn::Not{});
+    case EwOp::IsNaN: return float_test(c, fn::IsNaN{});
+    case EwOp::IsInf: return float_test(c, fn::IsInf{c.l.inf_negative, c.l.inf_positive});
     case EwOp::Where: return where(c);
   }
   return false;

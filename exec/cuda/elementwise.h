@@ -30,7 +30,7 @@ struct ClipBounds {
 // Ops with a CUDA elementwise kernel: Add Sub Mul Div Pow Min Max Sqrt Exp Log Neg Abs Reciprocal
 // Relu LeakyRelu Sigmoid Tanh Erf Gelu GeluGrad Softplus Sin Cos HardSigmoid HardSwish Elu Selu Celu Mish Sign
 // Mod PRelu Clip Identity Equal
-// Less Greater LessOrEqual GreaterOrEqual And Or Xor Not Where.
+// Less Greater LessOrEqual GreaterOrEqual And Or Xor Not Where IsNaN IsInf.
 bool is_elementwise(Op op);
 
 // Whether this node has a kernel for its input dtypes (f16 / bf16 are not there yet, except Where).

@@ -25,6 +25,8 @@ enum class EwOp : uint8_t {
   Equal, Less, Greater, LessOrEqual, GreaterOrEqual,
   // bool out = f(a, b) / !a, bool
   And, Or, Xor, Not,
+  // bool out = f(a), f32 / f64 (IsInf: the signs inf_negative / inf_positive say)
+  IsNaN, IsInf,
   // out = a ? b : c, any element type (copied by size)
   Where,
 };
@@ -72,6 +74,7 @@ struct EwLaunch {
   float beta = 0.5f;                   // HardSigmoid
   float gamma = 1.0f;                  // Selu (alpha: Elu, Selu, Celu too)
   bool fmod = false;                   // Mod
+  bool inf_negative = true, inf_positive = true;  // IsInf's detect_negative / detect_positive
   int64_t clip_lo_i = 0, clip_hi_i = 0;  // Clip bounds for integer types
   double clip_lo_f = 0, clip_hi_f = 0;   // Clip bounds for float types
 };

@@ -9,7 +9,8 @@
 // type onnxdp does not hold (uint16, string, float8, int4 ...: dtype_from_onnx refuses it). Every
 // other case runs: float graph inputs are fed at run time with their exact shapes, other inputs
 // (shapes, axes, indices) are bound as constants, and so are float inputs read only as Resize's
-// roi or scales (parameters that set the output shape, constants in any model onnxdp trains). Outputs must match in dtype and shape exactly,
+// roi or scales, OneHot's depth or Range's bounds (they set the output shape: constants in any model
+// onnxdp trains, where the importer makes such initializers constants). Outputs must match in dtype and shape exactly,
 // floats within |a-b| <= atol + rtol*|b| (rtol 1e-3, atol 1e-5), NaN == NaN,
 // integers and bools exactly.
 //
@@ -181,11 +182,12 @@ std::string run_data_set(const fs::path& case_dir, const onnx::ModelProto& m, co
   std::set<std::string> init_names;
   for (const auto& init : gp.initializer()) init_names.insert(init.name());
 
-  // Float inputs read only as Resize's roi (1) or scales (2).
+  // Float inputs read only as Resize's roi (1) or scales (2), OneHot's depth (1) or Range's bounds.
   std::map<std::string, bool> shape_parameter;
   for (const auto& n : gp.node())
     for (int j = 0; j < n.input_size(); ++j) {
-      const bool param = n.op_type() == "Resize" && (j == 1 || j == 2);
+      const bool param = (n.op_type() == "Resize" && (j == 1 || j == 2)) || (n.op_type() == "OneHot" && j == 1) ||
+                         n.op_type() == "Range";
       auto [it, fresh] = shape_parameter.emplace(n.input(j), param);
       if (!fresh) it->second = it->second && param;
     }

@@ -17,6 +17,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/cuda/elementwise.h"
@@ -194,7 +195,7 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
                 Op::Abs, Op::Reciprocal, Op::Relu, Op::LeakyRelu, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
                 Op::Softplus, Op::Sin, Op::Cos, Op::HardSigmoid, Op::HardSwish, Op::Elu, Op::Selu, Op::Celu, Op::Mish,
                 Op::Sign, Op::PRelu, Op::Mod, Op::Clip, Op::Identity,
-                Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual}) {
+                Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual, Op::IsNaN, Op::IsInf}) {
     for (DType t : kFloats) {
       INFO(op_name(op) << " " << dtype_name(t));
       CHECK(cuda::is_elementwise(op));
@@ -302,9 +303,16 @@ void logical() {
   n += run_all_shapes(Op::Equal, 2, DType::boolean, rng);  // the orderings take numbers only
   n += run_all_shapes(Op::Not, 1, DType::boolean, rng);
   for (Op op : {Op::And, Op::Or, Op::Xor}) n += run_all_shapes(op, 2, DType::boolean, rng);
+  // IsNaN / IsInf on floats (NaN, +inf, -inf among the inputs), IsInf for each sign and neither.
+  for (DType t : kFloats) {
+    n += run_all_shapes(Op::IsNaN, 1, t, rng);
+    n += run_all_shapes(Op::IsInf, 1, t, rng);
+    for (auto [neg, pos] : {std::pair<int64_t, int64_t>{0, 1}, {1, 0}, {0, 0}})
+      n += run_all_shapes(Op::IsInf, 1, t, rng, Domain::any, {{"detect_negative", Attr(neg)}, {"detect_positive", Attr(pos)}});
+  }
   for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean, DType::f16, DType::bf16})
     for (const auto& shapes : shape_sets(3)) n += run_case(Case{Op::Where, {DType::boolean, t, t}, shapes}, rng);
-  report("comparisons and Where", n);
+  report("comparisons, IsNaN, IsInf and Where", n);
 }
 
 }  // namespace
@@ -328,7 +336,7 @@ TEST_CASE("cuda elementwise host emulation: Clip equals the CPU") {
   g_backend = Backend::emulation;
   clip_cases();
 }
-TEST_CASE("cuda elementwise host emulation: comparisons, And, Or, Xor, Not and Where equal the CPU") {
+TEST_CASE("cuda elementwise host emulation: comparisons, And, Or, Xor, Not, IsNaN, IsInf and Where equal the CPU") {
   g_backend = Backend::emulation;
   logical();
 }
@@ -358,7 +366,7 @@ TEST_CASE("cuda elementwise on GPU: Clip with both, one and no bounds equals the
   g_backend = Backend::gpu;
   clip_cases();
 }
-TEST_CASE("cuda elementwise on GPU: comparisons, And, Or, Xor, Not and Where equal the CPU") {
+TEST_CASE("cuda elementwise on GPU: comparisons, And, Or, Xor, Not, IsNaN, IsInf and Where equal the CPU") {
   if (!have_gpu()) return;
   g_backend = Backend::gpu;
   logical();

@@ -3,6 +3,8 @@
 // values where ties make the function non-differentiable (the gradient is split evenly among the
 // tied elements, as torch.amax and torch.maximum do).
 #include "tests/graph/gradcheck.h"
+#include "tests/ops/op_test_util.h"
+#include "train/pipeline.h"
 
 using namespace onnxdp;
 using namespace onnxdp::testing;
@@ -133,6 +135,19 @@ TEST_CASE("autodiff more: ReduceMin, as ReduceMax: the minimum takes dy, ties sp
   check_values(g[0], {3, 3, 0, 0, 9, 0});
 }
 
+TEST_CASE("autodiff more: ReduceProd, the product of the others, with one zero and with two in a set") {
+  Case c;
+  ValueId x = c.param("x", {3, 4});
+  gradcheck(c, c.node(Op::ReduceProd, {x, c.ints({1}, "a")}, {{"keepdims", Attr(int64_t(0))}}));
+  // x = [[2, 3, 4], [0, 5, 7], [0, 0, 2]] prod over axis 1 with R = [1, 2, 3]; by hand:
+  // row 0: (12, 8, 6); row 1, one zero: (35, 0, 0) * 2; row 2, two zeros: all 0
+  Case t;
+  ValueId y = fixed_param(t, "x", {3, 3}, {2, 3, 4, 0, 5, 7, 0, 0, 2});
+  std::vector<Tensor> g =
+      gradients(t, t.node(Op::ReduceProd, {y, t.ints({1}, "ax")}, {{"keepdims", Attr(int64_t(0))}}), {1, 2, 3});
+  check_values(g[0], {12, 8, 6, 70, 0, 0, 0, 0, 0});
+}
+
 // ---- Resize (nearest) ----------------------------------------------------------------------------
 
 TEST_CASE("autodiff more: Resize nearest, up on some axes and down on others, scales and sizes") {
@@ -237,6 +252,85 @@ TEST_CASE("autodiff more: ScatterND none and add, gradients of data and updates;
                      {{"reduction", Attr(std::string("mul"))}});
   ValueId loss = c.node(Op::ReduceSum, {y}, {{"keepdims", Attr(int64_t(0))}});
   CHECK_THROWS_WITH_AS(autodiff(c.g, loss, c.params), doctest::Contains("reduction 'mul' has no gradient"), Error);
+}
+
+// ---- TopK, OneHot, and the composites Einsum, DepthToSpace, SpaceToDepth --------------------------
+
+namespace {
+// A Case holding one ONNX node of `op_type` as the importer lowers it (composites become table
+// rows), its inputs turned into float64 parameters with random values.
+Case imported(const std::string& op_type, const std::vector<Shape>& shapes,
+              const std::vector<onnx::AttributeProto>& attrs, int opset = 13) {
+  std::vector<Tensor> ins;
+  for (const Shape& s : shapes) ins.emplace_back(DType::f64, s);
+  Case c;
+  c.g = load_graph(optest::one_node_model(opset, op_type, ins, attrs, 1), "", {});
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (ValueId id : c.g.inputs) {
+    Value& v = c.g.value(id);
+    v.kind = ValueKind::parameter;
+    v.data = Tensor(v.dtype, v.shape);
+    for (int64_t i = 0; i < v.data.numel(); ++i) c.set(v.data, i, u(c.rng));
+    c.params.push_back(id);
+  }
+  c.g.inputs.clear();
+  return c;
+}
+}  // namespace
+
+TEST_CASE("autodiff more: TopK's values scatter dy to the picked elements, largest and smallest, any axis") {
+  {
+    Case c;
+    ValueId x = c.param("x", {3, 5});
+    auto y = c.node_n(Op::TopK, {x, c.ints({2}, "k")}, {{"axis", Attr(int64_t(1))}}, 2);
+    gradcheck(c, c.node(Op::Mul, {y[0], y[0]}));
+  }
+  {
+    Case c;
+    ValueId x = c.param("x", {4, 2, 3});
+    auto y = c.node_n(Op::TopK, {x, c.ints({3}, "k")}, {{"axis", Attr(int64_t(0))}, {"largest", Attr(int64_t(0))}}, 2);
+    gradcheck(c, y[0]);
+  }
+}
+
+TEST_CASE("autodiff more: OneHot's values [off, on] collect dy off and on the picked positions") {
+  Case c;
+  ValueId v = c.param("values", {2});
+  ValueId idx = c.constant(Tensor::from_i64({2, -1, 0, 7, 1, 1}, {2, 3}), "indices");  // 7: out of range, all off
+  ValueId y = c.node(Op::OneHot, {idx, c.constant(Tensor::scalar_i64(4), "depth"), v}, {{"axis", Attr(int64_t(1))}});
+  gradcheck(c, c.node(Op::Mul, {y, y}));
+}
+
+TEST_CASE("autodiff more: Einsum (lowered at import) on the exporters' equations, ellipsis and 3 operands") {
+  const std::vector<std::pair<std::string, std::vector<Shape>>> cases = {
+      {"bhid,bhjd->bhij", {{2, 2, 3, 4}, {2, 2, 2, 4}}},
+      {"bhij,bhjd->bhid", {{1, 2, 3, 2}, {1, 2, 2, 4}}},
+      {"bij,bjk->bik", {{2, 2, 3}, {2, 3, 2}}},
+      {"ij->ji", {{2, 3}}},
+      {"bi,bi->b", {{2, 3}, {2, 3}}},
+      {"...ij,...jk->...ik", {{2, 2, 3}, {1, 3, 2}}},
+      {"i,j->ij", {{2}, {3}}},
+      {"ij,jk,kl->il", {{2, 3}, {3, 2}, {2, 2}}},
+      {"ij,jk->i", {{2, 3}, {3, 2}}},
+      {"i...j,j->i...", {{2, 2, 2, 3}, {3}}},
+      {"...ii->...i", {{2, 3, 3}}},
+      {"iij,j->i", {{2, 2, 3}, {3}}},
+  };
+  for (const auto& [eq, shapes] : cases) {
+    CAPTURE(eq);
+    Case c = imported("Einsum", shapes, {optest::attr_s("equation", eq)});
+    gradcheck(c, c.g.outputs[0]);
+  }
+}
+
+TEST_CASE("autodiff more: DepthToSpace (DCR, CRD) and SpaceToDepth (lowered at import)") {
+  for (const char* mode : {"DCR", "CRD"}) {
+    CAPTURE(mode);
+    Case c = imported("DepthToSpace", {{2, 8, 2, 3}}, {optest::attr_i("blocksize", 2), optest::attr_s("mode", mode)});
+    gradcheck(c, c.g.outputs[0]);
+  }
+  Case c = imported("SpaceToDepth", {{1, 2, 4, 6}}, {optest::attr_i("blocksize", 2)});
+  gradcheck(c, c.g.outputs[0]);
 }
 
 // ---- Gather, Tile --------------------------------------------------------------------------------

@@ -224,3 +224,41 @@ TEST_CASE("export metadata: a training-mode BatchNorm the export fused or turned
   // The legacy exporter's training-mode BatchNorm (models/cnn) has no such metadata: nothing to say.
   CHECK(export_warnings(load_model_proto(std::string(ONNXDP_SOURCE_DIR) + "/models/cnn/model.onnx")).empty());
 }
+
+TEST_CASE("export warnings: an inference-form BatchNorm of a file without metadata, and tf2onnx's bias-less layers") {
+  onnx::ModelProto m;
+  auto* op = m.add_opset_import();
+  op->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  add_node(g, "BatchNormalization", {"x", "s", "b", "m", "v"}, "y");  // training_mode 0: inference form
+  onnx::NodeProto* trained = add_node(g, "BatchNormalization", {"y", "s", "b", "m", "v"}, "z");
+  onnx::AttributeProto* mode = trained->add_attribute();
+  mode->set_name("training_mode");
+  mode->set_type(onnx::AttributeProto::INT);
+  mode->set_i(1);
+  std::vector<std::string> w = export_warnings(m);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].find("node 'node_y': BatchNormalization is in inference form") == 0);
+  // Opset < 14: the running-statistics outputs make it the training form.
+  op->set_version(12);
+  trained->clear_attribute();
+  trained->add_output("running_mean");
+  CHECK(export_warnings(m).size() == 1);
+
+  // tf2onnx: a Conv without bias and a MatMul whose output is not added to an initializer are
+  // named; a Conv with one and a MatMul followed by a bias Add are not. Other producers: nothing.
+  onnx::ModelProto k;
+  k.set_producer_name("tf2onnx");
+  onnx::GraphProto* kg = k.mutable_graph();
+  for (const char* name : {"w1", "w2", "w3", "w4", "bias"}) add_f32(kg, name, {2, 2}, 0.5f);
+  add_node(kg, "Conv", {"x", "w1"}, "c1");
+  add_node(kg, "Conv", {"c1", "w2", "bias"}, "c2");
+  add_node(kg, "MatMul", {"c2", "w3"}, "m1");
+  add_node(kg, "MatMul", {"m1", "w4"}, "m2");
+  add_node(kg, "Add", {"m2", "bias"}, "out");
+  w = export_warnings(k);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].find("2 layer(s) have no bias in this tf2onnx file: node_c1, node_m1.") == 0);
+  k.set_producer_name("pytorch");
+  CHECK(export_warnings(k).empty());
+}

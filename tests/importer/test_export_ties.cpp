@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -110,11 +111,35 @@ TEST_CASE("export ties: random tensors the legacy exporter deduplicated train ap
   g->add_output()->set_name("y");
   add_f32(g, "onnx::MatMul_365", {2, 2}, {0.3f, -0.2f, 0.9f, 0.4f});
   add_node(g, "Identity", {"onnx::MatMul_365"}, "onnx::MatMul_406");
-  add_node(g, "MatMul", {"x", "onnx::MatMul_365"}, "h");
-  add_node(g, "MatMul", {"h", "onnx::MatMul_406"}, "y");
-  CHECK(untie_deduplicated_initializers(m).size() == 1);
+  add_node(g, "MatMul", {"x", "onnx::MatMul_365"}, "h")->set_name("/layers.0/linear2/MatMul");
+  add_node(g, "MatMul", {"h", "onnx::MatMul_406"}, "y")->set_name("/layers.1/linear2/MatMul");
+  add_f32(g, "layers.0.linear2.bias", {2}, {0.1f, -0.3f});
+  add_node(g, "Identity", {"layers.0.linear2.bias"}, "layers.1.linear2.bias");
+  CHECK(untie_deduplicated_initializers(m).size() == 2);
   CHECK(initializers(m.graph()).at("onnx::MatMul_406") == std::vector<float>{0.3f, -0.2f, 0.9f, 0.4f});
+  CHECK(initializers(m.graph()).at("layers.1.linear2.bias") == std::vector<float>{0.1f, -0.3f});
   CHECK(count_op(m.graph(), "Identity") == 0);
+}
+
+TEST_CASE("export ties: one module called twice folds its weight twice; the legacy exporter's Identity between the folds stays") {
+  // self.a(tanh(self.a(x))): the exporter folds a.weight's transpose once per call and
+  // deduplicates the second fold into an Identity of the first. PyTorch trains one a.weight.
+  onnx::ModelProto m;
+  m.set_producer_name("pytorch");
+  onnx::GraphProto* g = m.mutable_graph();
+  g->add_output()->set_name("y");
+  add_f32(g, "onnx::MatMul_24", {2, 2}, {0.3f, -0.2f, 0.9f, 0.4f});
+  add_node(g, "Identity", {"onnx::MatMul_24"}, "onnx::MatMul_25")->set_name("Identity_1");
+  add_node(g, "MatMul", {"x", "onnx::MatMul_24"}, "h")->set_name("/blk/a/MatMul");
+  add_node(g, "Tanh", {"h"}, "t")->set_name("/blk/Tanh");
+  add_node(g, "MatMul", {"t", "onnx::MatMul_25"}, "y")->set_name("/blk/a_1/MatMul");
+  CHECK(untie_deduplicated_initializers(m).empty());
+  CHECK(count_op(m.graph(), "Identity") == 1);
+  CHECK(m.graph().initializer_size() == 1);
+  // Unnamed readers: nothing shows two modules, so the file's one tensor stays one.
+  for (auto& n : *g->mutable_node()) n.clear_name();
+  CHECK(untie_deduplicated_initializers(m).empty());
+  CHECK(count_op(m.graph(), "Identity") == 1);
 }
 
 TEST_CASE("export ties: what the legacy exporter did not deduplicate stays as it is") {
@@ -382,4 +407,48 @@ TEST_CASE("export ties: a legacy export with a tied embedding and deduplicated p
     }
     CHECK(worst <= 1e-5 * scale);
   }
+}
+
+TEST_CASE("export ties: hf_gpt2_dynamo's tied embedding is one trained tensor in the saved model, its data external") {
+  // The dynamo exporter's file keeps lm_head.weight (read by Gather) and val_344 = its transpose
+  // (the logits MatMul), both as external data. The model onnxdp writes holds lm_head.weight once,
+  // in the output's own .data file, and computes val_344 from it.
+  const std::string model = std::string(ONNXDP_SOURCE_DIR) + "/models/zoo/hf_gpt2_dynamo/model.onnx";
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path() / "onnxdp_test_export_ties_gpt2";
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  std::vector<std::string> notes;
+  const onnx::ModelProto m = load_model_proto(model, &notes);
+  int tie_notes = 0;
+  for (const std::string& n : notes) tie_notes += n.find("'val_344' is 'lm_head.weight' transposed") != std::string::npos;
+  CHECK(tie_notes == 1);
+  const onnx::TensorProto* lm_head = nullptr;
+  for (const auto& t : m.graph().initializer()) {
+    CHECK(t.name() != "val_344");
+    if (t.name() == "lm_head.weight") lm_head = &t;
+  }
+  REQUIRE(lm_head != nullptr);
+  Tensor trained = tensor_from_proto(*lm_head, std::filesystem::path(model).parent_path().string());
+  for (int64_t i = 0; i < trained.numel(); ++i) trained.as<float>()[i] += 0.01f * float(i % 7);  // [64, 32]
+  const std::string out = (tmp / "trained.onnx").string();
+  export_model(model, out, {{"lm_head.weight", trained}});
+  onnx::ModelProto saved;
+  {
+    std::ifstream f(out, std::ios::binary);
+    REQUIRE(saved.ParseFromIstream(&f));
+  }
+  const onnx::TensorProto* saved_head = nullptr;
+  for (const auto& t : saved.graph().initializer()) {
+    CHECK(t.name() != "val_344");
+    if (t.name() == "lm_head.weight") saved_head = &t;
+  }
+  REQUIRE(saved_head != nullptr);
+  CHECK(saved_head->data_location() == onnx::TensorProto::EXTERNAL);
+  const Tensor back = tensor_from_proto(*saved_head, tmp.string());
+  REQUIRE(back.numel() == 64 * 32);
+  CHECK(std::memcmp(back.data(), trained.data(), trained.nbytes()) == 0);
+  REQUIRE(saved.graph().node_size() > 0);
+  CHECK(saved.graph().node(0).op_type() == "Transpose");
+  CHECK(saved.graph().node(0).input(0) == "lm_head.weight");
+  CHECK(saved.graph().node(0).output(0) == "val_344");
 }

@@ -7,7 +7,10 @@
 #include <set>
 
 #include "exec/kernel.h"
+#include "exec/plan.h"
 #include "importer/importer.h"
+#include "importer/onnx_io.h"
+#include "train/pipeline.h"
 
 #include "tests/ops/op_test_util.h"
 
@@ -67,6 +70,59 @@ TEST_CASE("Range (numpy arange)") {
   // its length depends on the values: they must be known when loading
   CHECK(error_of([] { run_op(Op::Range, {Tensor::scalar_f32(0), Tensor::scalar_f32(5), Tensor::scalar_f32(1)}, {}, 1, 1); })
             .find("must be known") != std::string::npos);
+}
+
+TEST_CASE("Range folds at load: float bounds stored as initializers, and bounds from Shape / Gather of an input") {
+  // torch.arange(0.5, 3.0, 0.5) with its bounds stored as float initializers (which are otherwise
+  // parameters): the Range folds to np.arange(0.5, 3.0, 0.5) and nothing trains.
+  {
+    onnx::ModelProto m = one_node_model(11, "Range", {Tensor::scalar_f32(0.5f), Tensor::scalar_f32(3), Tensor::scalar_f32(0.5f)}, {}, 1);
+    onnx::GraphProto* g = m.mutable_graph();
+    const float v[3] = {0.5f, 3.0f, 0.5f};
+    for (int k = 0; k < 3; ++k) {
+      tensor_to_proto(Tensor::scalar_f32(v[k]), g->add_initializer());
+      g->mutable_initializer(k)->set_name(fmt::format("x{}", k));
+    }
+    g->clear_input();
+    Graph loaded = load_graph(m, "", {});
+    CHECK(loaded.nodes.empty());
+    for (const Value& val : loaded.values) CHECK(val.kind != ValueKind::parameter);
+    const Value& y = loaded.value(loaded.outputs[0]);
+    REQUIRE(y.kind == ValueKind::constant);
+    check(y.data, DType::f32, {5}, {0.5, 1, 1.5, 2, 2.5});
+  }
+  // torch.arange(x.size(1)) on x [B, 5]: Shape -> Gather(1) -> Range(0, n, 1), static once the
+  // input shapes are known; added to x's row: y = x + arange(5)
+  {
+    onnx::ModelProto m = one_node_model(13, "Add", {Tensor(DType::f32, {2, 5}), Tensor(DType::f32, {5})}, {}, 1);
+    onnx::GraphProto* g = m.mutable_graph();
+    g->mutable_input()->RemoveLast();  // x1 comes from the Range below
+    auto add = [&](const char* op, std::vector<std::string> in, const char* out) {
+      onnx::NodeProto* n = g->add_node();
+      n->set_op_type(op);
+      n->set_name(out);
+      for (const auto& i : in) n->add_input(i);
+      n->add_output(out);
+    };
+    const std::pair<const char*, Tensor> inits[] = {{"one", Tensor::scalar_i64(1)}, {"zero", Tensor::scalar_i64(0)}};
+    for (const auto& [name, t] : inits) {
+      tensor_to_proto(t, g->add_initializer());
+      g->mutable_initializer(g->initializer_size() - 1)->set_name(name);
+    }
+    add("Shape", {"x0"}, "shape");
+    add("Gather", {"shape", "one"}, "n");
+    add("Range", {"zero", "n", "one"}, "r");
+    add("Cast", {"r"}, "x1");
+    auto* to = g->mutable_node(g->node_size() - 1)->add_attribute();
+    *to = attr_i("to", 1);
+    for (int k = 0; k + 1 < g->node_size(); ++k) g->mutable_node()->SwapElements(k, k + 1);  // the Add goes last
+    Graph loaded = load_graph(m, "", {});
+    REQUIRE(loaded.nodes.size() == 1);  // only the Add is left
+    CHECK(loaded.nodes[0].op == Op::Add);
+    Plan plan(loaded);
+    auto out = plan.run({{"x0", make(DType::f32, {2, 5}, {1, 1, 1, 1, 1, 2, 2, 2, 2, 2})}});
+    check(out.at("y0"), DType::f32, {2, 5}, {1, 2, 3, 4, 5, 2, 3, 4, 5, 6});
+  }
 }
 
 TEST_CASE("ONNX node tests of the generator ops") {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "exec/kernel.h"
+#include "tests/ops/op_test_util.h"
 
 using namespace onnxdp;
 
@@ -117,3 +118,35 @@ TEST_CASE("logical: Where broadcasts its three inputs") {
   CHECK_THROWS_WITH_AS(run(Op::Where, {&notbool, &x2, &y2}), doctest::Contains("bool"), Error);
   CHECK_THROWS_WITH_AS(run(Op::Where, {&c, &x, &y2}), doctest::Contains("different dtypes"), Error);
 }
+
+TEST_CASE("logical: IsNaN and IsInf (each sign, or neither) on f32, f64 and f16") {
+  // by hand: x = [1, NaN, +inf, -inf, -0.0, 3.4e38]
+  const std::vector<double> x{1, NAN, INFINITY, -INFINITY, -0.0, 3.4e38};
+  for (DType t : {DType::f32, DType::f64}) {
+    CAPTURE(dtype_name(t));
+    Tensor v = optest::make(t, {2, 3}, x);
+    optest::check(optest::run_op(Op::IsNaN, {v})[0], DType::boolean, {2, 3}, {0, 1, 0, 0, 0, 0});
+    optest::check(optest::run_op(Op::IsInf, {v})[0], DType::boolean, {2, 3}, {0, 0, 1, 1, 0, 0});
+    optest::check(optest::run_op(Op::IsInf, {v}, {{"detect_negative", Attr(int64_t(0))}})[0], DType::boolean, {2, 3},
+                  {0, 0, 1, 0, 0, 0});
+    optest::check(optest::run_op(Op::IsInf, {v}, {{"detect_positive", Attr(int64_t(0))}})[0], DType::boolean, {2, 3},
+                  {0, 0, 0, 1, 0, 0});
+    optest::check(optest::run_op(Op::IsInf, {v}, {{"detect_negative", Attr(int64_t(0))}, {"detect_positive", Attr(int64_t(0))}})[0],
+                  DType::boolean, {2, 3}, {0, 0, 0, 0, 0, 0});
+  }
+  // f16 bits: 1.0, NaN, +inf, -inf, 65504 (the largest finite)
+  Tensor h(DType::f16, {5});
+  const uint16_t bits[] = {0x3C00, 0x7E00, 0x7C00, 0xFC00, 0x7BFF};
+  for (int i = 0; i < 5; ++i) h.as<uint16_t>()[i] = bits[i];
+  optest::check(optest::run_op(Op::IsNaN, {h})[0], DType::boolean, {5}, {0, 1, 0, 0, 0});
+  optest::check(optest::run_op(Op::IsInf, {h})[0], DType::boolean, {5}, {0, 0, 1, 1, 0});
+  CHECK(optest::error_of([] { optest::run_op(Op::IsNaN, {Tensor::from_i64({1, 2})}); }).find("takes floats") !=
+        std::string::npos);
+  // through the importer: IsNaN-9 and IsInf-10 (their first versions) take the same form
+  optest::check(optest::run_onnx(9, "IsNaN", {optest::make(DType::f32, {2}, {NAN, 0})})[0], DType::boolean, {2}, {1, 0});
+  optest::check(optest::run_onnx(10, "IsInf", {optest::make(DType::f32, {2}, {-INFINITY, 0})},
+                                 {optest::attr_i("detect_negative", 0)})[0],
+                DType::boolean, {2}, {0, 0});
+}
+
+TEST_CASE("ONNX node tests of IsNaN and IsInf") { optest::check_node_tests({"IsNaN", "IsInf"}, 6); }

@@ -12,6 +12,7 @@
 #include "exec/functors.h"
 #include "exec/kernel.h"
 #include "exec/plan.h"
+#include "tests/ops/op_test_util.h"
 #include "train/pipeline.h"
 
 using namespace onnxdp;
@@ -731,3 +732,102 @@ TEST_CASE("math: import: Softmax below opset 13 flattens at axis (Flatten, Softm
                0.02934238314628601,  0.036655426025390625, 0.04761769250035286, 0.06432586908340454,
                0.09036283195018768,  0.13200223445892334, 0.20052103698253632, 0.3167564868927002});
 }
+
+// ---- Einsum (a composite: Transpose / Reshape / MatMul / ReduceSum) ---------------------------
+
+namespace {
+// Operand k of the Einsum tests: ((3 i + k + 1) % 7) - 3 for element i (small integers: exact).
+Tensor einsum_operand(Shape s, int k, DType t = DType::f32) {
+  Tensor x(t, s);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = double((3 * i + k + 1) % 7 - 3);
+    if (t == DType::f64) x.as<double>()[i] = v;
+    else x.as<float>()[i] = float(v);
+  }
+  return x;
+}
+std::vector<Tensor> einsum_operands(const std::vector<Shape>& shapes, DType t = DType::f32) {
+  std::vector<Tensor> r;
+  for (size_t k = 0; k < shapes.size(); ++k) r.push_back(einsum_operand(shapes[k], int(k), t));
+  return r;
+}
+Tensor einsum(const std::string& eq, const std::vector<Shape>& shapes, DType t = DType::f32) {
+  return optest::run_onnx(12, "Einsum", einsum_operands(shapes, t), {optest::attr_s("equation", eq)})[0];
+}
+}  // namespace
+
+TEST_CASE("math: Einsum equals numpy.einsum on the exporters' equations, implicit output, ellipsis, 3 operands") {
+  // Expected: numpy.einsum(eq, *ops) with op k = ((np.arange(n) * 3 + k + 1) % 7 - 3).reshape(shape)
+  struct Case {
+    std::string eq;
+    std::vector<Shape> in;
+    Shape out;
+    std::vector<double> want;
+  };
+  const std::vector<Case> cases = {
+      {"bhid,bhjd->bhij", {{1, 2, 2, 3}, {1, 2, 3, 3}}, {1, 2, 2, 3}, {10, -5, -13, 8, -9, -5, -9, -7, 9, -3, -3, -3}},
+      {"bhij,bhjd->bhid", {{1, 2, 2, 3}, {1, 2, 3, 2}}, {1, 2, 2, 2}, {9, -3, -3, 3, 3, -1, -6, -6}},
+      {"bij,bjk->bik", {{2, 2, 3}, {2, 3, 2}}, {2, 2, 2}, {9, -3, -3, 3, 3, -1, -6, -6}},
+      {"ij->ji", {{2, 3}}, {3, 2}, {-2, 0, 1, 3, -3, -1}},
+      {"bi,bi->b", {{2, 3}, {2, 3}}, {2}, {10, -9}},
+      {"...ij,...jk->...ik", {{2, 2, 3}, {1, 3, 2}}, {2, 2, 2}, {9, -3, -3, 3, -1, 2, -6, -6}},
+      {"i,j->ij", {{2}, {3}}, {2, 3}, {2, -4, 4, -1, 2, -2}},
+      {"ij,jk", {{2, 3}, {3, 2}}, {2, 2}, {9, -3, -3, 3}},
+      {"ba", {{2, 3}}, {3, 2}, {-2, 0, 1, 3, -3, -1}},
+      {"ij,jk,kl->il", {{2, 3}, {3, 2}, {2, 2}}, {2, 2}, {3, 21, -3, -3}},
+      {"ij->", {{2, 3}}, {}, {-2}},
+      {"ij,jk->i", {{2, 3}, {3, 2}}, {2}, {6, 0}},
+      {"...i,...i->...", {{2, 2, 3}, {2, 3}}, {2, 2}, {10, -9, -8, -3}},
+      {"i...j,j->i...", {{2, 2, 2, 3}, {3}}, {2, 2, 2}, {10, 8, -8, -3, 9, -7, -9, 10}},
+      {"...ij->...ji", {{2, 2, 3}}, {2, 3, 2}, {-2, 0, 1, 3, -3, -1, 2, -3, -2, 0, 1, 3}},
+      // diagonals: a letter repeated within an operand
+      {"ii->i", {{3, 3}}, {3}, {-2, 3, 1}},
+      {"ii", {{3, 3}}, {}, {2}},
+      {"...ii->...i", {{2, 3, 3}}, {2, 3}, {-2, 3, 1, -3, 2, 0}},
+      {"iij,j->i", {{2, 2, 3}, {3}}, {2}, {10, -3}},
+      {"ijji->ij", {{2, 3, 3, 2}}, {2, 3}, {-2, 1, -3, -1, 2, -2}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.eq);
+    optest::check(einsum(c.eq, c.in), DType::f32, c.out, c.want);
+  }
+  optest::check(einsum(" bi , bi -> b ", {{2, 3}, {2, 3}}, DType::f64), DType::f64, {2}, {10, -9});  // spaces, f64
+}
+
+TEST_CASE("math: Einsum refuses a dropped ellipsis and bad equations, naming the node and the equation") {
+  auto err = [](const std::string& eq, const std::vector<Shape>& shapes) {
+    return optest::error_of([&] { einsum(eq, shapes); });
+  };
+  std::string e = err("ij->ii", {{3, 3}});
+  CHECK(e.find("test_node") != std::string::npos);
+  CHECK(e.find("'ij->ii'") != std::string::npos);
+  CHECK(e.find("repeats in the output") != std::string::npos);
+  CHECK(err("ii->i", {{3, 4}}).find("test_node/diagonal") != std::string::npos);  // the two sizes differ
+  CHECK(err("ij,jk->ik", {{2, 3}}).find("2 operands, the node has 1 inputs") != std::string::npos);
+  CHECK(err("ij->ik", {{2, 3}}).find("'k' is in no operand") != std::string::npos);
+  CHECK(err("...ij->ij", {{2, 2, 3}}).find("the output does not") != std::string::npos);
+  CHECK(err("i1->i", {{2, 3}}).find("not a letter") != std::string::npos);
+  CHECK(err("ij,jk->ik", {{2, 3}, {4, 2}}).find("test_node") != std::string::npos);  // sizes of j differ
+  // an ellipsis after a letter that broadcasts partly ([6, 1] against [6]) is refused at load
+  CHECK(err("i...,i...->i...", {{2, 6, 1}, {2, 6}}).find("test_node/ellipsis_check") != std::string::npos);
+}
+
+TEST_CASE("math: Einsum lowers attention's equations to a MatMul (and a Transpose), every size helper folded") {
+  auto ops_after_load = [](const std::string& eq, const std::vector<Shape>& shapes) {
+    std::vector<Tensor> ins;
+    for (const Shape& s : shapes) ins.emplace_back(DType::f32, s);
+    Graph g = load_graph(optest::one_node_model(12, "Einsum", ins, {optest::attr_s("equation", eq)}, 1), "", {});
+    std::vector<std::string> ops;
+    for (const Node& n : g.nodes) ops.push_back(op_name(n.op));
+    return ops;
+  };
+  using S = std::vector<std::string>;
+  CHECK(ops_after_load("bhij,bhjd->bhid", {{2, 4, 8, 8}, {2, 4, 8, 16}}) == S{"MatMul"});
+  CHECK(ops_after_load("bhid,bhjd->bhij", {{2, 4, 8, 16}, {2, 4, 8, 16}}) == S{"Transpose", "MatMul"});
+  CHECK(ops_after_load("bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}) == S{"MatMul"});
+  CHECK(ops_after_load("ij->ji", {{2, 3}}) == S{"Transpose"});
+  // two letters contracted: each operand viewed as a matrix around the MatMul
+  CHECK(ops_after_load("bij,bij->b", {{2, 3, 4}, {2, 3, 4}}) == S{"Reshape", "Reshape", "MatMul", "Reshape"});
+}
+
+TEST_CASE("ONNX node tests of Einsum") { optest::check_node_tests({"Einsum"}, 6); }

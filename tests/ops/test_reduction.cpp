@@ -45,6 +45,8 @@ TEST_CASE("ReduceSum / ReduceMean / ReduceMax over axes, keepdims, negative axes
   // x.min(axis=-1, keepdims=True), x.min()
   check(run_op(Op::ReduceMin, {x, ints({-1})})[0], DType::f32, {2, 3, 1}, {-3.0, -1.0, 1.0, 3.0, 5.0, -7.25});
   check(run_op(Op::ReduceMin, {x}, {{"keepdims", int64_t(0)}})[0], DType::f32, {}, {-7.25});
+  // x.prod(axis=(0, 2)) (numpy, pasted)
+  check(run_op(Op::ReduceProd, {x, ints({0, 2})}, {{"keepdims", int64_t(0)}})[0], DType::f32, {3}, {4252.5, -0.0, -22837.5}, 1e-6);
   // noop_with_empty_axes: the identity
   check(run_op(Op::ReduceSum, {x}, {{"noop_with_empty_axes", int64_t(1)}})[0], DType::f32, {2, 3, 4}, x.to_f64());
   CHECK(error_of([&] { run_op(Op::ReduceSum, {x, ints({1, -2})}); }).find("more than once") != std::string::npos);
@@ -59,6 +61,9 @@ TEST_CASE("Reductions of integers and bools") {
   check(run_op(Op::ReduceSum, {m, ints({0})})[0], DType::i32, {1, 2}, {1, 3});
   check(run_op(Op::ReduceMax, {m, ints({0})})[0], DType::i32, {1, 2}, {3, 5});
   check(run_op(Op::ReduceMin, {m, ints({0})})[0], DType::i32, {1, 2}, {-3, -4});
+  // m.prod(axis=0), keepdims; int64 shape entries, as tf2onnx multiplies [batch, heads]
+  check(run_op(Op::ReduceProd, {m, ints({0})})[0], DType::i32, {1, 2}, {-9, -40});
+  check(run_op(Op::ReduceProd, {make(DType::i64, {2}, {8, 2}), ints({0})})[0], DType::i64, {1}, {16});
   Tensor b = make(DType::boolean, {3, 2}, {1, 0, 0, 0, 1, 1});
   check(run_op(Op::ReduceMax, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {1, 0, 1});
   check(run_op(Op::ReduceMin, {b, ints({1})}, {{"keepdims", int64_t(0)}})[0], DType::boolean, {3}, {0, 0, 1});
@@ -70,6 +75,7 @@ TEST_CASE("Reductions over an empty set, and NaN in ReduceMax") {
   check(run_op(Op::ReduceSum, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, 0.0));
   check(run_op(Op::ReduceMax, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, -INFINITY));
   check(run_op(Op::ReduceMin, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, INFINITY));
+  check(run_op(Op::ReduceProd, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, 1.0));
   check(run_op(Op::ReduceMean, {e, ints({1})})[0], DType::f32, {2, 1, 4}, std::vector<double>(8, NAN));
   CHECK(run_op(Op::ReduceSum, {e, ints({2})})[0].shape() == Shape{2, 0, 1});
   // np.max propagates NaN
@@ -184,6 +190,42 @@ TEST_CASE("ArgMax and ArgMin: first or last index, keepdims, NaN wins (numpy's a
   check(run_op(Op::ArgMin, {big}, {{"keepdims", int64_t(0)}})[0], DType::i64, {}, {1});
 }
 
+TEST_CASE("TopK: largest / smallest along an axis, ties to the lower index, NaN above numbers, k as attribute before opset 10") {
+  // x = [[3, 1, 3, 2], [0, 5, 5, 5], [2, -4, 7, 2]]; numpy: i = np.argsort(-x, 1, kind='stable')[:, :2],
+  // np.take_along_axis(x, i, 1) (stable: equal values keep the lower index first)
+  Tensor x = make(DType::f32, {3, 4}, {3, 1, 3, 2, 0, 5, 5, 5, 2, -4, 7, 2});
+  auto top = run_onnx(11, "TopK", {x, ints({2})}, {}, 2);
+  check(top[0], DType::f32, {3, 2}, {3, 3, 5, 5, 7, 2});
+  check(top[1], DType::i64, {3, 2}, {0, 2, 1, 2, 2, 0});
+  // np.argsort(x, 1, kind='stable')[:, :3]
+  auto low = run_onnx(11, "TopK", {x, ints({3})}, {attr_i("largest", 0), attr_i("axis", 1)}, 2);
+  check(low[0], DType::f32, {3, 3}, {1, 2, 3, 0, 5, 5, -4, 2, 2});
+  check(low[1], DType::i64, {3, 3}, {1, 3, 0, 0, 1, 2, 1, 0, 3});
+  // np.argsort(-x, 0, kind='stable')[:1]
+  auto col = run_onnx(10, "TopK", {x, ints({1})}, {attr_i("axis", 0)}, 2);
+  check(col[0], DType::f32, {1, 4}, {3, 5, 7, 5});
+  check(col[1], DType::i64, {1, 4}, {0, 1, 2, 1});
+  // opset 1 form: k is an attribute
+  auto old = run_onnx(9, "TopK", {x}, {attr_i("k", 2)}, 2);
+  check(old[1], DType::i64, {3, 2}, {0, 2, 1, 2, 2, 0});
+  // int64 data, K = 0
+  auto i64 = run_onnx(11, "TopK", {ints({4, -9, 4}), ints({2})}, {attr_i("largest", 0)}, 2);
+  check(i64[0], DType::i64, {2}, {-9, 4});
+  check(i64[1], DType::i64, {2}, {1, 0});
+  check(run_onnx(11, "TopK", {x, ints({0})}, {}, 2)[0], DType::f32, {3, 0}, {});
+  // NaN counts as the largest (torch.topk), NaNs by index
+  auto nan = run_onnx(11, "TopK", {make(DType::f64, {4}, {1, NAN, 3, NAN}), ints({3})}, {}, 2);
+  check(nan[0], DType::f64, {3}, {NAN, NAN, 3});
+  check(nan[1], DType::i64, {3}, {1, 3, 2});
+  check(run_onnx(11, "TopK", {make(DType::f64, {4}, {1, NAN, 3, NAN}), ints({2})}, {attr_i("largest", 0)}, 2)[1],
+        DType::i64, {2}, {0, 2});
+  CHECK(error_of([&] { run_onnx(11, "TopK", {x, ints({5})}, {}, 2); }).find("outside [0, 4]") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(11, "TopK", {x, ints({2})}, {}, 2, 2); }).find("must be known") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(9, "TopK", {x}, {}, 2); }).find("'k'") != std::string::npos);
+}
+
+TEST_CASE("ONNX node tests of TopK") { check_node_tests({"TopK"}, 4); }
+
 TEST_CASE("ONNX node tests of the reduction ops") {
-  check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax"}, 30);
+  check_node_tests({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceProd"}, 30);
 }

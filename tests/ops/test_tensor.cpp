@@ -9,6 +9,7 @@
 
 #include "tests/ops/op_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -251,7 +252,8 @@ bool uses_unheld_types(const onnx::ModelProto& m) {
 }
 
 // Runs every node test whose nodes all have an op in `ops`. Non-float inputs (shapes, axes,
-// indices) and every input of a Range (its length must be known) are bound as constants; outputs
+// indices), every input of a Range and OneHot's depth (they set the output's shape) are bound as
+// constants; outputs
 // must match in dtype and shape exactly, floats within atol 1e-5 + rtol 1e-3.
 NodeTestResult run_node_tests(const std::set<std::string>& ops) {
   NodeTestResult r;
@@ -275,6 +277,7 @@ NodeTestResult run_node_tests(const std::set<std::string>& ops) {
       mine = mine && ops.count(n.op_type()) && (n.domain().empty() || n.domain() == "ai.onnx");
       if (n.op_type() == "Range")
         for (const auto& in : n.input()) range_inputs.insert(in);
+      if (n.op_type() == "OneHot" && n.input_size() > 1) range_inputs.insert(n.input(1));
     }
     if (!mine) continue;
     const std::string name = c.filename().string();
@@ -328,11 +331,22 @@ NodeTestResult run_node_tests(const std::set<std::string>& ops) {
   return r;
 }
 
-void check_node_tests(const std::set<std::string>& ops, int min_passed) {
+void check_node_tests(const std::set<std::string>& ops, int min_passed, const std::set<std::string>& refused) {
   NodeTestResult r = run_node_tests(ops);
   if (!r.found) {
     MESSAGE("ONNX node tests not found (set ONNXDP_ONNX_NODE_TESTS or install the onnx Python package); skipped");
     return;
+  }
+  // Cases onnxdp refuses by design (tests/conformance/exclusions.txt): they must fail, and count as refused.
+  for (const std::string& name : refused) {
+    auto it = std::find_if(r.failures.begin(), r.failures.end(),
+                           [&](const std::string& f) { return f.rfind(name + ":", 0) == 0; });
+    CHECK_MESSAGE(it != r.failures.end(), name << " was expected to be refused");
+    if (it == r.failures.end()) continue;
+    MESSAGE("refused as expected: " << *it);
+    r.failures.erase(it);
+    --r.failed;
+    ++r.rejected;
   }
   MESSAGE(r.passed << " passed, " << r.failed << " failed, " << r.rejected << " refused (dtypes onnxdp lacks)");
   for (const auto& f : r.failures) MESSAGE(f);
@@ -917,6 +931,104 @@ TEST_CASE("Trilu (numpy triu / tril)") {
   check(run_op(Op::Trilu, {arange(DType::f32, {2, 3, 3}, 1)})[0], DType::f32, {2, 3, 3},
         {1, 2, 3, 0, 5, 6, 0, 0, 9, 10, 11, 12, 0, 14, 15, 0, 0, 18});
   CHECK(error_of([] { run_op(Op::Trilu, {arange(DType::f32, {3})}); }).find("rank >= 2") != std::string::npos);
+}
+
+// ---- OneHot, DepthToSpace, SpaceToDepth ---------------------------------------------------------
+
+TEST_CASE("OneHot: negative indices from the end, out-of-range ones all off, any axis, cast indices and depth") {
+  // by hand (ONNX's definition): indices [[1, -1, 4], [0, -4, 2]], depth 4, values [off -2, on 5]
+  Tensor idx = make(DType::i64, {2, 3}, {1, -1, 4, 0, -4, 2});
+  Tensor depth = Tensor::scalar_i64(4), values = make(DType::f32, {2}, {-2, 5});
+  check(run_op(Op::OneHot, {idx, depth, values})[0], DType::f32, {2, 3, 4},
+        {-2, 5, -2, -2, -2, -2, -2, 5, -2, -2, -2, -2, 5, -2, -2, -2, 5, -2, -2, -2, -2, -2, 5, -2});
+  check(run_op(Op::OneHot, {idx, depth, values}, {{"axis", int64_t(0)}})[0], DType::f32, {4, 2, 3},
+        {-2, -2, -2, 5, 5, -2, 5, -2, -2, -2, -2, -2, -2, -2, -2, -2, -2, 5, -2, 5, -2, -2, -2, -2});
+  check(run_op(Op::OneHot, {idx, depth, values}, {{"axis", int64_t(-2)}})[0], DType::f32, {2, 4, 3},
+        {-2, -2, -2, 5, -2, -2, -2, -2, -2, -2, 5, -2, 5, 5, -2, -2, -2, -2, -2, -2, 5, -2, -2, -2});
+  // float indices and depth are cast to int64 (truncated): [1.7, -0.5] -> [1, 0]; int64 values
+  check(run_onnx(11, "OneHot", {make(DType::f32, {2}, {1.7, -0.5}), make(DType::f32, {1}, {3}), ints({0, 1})})[0],
+        DType::i64, {2, 3}, {0, 1, 0, 1, 0, 0});
+  CHECK(error_of([&] { run_op(Op::OneHot, {idx, depth, make(DType::f32, {3}, {0, 1, 2})}); }).find("shape [2]") !=
+        std::string::npos);
+  CHECK(error_of([&] { run_op(Op::OneHot, {idx, Tensor::scalar_i64(0), values}); }).find("at least 1") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(11, "OneHot", {idx, depth, values}, {}, 1, 3); }).find("must be known") != std::string::npos);
+}
+
+namespace {
+// DepthToSpace / SpaceToDepth written per element from their ONNX definitions (x [N, C, H, W],
+// block b), independent of the Reshape / Transpose lowering under test:
+//   DCR: y[n, c, h b + i, w b + j] = x[n, (i b + j) C' + c, h, w]   (C' = C / b²)
+//   CRD: y[n, c, h b + i, w b + j] = x[n, c b² + i b + j, h, w]
+//   SpaceToDepth: y[n, (i b + j) C + c, h, w] = x[n, c, h b + i, w b + j]
+std::vector<double> depth_to_space_ref(const Tensor& x, int64_t b, bool dcr) {
+  const Shape& s = x.shape();
+  const int64_t N = s[0], C = s[1], H = s[2], W = s[3], Co = C / (b * b);
+  std::vector<double> xs = x.to_f64(), y(size_t(x.numel()));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < Co; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < b; ++i)
+          for (int64_t w = 0; w < W; ++w)
+            for (int64_t j = 0; j < b; ++j) {
+              const int64_t src_c = dcr ? (i * b + j) * Co + c : c * b * b + i * b + j;
+              y[size_t(((n * Co + c) * H * b + h * b + i) * W * b + w * b + j)] = xs[size_t(((n * C + src_c) * H + h) * W + w)];
+            }
+  return y;
+}
+std::vector<double> space_to_depth_ref(const Tensor& x, int64_t b) {
+  const Shape& s = x.shape();
+  const int64_t N = s[0], C = s[1], Ho = s[2] / b, Wo = s[3] / b;
+  std::vector<double> xs = x.to_f64(), y(size_t(x.numel()));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = 0; j < b; ++j)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t h = 0; h < Ho; ++h)
+            for (int64_t w = 0; w < Wo; ++w)
+              y[size_t(((n * C * b * b + (i * b + j) * C + c) * Ho + h) * Wo + w)] =
+                  xs[size_t(((n * C + c) * s[2] + h * b + i) * s[3] + w * b + j)];
+  return y;
+}
+}  // namespace
+
+TEST_CASE("DepthToSpace (DCR, CRD) and SpaceToDepth import as Reshape -> Transpose -> Reshape") {
+  Tensor x = arange(DType::f32, {2, 8, 2, 3});
+  check(run_onnx(13, "DepthToSpace", {x}, {attr_i("blocksize", 2)}, 1, 1)[0], DType::f32, {2, 2, 4, 6},
+        depth_to_space_ref(x, 2, true));
+  check(run_onnx(13, "DepthToSpace", {x}, {attr_i("blocksize", 2), attr_s("mode", "CRD")}, 1, 1)[0], DType::f32,
+        {2, 2, 4, 6}, depth_to_space_ref(x, 2, false));
+  check(run_onnx(7, "DepthToSpace", {x}, {attr_i("blocksize", 2)})[0], DType::f32, {2, 2, 4, 6},  // opset 1: DCR
+        depth_to_space_ref(x, 2, true));
+  Tensor z = arange(DType::f64, {1, 9, 1, 2});
+  check(run_onnx(11, "DepthToSpace", {z}, {attr_i("blocksize", 3), attr_s("mode", "DCR")})[0], DType::f64, {1, 1, 3, 6},
+        depth_to_space_ref(z, 3, true));
+  Tensor s = arange(DType::f32, {2, 3, 4, 6});
+  check(run_onnx(13, "SpaceToDepth", {s}, {attr_i("blocksize", 2)})[0], DType::f32, {2, 12, 2, 3},
+        space_to_depth_ref(s, 2));
+  // and back: DepthToSpace DCR undoes SpaceToDepth
+  Tensor y = run_onnx(13, "SpaceToDepth", {s}, {attr_i("blocksize", 2)})[0];
+  check(run_onnx(13, "DepthToSpace", {y}, {attr_i("blocksize", 2)})[0], DType::f32, {2, 3, 4, 6}, s.to_f64());
+
+  // H = 8 and W = 3 would fit a [.., 4, 2, -1, 2] view (24 elements): refused, W is not a multiple of 2
+  std::string e = error_of([] { run_onnx(13, "SpaceToDepth", {arange(DType::f32, {1, 1, 8, 3})}, {attr_i("blocksize", 2)}); });
+  CHECK(e.find("test_node") != std::string::npos);
+  CHECK(error_of([] { run_onnx(13, "DepthToSpace", {arange(DType::f32, {1, 6, 1, 1})}, {attr_i("blocksize", 2)}); })
+            .find("test_node") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(13, "DepthToSpace", {x}, {attr_i("blocksize", 2), attr_s("mode", "XYZ")}); })
+            .find("mode") != std::string::npos);
+  CHECK(error_of([&] { run_onnx(13, "SpaceToDepth", {x}, {}); }).find("blocksize") != std::string::npos);
+  // after load only the three data movements are left (the shape arithmetic folded)
+  for (const char* op : {"DepthToSpace", "SpaceToDepth"}) {
+    Graph g = load_graph(one_node_model(13, op, {Tensor(DType::f32, {2, 8, 4, 4})}, {attr_i("blocksize", 2)}, 1), "", {});
+    REQUIRE(g.nodes.size() == 3);
+    CHECK(g.nodes[0].op == Op::Reshape);
+    CHECK(g.nodes[1].op == Op::Transpose);
+    CHECK(g.nodes[2].op == Op::Reshape);
+  }
+}
+
+TEST_CASE("ONNX node tests of OneHot, DepthToSpace and SpaceToDepth") {
+  check_node_tests({"OneHot", "DepthToSpace", "SpaceToDepth"}, 8);
 }
 
 // ---- the ONNX backend node tests ----------------------------------------------------------------

@@ -78,3 +78,10 @@ TEST_CASE("rnn torch: nn.RNN (relu, bidirectional, batch_first) from both export
   check_model("rnn", "legacy");
   check_model("rnn", "dynamo");
 }
+
+// pack_padded_sequence(x, lengths): the legacy exporter writes ONNX LSTM with sequence_lens from
+// the model's `lengths` input (the dynamo exporter cannot export it). Past a row's length Y is 0
+// and Y_h / Y_c are the state at its last step, as PyTorch's packed LSTM.
+TEST_CASE("rnn torch: nn.LSTM on a packed sequence (sequence_lens) runs and trains as in PyTorch") {
+  check_model("lstm_packed", "legacy");
+}
