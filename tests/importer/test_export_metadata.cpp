@@ -9,9 +9,11 @@
 #include <set>
 
 #include "importer/onnx_io.h"
+#include "tests/importer/proto_util.h"
 #include "importer/export_metadata.h"
 
 using namespace onnxdp;
+using onnxdp::testing::add_metadata;
 
 namespace {
 
@@ -25,13 +27,6 @@ onnx::ModelProto raw(const std::string& path) {
   return m;
 }
 
-// A metadata_props entry as a newer ONNX writes it: field 4 of ValueInfoProto, 9 of NodeProto.
-void add_metadata(google::protobuf::Message* msg, int field, const std::string& key, const std::string& value) {
-  onnx::StringStringEntryProto e;
-  e.set_key(key);
-  e.set_value(value);
-  msg->GetReflection()->MutableUnknownFields(msg)->AddLengthDelimited(field, e.SerializeAsString());
-}
 
 void add_f32(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims, float v) {
   onnx::TensorProto* t = g->add_initializer();

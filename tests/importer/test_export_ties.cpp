@@ -13,21 +13,17 @@
 #include <set>
 
 #include "importer/export_metadata.h"
+#include "tests/importer/proto_util.h"
 #include "importer/export_ties.h"
 #include "importer/onnx_io.h"
 #include "train/npz.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
+using onnxdp::testing::add_metadata;
 
 namespace {
 
-void add_metadata(google::protobuf::Message* msg, int field, const std::string& key, const std::string& value) {
-  onnx::StringStringEntryProto e;
-  e.set_key(key);
-  e.set_value(value);
-  msg->GetReflection()->MutableUnknownFields(msg)->AddLengthDelimited(field, e.SerializeAsString());
-}
 
 void add_f32(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims, std::vector<float> values) {
   onnx::TensorProto* t = g->add_initializer();

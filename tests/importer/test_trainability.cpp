@@ -10,10 +10,12 @@
 
 #include "graph/error.h"
 #include "importer/export_metadata.h"
+#include "tests/importer/proto_util.h"
 #include "importer/onnx_io.h"
 #include "importer/trainability.h"
 
 using namespace onnxdp;
+using onnxdp::testing::add_metadata;
 
 namespace {
 
@@ -73,12 +75,6 @@ onnx::ModelProto base_model() {
   return m;
 }
 
-void add_metadata(google::protobuf::Message* msg, int field, const std::string& key, const std::string& value) {
-  onnx::StringStringEntryProto e;
-  e.set_key(key);
-  e.set_value(value);
-  msg->GetReflection()->MutableUnknownFields(msg)->AddLengthDelimited(field, e.SerializeAsString());
-}
 
 }  // namespace
 
