@@ -20,20 +20,20 @@ Per model folder:
                  training samples, 32 samples) and PyTorch's outputs in eval mode (BN uses running
                  statistics, Dropout is identity), keyed by graph input / output names; float32.
 """
-import io
 import logging
 import math
 import os
 import shutil
 import sys
 import warnings
-import zipfile
 from collections import Counter
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from npz_util import save_npz  # noqa: E402
 
 # The dynamo exporter logs "torchvision is not installed" warnings; they do not matter here.
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -46,19 +46,6 @@ REF_SAMPLES = 2 * REF_BATCH
 
 # ---------------------------------------------------------------------------------------------
 # Files
-
-def save_npz(path, arrays):
-    """np.savez_compressed, but byte-for-byte reproducible: fixed zip timestamps, fixed key order,
-    no zip64 extras. np.load reads it as usual."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, buf.getvalue(), compresslevel=9)
-
 
 def model_dir(name):
     d = os.path.join(HERE, name)

@@ -31,11 +31,9 @@ models/zoo/<name>/{model.onnx, data.npz, zoo.json} (the format is in models/zoo/
 
 Deterministic: the same versions give the same files byte for byte (npz with fixed timestamps).
 """
-import io
 import json
 import os
 import sys
-import zipfile
 import collections
 import warnings
 
@@ -45,24 +43,14 @@ import onnx.numpy_helper
 import torch
 import torch.nn.functional as F
 import transformers
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from npz_util import save_npz  # noqa: E402  (models/npz_util.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 0
 warnings.filterwarnings("ignore")
 transformers.logging.set_verbosity_error()
 torch.set_num_threads(1)
-
-
-def save_npz(path, arrays):
-    """np.savez_compressed with fixed zip timestamps and key order: reproducible byte for byte."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, buf.getvalue(), compresslevel=9)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,14 +1,15 @@
 """Helpers shared by make_keras.py and make_jax.py (numpy, onnx and the standard library only, so
 both the tf and the jax virtualenvs can import it): reproducible .npz files, zoo.json, and the
 mapping of framework parameters to the ONNX initializers that hold them (by value)."""
-import io
 import json
 import os
-import zipfile
+import sys
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from npz_util import save_npz  # noqa: E402,F401  (models/npz_util.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -17,18 +18,6 @@ def model_dir(name):
     d = os.path.join(HERE, name)
     os.makedirs(d, exist_ok=True)
     return d
-
-
-def save_npz(path, arrays):
-    """np.savez_compressed, but byte-for-byte reproducible: fixed zip timestamps and key order."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, buf.getvalue(), compresslevel=9)
 
 
 def teacher_data(rng, shape, n_classes, n):
