@@ -18,7 +18,7 @@
 // failure and the run goes on. The parent never runs a kernel (no thread team before fork).
 //
 // The last lines are `N passed, N failed, N skipped` and the pass rate over the cases of claimed
-// ops, passed / (passed + failed + excluded). Exit 1 on any failure or a pass rate below 95 %.
+// ops, passed / (passed + failed + excluded). Exit 1 on any failure or a pass rate below 98 %.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,7 +48,7 @@ namespace {
 
 constexpr double kRtol = 1e-3;
 constexpr double kAtol = 1e-5;
-constexpr double kMinPassRate = 0.95;
+constexpr double kMinPassRate = 0.98;  // an op is claimed only with its node tests passing or excluded for a stated reason
 
 struct Options {
   std::string node_dir;
