@@ -6,6 +6,9 @@
 #   here:   scripts/offline-deps download .deps/debs      (.deps is git-ignored; ~54 MB)
 #   device: bash tests/gpu/device-run.sh                  (carrying .deps; NO_BENCH=1 to skip the bench)
 #
+# Since 2026-12-04 (second GPU session) it also trains the model zoo on cuda:0 against the
+# frameworks' losses (tests/gpu/zoo_on_gpu.py, $OUT/zoo-gpu.md).
+#
 # It finds cuDNN and NCCL where that host has them (PyTorch's nvidia-* wheels, not the CUDA
 # folder), unpacks the Debian packages into /tmp/prefix, configures with their paths, runs
 # tests/gpu/run-all.sh (build, CTest label gpu), then a short bench against PyTorch on the GPU,
@@ -45,6 +48,11 @@ ld=$(grep -o 'log: [^ ]*' "$OUT/run-all.log" | head -1 | cut -d' ' -f2)
 [ -n "$ld" ] && tail -400 "$ld/ctest.log" > "$OUT/ctest-tail.log" 2>/dev/null
 [ -n "$ld" ] && grep -E "error|Error" "$ld/build.log" | head -10
 rec=$(ls -t bench/results/*-gpu-*.md 2>/dev/null | head -1); [ -n "$rec" ] && cp "$rec" "$OUT/"
+echo "== zoo on cuda:0 $(el)"
+if [ -x $B/onnxdp ]; then
+  timeout 240 python3 tests/gpu/zoo_on_gpu.py --onnxdp $B/onnxdp --devices cuda:0 --md "$OUT/zoo-gpu.md" > "$OUT/zoo-gpu.log" 2>&1
+  echo "zoo rc=$? $(el)"; tail -3 "$OUT/zoo-gpu.log"
+fi
 echo "== bench $(el)"
 left=$(( 540 - $(date +%s) + T0 ))
 if [ -z "${NO_BENCH:-}" ] && [ -x $B/onnxdp ] && [ $left -gt 60 ]; then
