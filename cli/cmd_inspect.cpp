@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 #include "train/trainer.h"
 #include "graph/graph.h"
 #include "importer/importer.h"

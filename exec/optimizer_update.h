@@ -84,4 +84,8 @@ ONNXDP_HD inline void optimizer_update(const OptimizerUpdate& u, float clip, flo
   }
 }
 
+// The whole update on the host over flat buffers of n floats (exec/cpu/optimizer.cpp): returns the
+// squared norm of g as it came in; a step that skips_step() changes nothing.
+double host_optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n);
+
 }  // namespace onnxdp

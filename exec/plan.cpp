@@ -155,6 +155,23 @@ std::string Plan::host_ops() const {
   return s;
 }
 
+int Plan::contiguous_all_reduces(const std::vector<int>& nodes) {
+  int contiguous = 0;
+  RunState none;
+  for (int node : nodes) {
+    const Node& n = graph_.nodes[size_t(node)];
+    KernelCtx c{n, {}, {}, none};
+    for (ValueId out : n.outputs) {
+      const Value& v = graph_.value(out);
+      TensorRef r{nullptr, v.dtype, &v.shape, shape_numel(v.shape)};
+      r.data = opts_.device ? device_ptr(out) : ref(out).data;
+      c.outputs.push_back(r);
+    }
+    contiguous += all_reduce_span(c) > 0;
+  }
+  return contiguous;
+}
+
 TensorRef Plan::ref(ValueId id) {
   if (id == kNoValue) return {};
   Value& v = graph_.value(id);

@@ -68,6 +68,11 @@ class Plan {
   std::string host_ops() const;
   // On a device: bytes of device memory the plan holds (arena, parameters and constants).
   size_t device_bytes() const { return device_bytes_; }
+  // The memory the plan holds where it runs: device_bytes() on a device, else arena_bytes().
+  size_t memory_bytes() const { return opts_.device ? device_bytes_ : arena_bytes_; }
+  // How many of the AllReduce nodes `nodes` (indices into graph().nodes) reduce one contiguous
+  // range of memory where the plan runs (exec/kernel.h's all_reduce_span): one call each.
+  int contiguous_all_reduces(const std::vector<int>& nodes);
   // On a device: where value id lives there (an activation, parameter or constant).
   void* device_data(ValueId id) const { return device_ptr(id); }
   // On a device: whether the plan replays a recorded graph now (see PlanOptions::device_graph).

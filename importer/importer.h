@@ -21,8 +21,8 @@ struct ImportOptions {
   std::map<std::string, Shape> input_shapes;   // exact shapes for inputs, overriding the model's
   std::map<std::string, Tensor> constant_inputs;  // graph inputs bound to known values
   // Shape inference with constant folding over the graph imported so far, for composites that need
-  // a static shape (ImportCtx::static_shape). load_graph sets it to infer_and_fold (exec/fold.h),
-  // which the importer does not link.
+  // a static shape (ImportCtx::static_shape). load_graph (compile/compile.h) sets it to
+  // infer_and_fold (graph/passes/fold.h) with the CPU kernels, which the importer does not link.
   std::function<void(Graph&)> infer_shapes;
 };
 
@@ -38,8 +38,8 @@ ModelInfo model_info(const onnx::ModelProto& m, const std::string& path);
 
 // Imports a parsed model; `model_dir` resolves external data. Graph inputs get static shapes
 // (symbolic leading dims become options.batch_size). Node outputs are not yet typed: shapes are
-// inferred together with constant folding (exec/fold.h); onnxdp::load_graph (train/pipeline.h)
-// runs the whole sequence.
+// inferred together with constant folding (graph/passes/fold.h); onnxdp::load_graph
+// (compile/compile.h) runs the whole sequence.
 Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, const ImportOptions& options);
 
 // Everything an import function sees. The generic part (inputs, outputs, attributes converted by

@@ -1,13 +1,13 @@
-// The training loop on one device (the world of size 1 of the data-parallel design): data from
-// .npz, the training graph (forward + loss + autodiff), one Plan per batch size, the optimizer
-// over the flat parameter buffer, metrics, evaluation and the trained model out.
+// Training: every replica (a thread per CPU replica or GPU, an MPI rank) runs the same step loop
+// over its shard of each batch: data from .npz, the training graph from compile() (forward, loss,
+// backward, collectives), one Plan per micro-batch size, the fused optimizer over the flat state
+// (exec/flat_state.h), metrics, evaluation, checkpoints and the trained model out (train/trainer.cpp).
 #pragma once
 #include <map>
 #include <string>
 #include <vector>
 
-#include "graph/passes/loss.h"
-#include "parallel/data_parallel.h"
+#include "compile/compile.h"
 #include "graph/tensor.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
@@ -47,7 +47,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, when a dir is given)
   bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
   bool quiet = false;
-  std::string devices = "auto";  // auto (all GPUs, else the CPU with a notice), cpu, cpu:N (N replicas as threads; under mpirun, N per process), auto
+  std::string devices = "auto";  // --devices: exec/device_backend.h's parse_devices (auto, cpu, cpu:N, cuda, cuda:i,j, cuda-emulated)
   bool local_bn = false;        // per-replica BatchNormalization statistics (DDP's default)
   double bucket_mb = 25;        // gradient all-reduce bucket size (the first is 1 MB)
   double comm_timeout_s = 300;  // a collective waiting longer fails (a peer died or diverged)
@@ -85,24 +85,13 @@ struct TrainResult {
 
 TrainResult train(const TrainOptions& options);
 
-// --mixed-precision fp16: the training graph's scalar input that seeds backward (the loss scale).
-inline constexpr const char* kLossScaleInput = "amp/loss_scale";
-
-// The training graph replica `replica` of a world of `world` runs (model, loss, --freeze, --trainable,
-// --batch-size, --local-bn, --bucket-mb from options; input shapes from the model, symbolic
-// leading dims = the replica's rows, labels i64 for cross_entropy and f32 otherwise).
-struct TrainingGraph {
-  Graph g;                     // outputs: loss, then the gradients, then running statistics
-  ValueId loss = kNoValue;
-  std::vector<ValueId> grads;  // per trainable parameter, all-reduced when world > 1
-  std::vector<std::string> trainable, frozen;
-  std::map<std::string, std::string> frozen_reason;  // frozen name -> why (importer/trainability.h)
-  std::vector<size_t> order;   // positions in trainable in the order backward produces their gradients
-  std::vector<Bucket> buckets;
-  std::vector<std::pair<ValueId, std::string>> running_stats;  // BN outputs -> initializer
-};
-// With --grad-accum K > 1 it is a micro-batch's graph (inputs grad_accum/* carry the step's sums);
+// The training graph replica `replica` of a world of `world` runs (compile()'s train mode: model,
+// loss, --freeze, --trainable, --batch-size, --local-bn, --bucket-mb, --mixed-precision from
+// options; input shapes from the model, symbolic leading dims = the replica's rows, labels i64 for
+// cross_entropy and f32 otherwise): what `onnxdp graph --train` and `inspect --train` show. With
+// --grad-accum K > 1 it is a micro-batch's graph (inputs grad_accum/* carry the step's sums);
 // `last_micro` false gives the graph of the micro-batches before the last: no gradient buckets.
+using TrainingGraph = Compiled;
 TrainingGraph training_graph(const TrainOptions& options, int world, int replica, bool last_micro = true);
 // How many replicas --devices asks for in this process (cpu: 1, cpu:N: N, cuda: one per GPU).
 int local_replicas(const std::string& devices);

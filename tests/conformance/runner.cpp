@@ -39,7 +39,7 @@
 
 #include "exec/plan.h"
 #include "importer/onnx_io.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 namespace fs = std::filesystem;
 using namespace onnxdp;

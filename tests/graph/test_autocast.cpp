@@ -7,7 +7,7 @@
 
 #include "graph/autodiff.h"
 #include "graph/passes/autocast.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 using namespace onnxdp;
 

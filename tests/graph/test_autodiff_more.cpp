@@ -4,7 +4,7 @@
 // tied elements, as torch.amax and torch.maximum do).
 #include "tests/graph/gradcheck.h"
 #include "tests/ops/op_test_util.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 using namespace onnxdp;
 using namespace onnxdp::testing;

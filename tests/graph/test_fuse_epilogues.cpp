@@ -11,7 +11,7 @@
 #include "tests/graph/graph_test_util.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "importer/onnx_io.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;

@@ -12,7 +12,7 @@
 #include "exec/plan.h"
 #include "graph/passes/fuse_gelu.h"
 #include "tests/graph/graph_test_util.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 using namespace onnxdp;
 using onnxdp::test::add_input;

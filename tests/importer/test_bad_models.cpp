@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "importer/onnx_io.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 
 #include "exec/plan.h"
 #include "importer/onnx_io.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 #include "exec/plan.h"
 #include "importer/importer.h"
 #include "importer/onnx_io.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 #include "tests/ops/op_test_util.h"
 

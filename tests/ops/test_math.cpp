@@ -13,7 +13,7 @@
 #include "exec/kernel.h"
 #include "exec/plan.h"
 #include "tests/ops/op_test_util.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 using namespace onnxdp;
 

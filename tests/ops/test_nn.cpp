@@ -13,7 +13,7 @@
 #include "exec/philox.h"
 #include "exec/plan.h"
 #include "importer/onnx_io.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 #include "tests/ops/op_test_util.h"
 
 using namespace onnxdp;

@@ -10,7 +10,7 @@
 #include "tests/graph/gradcheck.h"
 #include "tests/ops/op_test_util.h"
 #include "tests/ops/rnn_ort_expected.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 using namespace onnxdp;
 

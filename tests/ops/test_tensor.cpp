@@ -17,12 +17,11 @@
 #include <functional>
 #include <set>
 
-#include "exec/fold.h"
 #include "exec/kernel.h"
 #include "exec/plan.h"
 #include "graph/shape_helpers.h"
 #include "importer/onnx_io.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 
 namespace onnxdp::optest {
 

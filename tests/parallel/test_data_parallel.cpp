@@ -8,7 +8,7 @@
 #include "graph/autodiff.h"
 #include "graph/passes/loss.h"
 #include "parallel/data_parallel.h"
-#include "train/pipeline.h"
+#include "compile/compile.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;

@@ -1,11 +1,10 @@
-#include "exec/fold.h"
+#include "graph/passes/fold.h"
 
-#include "exec/kernel.h"
 #include "graph/shape_helpers.h"
 
 namespace onnxdp {
 
-void infer_and_fold(Graph& g) {
+void infer_and_fold(Graph& g, const NodeRunner& run) {
   std::vector<Node> kept;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     infer_node(g, int(ni));
@@ -35,7 +34,7 @@ void infer_and_fold(Graph& g) {
       std::vector<const Tensor*> ins;
       for (ValueId in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &g.value(in).data);
       if (n.op == Op::CastLike) ins[1] = nullptr;  // its kernel reads only input 0 and the output's dtype
-      outs = run_node(g, n, ins);
+      outs = run(g, n, ins);
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       if (n.outputs[k] == kNoValue) continue;
@@ -45,27 +44,6 @@ void infer_and_fold(Graph& g) {
       v.producer = -1;
     }
   }
-  g.nodes = std::move(kept);
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    for (ValueId o : g.nodes[ni].outputs)
-      if (o != kNoValue) g.value(o).producer = int(ni);
-}
-
-void remove_dead_nodes(Graph& g) {
-  std::vector<char> used(g.values.size(), 0);
-  for (ValueId o : g.outputs) used[size_t(o)] = 1;
-  std::vector<char> keep(g.nodes.size(), 0);
-  for (size_t ni = g.nodes.size(); ni-- > 0;) {
-    const Node& n = g.nodes[ni];
-    for (ValueId o : n.outputs)
-      if (o != kNoValue && used[size_t(o)]) keep[ni] = 1;
-    if (keep[ni])
-      for (ValueId in : n.inputs)
-        if (in != kNoValue) used[size_t(in)] = 1;
-  }
-  std::vector<Node> kept;
-  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-    if (keep[ni]) kept.push_back(std::move(g.nodes[ni]));
   g.nodes = std::move(kept);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni)
     for (ValueId o : g.nodes[ni].outputs)

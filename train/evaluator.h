@@ -1,0 +1,49 @@
+// Held-out evaluation with the current parameters (--eval-data, --eval-every): the mean loss over
+// the samples and, for cross_entropy, the accuracy over every classified position. The graph is
+// compile()'s eval mode (inference mode, evaluated as trained: --mixed-precision too); a plan per
+// batch size is kept.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "exec/plan.h"
+#include "train/dataset.h"
+#include "train/trainer.h"
+
+namespace onnxdp {
+
+class DeviceBackend;
+
+class Evaluator {
+ public:
+  Evaluator(const std::string& path, const onnx::ModelProto& proto, const std::string& model_dir, const LossOptions& lo,
+            const TrainOptions& o, std::shared_ptr<DeviceBackend> device);
+
+  struct Result {
+    double loss = 0, accuracy = -1;  // accuracy < 0: not a classifier
+  };
+  // parameters: the trainer's tensors by initializer name (the plans read their bytes).
+  Result run(const std::map<std::string, Tensor>& parameters);
+
+ private:
+  struct EvalPlan {
+    std::unique_ptr<Plan> plan;
+    ValueId prediction = kNoValue, loss = kNoValue;
+  };
+  EvalPlan& plan_for(int64_t rows, const std::map<std::string, Tensor>& parameters);
+  // Counts the positions of rows [start, start + rows) whose largest logit is the label.
+  int64_t correct(const TensorRef& logits, int64_t start, int64_t rows, int64_t* positions);
+
+  const onnx::ModelProto& proto_;
+  std::string model_dir_;
+  LossOptions lo_;
+  const TrainOptions& o_;
+  Dataset data_;
+  std::vector<int64_t> labels_;
+  std::shared_ptr<DeviceBackend> device_;
+  std::map<int64_t, EvalPlan> plans_;
+};
+
+}  // namespace onnxdp

@@ -1,0 +1,34 @@
+#include "train/replicas.h"
+
+#include "exec/device.h"
+
+namespace onnxdp {
+
+DeviceList devices_of(const std::string& devices) {
+  return parse_devices(devices, local_rank_on_host(), processes_on_host());
+}
+
+void for_each_replica(const DeviceList& devices, const CommOptions& comm, bool tf32, const ReplicaBody& body) {
+  const int local = int(devices.index.size());
+  auto device_of = [&](int k) -> std::shared_ptr<DeviceBackend> {
+    if (devices.kind == DeviceKind::cpu) return nullptr;
+    std::shared_ptr<DeviceBackend> d = make_device_backend(devices.kind, devices.index[size_t(k)]);
+    d->allow_tf32(tf32);
+    return d;
+  };
+  const int host_processes = processes_on_host();
+  if (devices.kind == DeviceKind::cpu) prepare_cpu_replicas(local, host_processes);
+  if (local == 1 && !detect_launch().launched) {
+    body(nullptr, device_of(0), 0);
+    return;
+  }
+  CommWorld world = make_world(local, comm);
+  run_replicas(world, [&](Communicator& c) {
+    use_replica_threads(local, host_processes);
+    int k = 0;
+    while (world[size_t(k)].get() != &c) ++k;
+    body(&c, device_of(k), k);
+  });
+}
+
+}  // namespace onnxdp

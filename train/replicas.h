@@ -1,0 +1,25 @@
+// The replicas of this process for --devices, each with its Communicator and device: what train
+// and run share. One replica without a launcher runs on the calling thread with no Communicator
+// (a world of one); otherwise every local replica runs on its own thread (MPI ranks: the
+// replicas of this process in the world of all ranks).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "exec/device_backend.h"
+#include "parallel/communicator.h"
+
+namespace onnxdp {
+
+// comm: nullptr in a world of one; device: nullptr on the CPU, else made on the replica's own
+// thread (a CUDA device is current per thread) with --tf32 as asked; local: the replica's index in
+// this process (0 .. devices.index.size() - 1).
+using ReplicaBody = std::function<void(Communicator* comm, std::shared_ptr<DeviceBackend> device, int local)>;
+
+void for_each_replica(const DeviceList& devices, const CommOptions& comm, bool tf32, const ReplicaBody& body);
+
+// --devices parsed for this process (its local rank and the processes on its host).
+DeviceList devices_of(const std::string& devices);
+
+}  // namespace onnxdp
