@@ -21,7 +21,6 @@
 
 #include "compile/compile.h"
 #include "exec/cpu/threads.h"
-#include "exec/device.h"
 #include "exec/device_backend.h"
 #include "exec/flat_state.h"
 #include "exec/plan.h"
@@ -35,6 +34,7 @@
 #include "train/evaluator.h"
 #include "train/loss_scaler.h"
 #include "train/progress.h"
+#include "train/replicas.h"
 #include "train/tensorboard.h"
 
 namespace onnxdp {
@@ -704,9 +704,7 @@ class Replica {
 }  // namespace
 
 // The number of replicas in this process asked for by --devices.
-int local_replicas(const std::string& devices) {
-  return int(parse_devices(devices, local_rank_on_host(), processes_on_host()).index.size());
-}
+int local_replicas(const std::string& devices) { return int(devices_of(devices).index.size()); }
 
 TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool last_micro) {
   onnx::ModelProto proto = load_model_proto(o.model);
@@ -772,36 +770,16 @@ TrainOptions resolve_outputs(TrainOptions o) {
 
 TrainResult train(const TrainOptions& options) {
   const TrainOptions o = resolve_outputs(options);
-  const DeviceList devices = parse_devices(o.devices, local_rank_on_host(), processes_on_host());
-  const int local = int(devices.index.size());
-  if (!devices.why_cpu.empty() && !o.quiet && detect_launch().rank == 0)
-    fmt::print(stderr, "onnxdp: no GPU ({}): training on the CPU\n", devices.why_cpu);
-  // Each replica's device, made on the replica's own thread (a CUDA device is current per thread).
-  if (o.tf32 && devices.kind == DeviceKind::cpu && !o.quiet && detect_launch().rank == 0)
+  const DeviceList devices = devices_of(o.devices);
+  const bool says = !o.quiet && detect_launch().rank == 0;
+  if (!devices.why_cpu.empty() && says) fmt::print(stderr, "onnxdp: no GPU ({}): training on the CPU\n", devices.why_cpu);
+  if (o.tf32 && devices.kind == DeviceKind::cpu && says)
     fmt::print(stderr, "onnxdp: --tf32 applies to GPUs; the CPU computes in fp32\n");
-  auto device_of = [&](int k) -> std::shared_ptr<DeviceBackend> {
-    if (devices.kind == DeviceKind::cpu) return nullptr;
-    std::shared_ptr<DeviceBackend> d = make_device_backend(devices.kind, devices.index[size_t(k)]);
-    d->allow_tf32(o.tf32);
-    return d;
-  };
   CommOptions copts;
   copts.timeout_s = o.comm_timeout_s;
-  LaunchInfo launch = detect_launch();
-  const int host_processes = processes_on_host();
-  if (devices.kind == DeviceKind::cpu) prepare_cpu_replicas(local, host_processes);
-  if (local == 1 && !launch.launched) {
-    TrainResult r;
-    Replica(o, nullptr, device_of(0), r).train();
-    return r;
-  }
-  CommWorld world = make_world(local, copts);
-  std::vector<TrainResult> results(world.size());
-  run_replicas(world, [&](Communicator& c) {
-    use_replica_threads(local, host_processes);
-    size_t k = 0;
-    while (world[k].get() != &c) ++k;
-    Replica(o, &c, device_of(int(k)), results[k]).train();
+  std::vector<TrainResult> results(devices.index.size());
+  for_each_replica(devices, copts, o.tf32, [&](Communicator* comm, std::shared_ptr<DeviceBackend> device, int local) {
+    Replica(o, comm, std::move(device), results[size_t(local)]).train();
   });
   // This process's first replica reports (replica 0 of the world under MPI rank 0).
   return results[0];
