@@ -1,4 +1,4 @@
-// `onnxdp train MODEL ...`: the training issue's CLI, names exactly as documented in README.md.
+// `onnxdp train MODEL ...`: the training issue's CLI, names exactly as documented in docs/CLI.md.
 #include <filesystem>
 
 #include "cli/commands.h"

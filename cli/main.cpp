@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "exec/device.h"
 #include "graph/error.h"
 
 int main(int argc, char** argv) {

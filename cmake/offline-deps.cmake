@@ -1,5 +1,5 @@
 # -DONNXDP_DEPS_PREFIX=PREFIX: build against Debian packages unpacked without root into PREFIX by
-# `scripts/offline-deps unpack DIR PREFIX` (GPU hosts without network; README "Offline GPU hosts").
+# `scripts/offline-deps unpack DIR PREFIX` (GPU hosts without network; docs/GPU.md "Offline GPU hosts").
 # Included from CMakeLists.txt before the first find_package. What it does:
 #   - PREFIX/usr goes first in CMAKE_PREFIX_PATH: find_package / find_library / find_path look
 #     there before the system (the CMake config files were made relocatable by the unpack step);

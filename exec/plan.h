@@ -21,8 +21,8 @@ struct PlanOptions {
   // Where the plan runs: nullptr is the host CPU. Plans of one replica share their device.
   std::shared_ptr<DeviceBackend> device = nullptr;
   // On a device where every node has a kernel: the second run is recorded as one CUDA graph and
-  // later runs replay it (the inputs, parameters and RunScalars are uploaded before; Dropout reads
-  // the step there). False: every run launches node by node.
+  // later runs replay it (inputs, RunScalars and the changed_on_host parameters are uploaded
+  // before; Dropout reads the step there). False: every run launches node by node.
   bool device_graph = true;
   // Values (by name) that live in the caller's memory on the plan's device (host memory without
   // one) instead of the plan's: the trainer's flat buffers. A bound parameter is neither copied in
@@ -89,8 +89,8 @@ class Plan {
   size_t arena_bytes_ = 0, unshared_bytes_ = 0;
   Tensor arena_;  // the activations; on a device, the host copies of those ref() or host kernels read
 
-  // With a device: the arena's twin there, and the parameters and constants at data_offset_ in
-  // a second buffer (parameters are uploaded every run: the optimizer updates them on the host).
+  // With a device: the arena's twin there, and the unbound parameters and constants at
+  // data_offset_ in a second buffer (copied at construction; parameters again per changed_on_host).
   std::shared_ptr<void> device_arena_, device_data_;  // released through the device
   std::shared_ptr<void> device_scalars_;  // the run's RunScalars (RunState::device)
   std::shared_ptr<void> device_checks_;   // the kernels' check slots (RunState::device_checks)

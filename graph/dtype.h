@@ -14,7 +14,7 @@ const char* dtype_name(DType t);
 bool dtype_is_float(DType t);
 bool dtype_is_integer(DType t);
 
-// ONNX TensorProto.DataType <-> DType; from_onnx returns false for types onnxdp does not hold.
+// ONNX TensorProto.DataType <-> DType; dtype_from_onnx returns false for types onnxdp does not hold.
 int dtype_to_onnx(DType t);
 bool dtype_from_onnx(int onnx_type, DType* out);
 std::string onnx_type_name(int onnx_type);

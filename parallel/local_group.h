@@ -33,7 +33,7 @@ std::string describe_call(const CollectiveCall& c);  // "all_reduce #12 (1000 f3
 
 class LocalGroup {
  public:
-  // member_name(i): how messages name member i ("replica 1", "local replica 1 (replica 3)").
+  // member_names[i]: how messages name member i ("replica 1", "local replica 1 (replica 3)").
   LocalGroup(int n, CommOptions opts, std::vector<std::string> member_names);
 
   int size() const { return n_; }

@@ -8,7 +8,7 @@
 // One macro for the four libraries: the status type picks the overload. A failure throws
 // onnxdp::Error (graph/error.h) reading
 //
-//   CUDA call failed: cudaMalloc(&p, bytes) at exec/cuda/plan.cu:42: cudaErrorMemoryAllocation
+//   CUDA call failed: cudaMalloc(&p, bytes) at exec/cuda/device_buffer.h:16: cudaErrorMemoryAllocation
 //   (out of memory)
 //
 // i.e. the library, the call as written, the file (relative to the source tree) and line, the
