@@ -4,6 +4,25 @@
 
 namespace onnxdp {
 
+std::string cuda_report() {
+  CudaInfo cuda = cuda_info();
+  if (!cuda.built) return "CUDA: not built (" + cuda.status + ")\n";
+  std::string report = "CUDA: built; " + cuda.versions + "; ";
+  if (cuda.device_count > 0)
+    report += std::to_string(cuda.device_count) + (cuda.device_count == 1 ? " device" : " devices");
+  else
+    report += "no device (" + (cuda.status.empty() ? std::string("none found") : cuda.status) + ")";
+  report += "\n";
+  size_t start = 0;
+  while (start < cuda.devices.size()) {
+    size_t end = cuda.devices.find('\n', start);
+    if (end == std::string::npos) end = cuda.devices.size();
+    if (end > start) report += "  " + cuda.devices.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  return report;
+}
+
 DeviceList devices_of(const std::string& devices) {
   return parse_devices(devices, local_rank_on_host(), processes_on_host());
 }

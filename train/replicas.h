@@ -19,6 +19,10 @@ using ReplicaBody = std::function<void(Communicator* comm, std::shared_ptr<Devic
 
 void for_each_replica(const DeviceList& devices, const CommOptions& comm, bool tf32, const ReplicaBody& body);
 
+// The CUDA backend as this process sees it, for `onnxdp --version`: "CUDA: built; <versions>;
+// N devices" (or why not built / no device), then one indented line per GPU.
+std::string cuda_report();
+
 // --devices parsed for this process (its local rank and the processes on its host).
 DeviceList devices_of(const std::string& devices);
 
