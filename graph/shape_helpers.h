@@ -1,5 +1,5 @@
 // Helpers the shape rules of the tensor / generator / reduction ops share with their CPU kernels
-// (exec/cpu/{tensor,generator,reduction}.cpp) and with constant folding (exec/fold.cpp), so that
+// (exec/cpu/{tensor,generator,reduction}.cpp) and with constant folding (graph/passes/fold.cpp), so that
 // the shape a rule promises and the elements a kernel writes come from one computation.
 // Implemented in graph/shapes_tensor.cpp.
 #pragma once

@@ -141,7 +141,7 @@ void shape_Shape(ShapeCtx& c) {
   c.set(0, DType::i64, {int64_t(shape_op_dims(c.shape(0), c.node).size())});
 }
 
-void shape_Size(ShapeCtx& c) { c.set(0, DType::i64, {}); }  // folded to a constant (exec/fold.cpp)
+void shape_Size(ShapeCtx& c) { c.set(0, DType::i64, {}); }  // folded to a constant (graph/passes/fold.cpp)
 
 void shape_Flatten(ShapeCtx& c) {
   const Shape& s = c.shape(0);
