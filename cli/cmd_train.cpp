@@ -1,4 +1,5 @@
 // `onnxdp train MODEL ...`: the training issue's CLI, names exactly as documented in docs/CLI.md.
+#include <cmath>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -89,6 +90,18 @@ Command add_train_command(CLI::App& app) {
       ->configurable(false);
   auto action = [=]() {
     if (!config->empty()) apply_config_file(*cmd, *config);
+    // Options whose unset value means "the default" (train/trainer.h): a typed value must be in
+    // range, never taken for that default. The rest are checked by train().
+    auto given = [&](const char* name) { return cmd->get_option(name)->count() > 0; };
+    auto at_least = [](const char* name, double v, double lo, const char* range) {
+      if (!(std::isfinite(v) && v >= lo)) fail("{} {}: expected {}", name, v, range);
+    };
+    if (given("--lr")) at_least("--lr", o->optimizer.lr, 0, "a finite number >= 0");
+    if (given("--weight-decay")) at_least("--weight-decay", o->optimizer.weight_decay, 0, "a finite number >= 0");
+    if (given("--per-device-train-batch-size"))
+      if (o->per_device_batch_size < 1)
+        fail("--per-device-train-batch-size must be at least 1 (got {})", o->per_device_batch_size);
+    if (given("--steps") && o->steps < 1) fail("--steps must be at least 1 (got {})", o->steps);
     TrainOptions opts = *o;
     opts.output_dir = *output_dir;
     if (opts.output_dir.empty()) {  // a fresh folder under runs/ for every run that does not resume

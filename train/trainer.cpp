@@ -98,6 +98,40 @@ std::string training_fingerprint(const Graph& g, const std::vector<Bucket>& buck
   return s;
 }
 
+// The options every replica must train with, one per line (global batch, optimizer and its
+// settings, schedule, seed, steps / epochs, loss, data order, precision): compared before step 1
+// with the training graph, so ranks started with another --lr or --seed stop with the option named.
+std::string hyper_parameters(const TrainOptions& o) {
+  const OptimizerOptions& p = o.optimizer;
+  std::string s;
+  auto line = [&](const char* name, const auto& value) { s += fmt::format("option {} {}\n", name, value); };
+  line("--batch-size (global)", o.batch_size);
+  line("--grad-accum", o.grad_accum);
+  line("--optimizer", int(p.kind));
+  line("--lr", p.lr);
+  line("--momentum", p.momentum);
+  line("--nesterov", p.nesterov);
+  line("--weight-decay", p.weight_decay);
+  line("betas", fmt::format("{} {}", p.beta1, p.beta2));
+  line("eps", p.eps);
+  line("--max-grad-norm", p.max_grad_norm);
+  line("--lr-schedule", int(o.schedule));
+  line("--warmup-steps", o.warmup_steps);
+  line("--seed", o.seed);
+  line("--steps", o.steps);
+  line("--epochs", o.epochs);
+  line("--loss", int(o.loss));
+  line("--label", o.label);
+  line("--class-axis", o.class_axis);
+  line("--no-shuffle", !o.shuffle);
+  line("--drop-last", o.drop_last);
+  line("--mixed-precision", o.mixed_precision);
+  line("--loss-scale-init", o.loss_scale.init);
+  line("--loss-scale-growth-interval", o.loss_scale.growth_interval);
+  line("--local-bn", o.local_bn);
+  return s;
+}
+
 // Names the first line where two fingerprints differ.
 std::string first_difference(const std::string& a, const std::string& b) {
   size_t i = 0, line = 1;
@@ -276,14 +310,14 @@ class Replica {
   // Every replica must run the same training graph: compared before step 1.
   void check_same_graph(const Compiled& c) {
     if (!comm_) return;
-    std::string mine = training_fingerprint(c.g, c.buckets);
+    std::string mine = hyper_parameters(o_) + training_fingerprint(c.g, c.buckets);
     std::vector<std::vector<uint8_t>> all;
     comm_->all_gather_bytes(mine.data(), mine.size(), all);
     for (size_t r = 0; r < all.size(); ++r) {
       std::string theirs(all[r].begin(), all[r].end());
       if (theirs != mine)
-        fail("replica {} builds a different training graph than replica {} (another model, data or options?): "
-             "first difference at {}", r, rank_, first_difference(theirs, mine));
+        fail("replica {} trains differently from replica {} (another model, data or options?): first difference at {}",
+             r, rank_, first_difference(theirs, mine));
     }
   }
 
@@ -731,8 +765,42 @@ TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool
 namespace {
 // Where a run's files go: --output-dir fills in what --metrics, --checkpoint-dir and --save leave
 // empty, as --report-to asks; an earlier run's checkpoints are never overwritten.
+// Every numeric option in its range, or an error naming it and the range: nothing is silently
+// replaced. The -1 of lr and weight_decay means "the optimizer's default" (the CLI refuses a
+// typed negative value before this), 0 of per_device_batch_size and steps "not given".
+void check_ranges(const TrainOptions& o) {
+  auto finite_at_least = [](const char* option, double v, double lo, const char* range) {
+    if (!(std::isfinite(v) && v >= lo)) fail("{} {}: expected {}", option, v, range);
+  };
+  auto positive = [](const char* option, double v) {
+    if (!(std::isfinite(v) && v > 0)) fail("{} {}: expected a finite number > 0", option, v);
+  };
+  auto at_least = [](const char* option, int64_t v, int64_t lo) {
+    if (v < lo) fail("{} must be at least {} (got {})", option, lo, v);
+  };
+  if (o.optimizer.lr != -1) finite_at_least("--lr", o.optimizer.lr, 0, "a finite number >= 0");
+  if (o.optimizer.weight_decay != -1) finite_at_least("--weight-decay", o.optimizer.weight_decay, 0, "a finite number >= 0");
+  finite_at_least("--momentum", o.optimizer.momentum, 0, "a finite number >= 0");
+  finite_at_least("--max-grad-norm", o.optimizer.max_grad_norm, 0, "a finite number >= 0 (0: no clipping)");
+  if (!(o.optimizer.beta1 >= 0 && o.optimizer.beta1 < 1)) fail("beta1 {}: expected a number in [0, 1)", o.optimizer.beta1);
+  if (!(o.optimizer.beta2 >= 0 && o.optimizer.beta2 < 1)) fail("beta2 {}: expected a number in [0, 1)", o.optimizer.beta2);
+  finite_at_least("eps", o.optimizer.eps, 0, "a finite number >= 0");
+  at_least("--batch-size", o.batch_size, 1);
+  at_least("--per-device-train-batch-size", o.per_device_batch_size, 0);
+  at_least("--grad-accum", o.grad_accum, 1);
+  at_least("--epochs", o.epochs, 1);
+  at_least("--steps", o.steps, 0);
+  at_least("--warmup-steps", o.warmup_steps, 0);
+  at_least("--checkpoint-every", o.checkpoint_every, 0);
+  at_least("--eval-every", o.eval_every, 0);
+  at_least("--log-every", o.log_every, 0);
+  positive("--bucket-mb", o.bucket_mb);
+  positive("--comm-timeout", o.comm_timeout_s);
+}
+
 TrainOptions resolve_outputs(TrainOptions o) {
   // Options checked before anything is written.
+  check_ranges(o);
   if (o.mixed_precision != "no" && o.mixed_precision != "bf16" && o.mixed_precision != "fp16")
     fail("--mixed-precision '{}': expected no, bf16 or fp16", o.mixed_precision);
   if (o.mixed_precision == "fp16") (void)LossScaler(o.loss_scale);  // fails on a bad --loss-scale-* value

@@ -683,3 +683,34 @@ TEST_CASE("inference_mode: Dropout at a graph output becomes Identity; a used ma
     CHECK(print_graph(t.g) == before);
   }
 }
+
+// Out-of-range option values are errors naming the option and its range, from the command line
+// and from --config alike; none is replaced by a default (--lr -1 used to train at 0.001,
+// --steps -1 an epoch, --per-device-train-batch-size 0 at batch 32).
+TEST_CASE("cli: out-of-range option values are errors naming the option, never replaced") {
+  const std::string model = q(std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/model.onnx");
+  TempDir tmp;
+  struct Case {
+    std::string args, option;
+  };
+  for (const Case& c : {Case{"--lr -1", "--lr"}, Case{"--lr -inf", "--lr"}, Case{"--lr nan", "--lr"},
+                        Case{"--weight-decay -0.5", "--weight-decay"}, Case{"--momentum -1", "--momentum"},
+                        Case{"--max-grad-norm inf", "--max-grad-norm"}, Case{"--steps -1", "--steps"},
+                        Case{"--steps 0", "--steps"}, Case{"--epochs 0", "--epochs"}, Case{"--batch-size 0", "--batch-size"},
+                        Case{"--per-device-train-batch-size 0", "--per-device-train-batch-size"},
+                        Case{"--warmup-steps -2", "--warmup-steps"}, Case{"--grad-accum 0", "--grad-accum"},
+                        Case{"--bucket-mb 0", "--bucket-mb"}, Case{"--comm-timeout -3", "--comm-timeout"},
+                        Case{"--checkpoint-every -1", "--checkpoint-every"}, Case{"--eval-every -1", "--eval-every"}}) {
+    CAPTURE(c.args);
+    Result r = onnxdp_cli(tmp, "train " + model + " " + c.args + " --quiet --output-dir " + q(tmp.file("out")));
+    CHECK(r.rc == 1);
+    CHECK(contains(r.err, c.option));
+    CHECK((contains(r.err, "expected") || contains(r.err, "must be at least")));
+    CHECK(!std::filesystem::exists(tmp.file("out") + "/model.onnx"));
+  }
+  std::ofstream(tmp.file("neg.toml")) << "lr = -1.0\n";
+  Result r = onnxdp_cli(tmp, "train " + model + " --config " + q(tmp.file("neg.toml")) + " --quiet --output-dir " +
+                                 q(tmp.file("out2")));
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err, "--lr -1"));
+}

@@ -116,9 +116,23 @@ def main():
                           "--comm-timeout", "30", "--output-dir", os.path.join(tmp, "mismatch_" + m)]
         p = subprocess.run([mpiexec, *FLAGS, "-np", "1", *args("mlp"), ":", "-np", "1", *args("mlp_dynamo")],
                            capture_output=True, text=True, env=ENV, timeout=120)
-        ok = p.returncode != 0 and "different training graph" in p.stderr
+        ok = p.returncode != 0 and "trains differently" in p.stderr
         print(f"mismatched ranks: exit {p.returncode}, {'clear error' if ok else 'UNEXPECTED'}: {p.stderr.strip()[:300]}")
         passed, failed = passed + ok, failed + (not ok)
+
+        # Two ranks with the same model but another hyper-parameter each: an error naming the
+        # option before step 1 (the ranks would otherwise train different models without complaint).
+        for option, a, b in (("--lr", "0.01", "0.02"), ("--seed", "1", "2"), ("--optimizer", "adamw", "sgd"),
+                             ("--steps", "3", "4")):
+            args = lambda v, tag: [onnxdp, "train", os.path.join(ROOT, "models", "mlp", "model.onnx"), "--quiet",
+                                   "--comm-timeout", "30", *([] if option == "--steps" else ["--steps", "3"]),
+                                   option, v, "--output-dir", os.path.join(tmp, f"opt_mismatch_{option[2:]}_{tag}")]
+            p = subprocess.run([mpiexec, *FLAGS, "-np", "1", *args(a, "a"), ":", "-np", "1", *args(b, "b")],
+                               capture_output=True, text=True, env=ENV, timeout=120)
+            ok = p.returncode != 0 and "trains differently" in p.stderr and f"option {option}" in p.stderr
+            print(f"ranks with {option} {a} / {b}: exit {p.returncode}, {'clear error' if ok else 'UNEXPECTED'}: "
+                  f"{p.stderr.strip()[:300]}")
+            passed, failed = passed + ok, failed + (not ok)
 
         # Rank 1 is killed during training: the job ends with an error within bounded time.
         script = (f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then (sleep 3; kill -9 $$) & fi; '
