@@ -74,8 +74,8 @@ struct OpCase {
   std::vector<CaseInput> inputs = {};
   std::map<std::string, Attr> attrs = {};
   int outputs = 1;                      // named y0, y1, ...
-  std::vector<int> absent_outputs = {}; // outputs the node does not produce
   RunState rs = {};
+  std::vector<int> absent_outputs = {}; // outputs the node does not produce
   Compare compare = {};                 // unset: bytes equal, any NaN equal to any NaN
   // Fills fed input k for run `run` (inputs without data); unset: distinct values (filled()).
   std::function<Tensor(const OpCase&, size_t k, std::mt19937&)> fill = {};
@@ -170,7 +170,12 @@ inline Compare within(double rtol, double atol) {
 
 // ---- running ------------------------------------------------------------------------------
 
-inline std::string output_name(int k) { return "y" + std::to_string(k); }
+// "y<k>", built by appending (GCC 12 warns falsely (-Wrestrict) on "y" + std::to_string(k)).
+inline std::string output_name(int k) {
+  std::string s = "y";
+  s += std::to_string(k);
+  return s;
+}
 
 // op(dtype shape, ...) attrs [label]
 inline std::string describe(const OpCase& c) {
