@@ -186,6 +186,12 @@ std::vector<OpCase> elementwise_cases() {
   }
   for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean, DType::f16, DType::bf16})
     for (const auto& shapes : shape_sets(3)) cs.push_back(op_case(Case{Op::Where, {DType::boolean, t, t}, shapes}));
+  // GeluGrad (dy, x of dy's shape), both formulas.
+  for (DType t : kFloats)
+    for (const char* approximate : {"none", "tanh"})
+      for (const auto& shape : shape_sets(1))
+        cs.push_back(op_case(Case{Op::GeluGrad, {t, t}, {shape[0], shape[0]}, Domain::any,
+                                  {{"approximate", Attr(std::string(approximate))}}}));
   return cs;
 }
 
