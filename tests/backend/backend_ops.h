@@ -217,7 +217,7 @@ inline Graph one_node_graph(const OpCase& c) {
   }
   std::vector<std::string> outs;
   for (int k = 0; k < c.outputs; ++k) outs.push_back(output_name(k));
-  const int n = g.add_node(c.op, "node", ins, outs, c.attrs);
+  const int n = g.add_node(c.op, "test_node", ins, outs, c.attrs);
   for (int k : c.absent_outputs) g.nodes[size_t(n)].outputs[size_t(k)] = kNoValue;
   for (ValueId o : g.nodes[size_t(n)].outputs)
     if (o != kNoValue) g.outputs.push_back(o);
