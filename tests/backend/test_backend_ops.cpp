@@ -128,7 +128,7 @@ void report(const Tally& t, const std::string& where, const std::string& device)
   std::string cpu;
   int skipped = 0;
   for (const auto& [op, n] : t.on_cpu) cpu += (cpu.empty() ? "" : ", ") + op + " x" + std::to_string(n), skipped += n;
-  MESSAGE(device << ": " << skipped << " run on the CPU instead (no kernel there), matching: " << (cpu.empty() ? "none" : cpu));
+  MESSAGE(device << ": " << skipped << " run on the CPU instead (the backend has no kernel for them), matching: " << (cpu.empty() ? "none" : cpu));
   MESSAGE("backend ops: " << t.uncovered.size() << " of " << kOpCount
                           << " op rows have no case: " << (t.uncovered.empty() ? "none" : join(t.uncovered)));
   CHECK(t.mismatched == 0);
