@@ -9,7 +9,7 @@
 # test gpu.cuda_kernels (label gpu) runs that suite once more and is reported as Skipped when it
 # printed that, so `ctest -L gpu` on a machine without a GPU says "Skipped", never "Passed".
 # gpu.cuda_check (label gpu too) runs suite "cuda": the check macros (tests/exec/test_cuda_check.cpp)
-# and the CUDA elementwise path emulated on the host, which need no GPU.
+# and the backend harness (tests/backend/) on the emulated CUDA device, which need no GPU.
 
 target_compile_options(onnxdp_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
 

@@ -13,7 +13,6 @@
 
 #include "exec/cpu/broadcast.h"
 #include "exec/cuda/check.h"
-#include "exec/cuda/device_buffer.h"
 #include "exec/cuda/elementwise_launch.h"
 
 namespace onnxdp::cuda {
@@ -376,55 +375,6 @@ void copy_op_forward(const Node& n, const DeviceRef& in, const DeviceRef& out, v
 void elementwise_emulate_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
                                  const ClipBounds& clip) {
   forward(n, inputs, out, clip, nullptr, true);
-}
-
-std::vector<Tensor> emulate_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {
-  std::vector<DeviceRef> ins;
-  ClipBounds clip;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    const Tensor* t = inputs[k];
-    if (n.op == Op::Clip && k > 0) {
-      (k == 1 ? clip.lo : clip.hi) = t;
-      continue;
-    }
-    DeviceRef r;
-    if (t) r = DeviceRef{const_cast<void*>(t->data()), t->dtype(), &t->shape(), t->numel()};
-    ins.push_back(r);
-  }
-  const Value& ov = g.value(n.outputs.at(0));
-  std::vector<Tensor> outs;
-  outs.emplace_back(ov.dtype, ov.shape);
-  Tensor& o = outs[0];
-  forward(n, ins, DeviceRef{o.data(), o.dtype(), &o.shape(), o.numel()}, clip, nullptr, true);
-  return outs;
-}
-
-std::vector<Tensor> run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {
-  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
-  std::vector<DeviceRef> ins;
-  ClipBounds clip;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    const Tensor* t = inputs[k];
-    if (n.op == Op::Clip && k > 0) {  // bounds stay on the host
-      (k == 1 ? clip.lo : clip.hi) = t;
-      continue;
-    }
-    DeviceRef r;
-    if (t) {
-      bufs.push_back(upload(*t));
-      r = DeviceRef{bufs.back()->p, t->dtype(), &t->shape(), t->numel()};
-    }
-    ins.push_back(r);
-  }
-  const Value& ov = g.value(n.outputs.at(0));
-  std::vector<Tensor> outs;
-  outs.emplace_back(ov.dtype, ov.shape);
-  Tensor& o = outs[0];
-  DeviceBuffer ob(o.nbytes());
-  elementwise_forward(n, ins, DeviceRef{ob.p, o.dtype(), &o.shape(), o.numel()}, clip, nullptr);
-  ONNXDP_CUDA_CHECK(cudaDeviceSynchronize());
-  if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemcpy(o.data(), ob.p, o.nbytes(), cudaMemcpyDeviceToHost));
-  return outs;
 }
 
 DeviceCount device_count() {

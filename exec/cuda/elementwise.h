@@ -52,15 +52,6 @@ void copy_op_forward(const Node& n, const DeviceRef& in, const DeviceRef& out, v
 void elementwise_emulate_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
                                  const ClipBounds& clip = {});
 
-// run_node (exec/kernel.h) on CUDA: copies the host inputs to the GPU, runs the node's kernel,
-// copies output 0 back. For tests against the CPU kernel. Throws onnxdp::Error without a GPU.
-std::vector<Tensor> run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs);
-
-// The same, with the kernels' element loop run on the host (elementwise_emulate): the op / dtype
-// dispatch, broadcast layout, index math, attributes and functors of the CUDA path, checkable
-// without a GPU. It is not evidence that the device code runs.
-std::vector<Tensor> emulate_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs);
-
 // Number of GPUs; with none, the reason ("no CUDA device", or the runtime's error string such as
 // "CUDA driver version is insufficient for CUDA runtime version").
 struct DeviceCount {

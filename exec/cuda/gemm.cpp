@@ -14,7 +14,6 @@
 #include <memory>
 
 #include "exec/cuda/check.h"
-#include "exec/cuda/device_buffer.h"
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/elementwise_launch.h"
 #include "exec/functors.h"
@@ -488,22 +487,6 @@ void forward(const Node& n, const std::vector<TensorRef>& in, const TensorRef& o
   }
 }
 
-// RAII cuBLAS and cuBLASLt handles.
-struct Handle {
-  cublasHandle_t h = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  Handle() {
-    ONNXDP_CUDA_CHECK(cublasCreate(&h));
-    ONNXDP_CUDA_CHECK(cublasLtCreate(&lt));
-  }
-  ~Handle() {
-    if (lt) cublasLtDestroy(lt);
-    if (h) cublasDestroy(h);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-};
-
 }  // namespace
 
 GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, const Shape& b, const DType* c_type,
@@ -544,35 +527,6 @@ float to_tf32(float x) {
   u = (u + 0x1000u) & ~0x1FFFu;                     // half of the 13 dropped bits, added to the magnitude
   std::memcpy(&x, &u, 4);
   return x;
-}
-
-std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs, bool tf32) {
-  const DeviceCount d = device_count();
-  if (d.count == 0) fail("{}: no GPU: {}", n.describe(), d.reason);
-  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
-  std::vector<TensorRef> ins;
-  for (const Tensor* t : inputs) {
-    TensorRef r;
-    if (t) {
-      bufs.push_back(upload(*t));
-      r = TensorRef{bufs.back()->p, t->dtype(), &t->shape(), t->numel()};
-    }
-    ins.push_back(r);
-  }
-  const Value& ov = g.value(n.outputs.at(0));
-  std::vector<Tensor> outs;
-  outs.emplace_back(ov.dtype, ov.shape);
-  Tensor& o = outs[0];
-  DeviceBuffer ob(o.nbytes());
-  if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemset(ob.p, 0xFF, o.nbytes()));  // all-ones bits: NaN
-  Handle handle;
-  if (tf32) ONNXDP_CUDA_CHECK(cublasSetMathMode(handle.h, CUBLAS_TF32_TENSOR_OP_MATH));
-  DeviceBuffer workspace(size_t(4) << 20);
-  gemm_forward(n, ins, TensorRef{ob.p, o.dtype(), &o.shape(), o.numel()}, handle.h, nullptr,
-               LtContext{handle.lt, workspace.p, size_t(4) << 20});
-  ONNXDP_CUDA_CHECK(cudaDeviceSynchronize());
-  if (o.nbytes()) ONNXDP_CUDA_CHECK(cudaMemcpy(o.data(), ob.p, o.nbytes(), cudaMemcpyDeviceToHost));
-  return outs;
 }
 
 }  // namespace onnxdp::cuda

@@ -125,11 +125,4 @@ void gemm_emulate(const Node& n, const std::vector<TensorRef>& in, const TensorR
 // infinities and NaN unchanged.
 float to_tf32(float x);
 
-// run_node (exec/kernel.h) on CUDA for the tests: copies the host inputs to the GPU, fills the
-// output with NaN (so an element the kernels fail to write shows), runs gemm_forward with
-// cuBLAS and cuBLASLt handles of its own in the default math mode (TF32 with tf32), copies output
-// 0 back. Throws onnxdp::Error without a GPU.
-std::vector<Tensor> gemm_run_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs,
-                                  bool tf32 = false);
-
 }  // namespace onnxdp::cuda

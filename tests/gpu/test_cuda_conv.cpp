@@ -1,6 +1,8 @@
 // The CUDA convolutions (cuDNN) and pooling kernels (exec/cuda/conv.*) against the CPU kernels
-// (the reference): every case is a one-node Graph run by a Plan on the CPU and by a Plan on the
-// CUDA device (emulated in suite "cuda", cuda:0 in suite "gpu"), every output compared.
+// (the reference): the backend harness's family "conv" (tests/backend/backend_ops.h), each case a
+// one-node Graph run by a Plan on the CPU and by a Plan on every device backend present (emulated
+// in suite "cuda", cuda:0 in suite "gpu": tests/backend/test_backend_ops.cpp), every output
+// compared; the cases cuDNN or the kernels refuse must run on the CPU there.
 //
 // Covered: Conv 1-D / 2-D / 3-D with and without bias, pads (symmetric, asymmetric where cuDNN's
 // symmetric pad gives the same output size, auto_pad SAME_UPPER / SAME_LOWER / VALID), strides,
@@ -33,7 +35,7 @@
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
-#include "tests/gpu/cuda_test_util.h"
+#include "tests/backend/backend_ops.h"
 
 #include <cmath>
 #include <cstring>
@@ -48,7 +50,7 @@
 #include "exec/plan.h"
 
 using namespace onnxdp;
-using onnxdp::test::have_gpu;
+using namespace onnxdp::test;
 
 namespace {
 
@@ -90,36 +92,9 @@ std::string input_name(size_t k) {
   return s;
 }
 
-Graph graph_of(const Case& c) {
-  Graph g;
-  std::vector<ValueId> ids;
-  for (size_t k = 0; k < c.ins.size(); ++k) {
-    Value v;
-    v.name = input_name(k);
-    v.dtype = c.t;
-    v.shape = c.ins[k];
-    v.kind = ValueKind::input;
-    ids.push_back(g.add_value(std::move(v)));
-  }
-  g.inputs = ids;
-  if (c.op == Op::AveragePoolGrad) {
-    Value a;
-    a.name = "xshape";
-    a.dtype = DType::i64;
-    a.shape = {int64_t(c.xshape.size())};
-    a.kind = ValueKind::constant;
-    a.data = Tensor(DType::i64, a.shape);
-    for (size_t k = 0; k < c.xshape.size(); ++k) a.data.as<int64_t>()[k] = c.xshape[k];
-    ids.push_back(g.add_value(std::move(a)));
-  }
-  std::vector<std::string> outs{"y"};
-  if (c.indices) outs.push_back("idx");
-  int n = g.add_node(c.op, "node", ids, outs, c.attrs);
-  g.outputs = {g.nodes[size_t(n)].outputs[0]};
-  if (c.indices) g.outputs.push_back(g.nodes[size_t(n)].outputs[1]);
-  verify(g);
-  return g;
-}
+OpCase op_case(const Case& c);
+
+Graph graph_of(const Case& c) { return one_node_graph(op_case(c)); }
 
 // The output shape of forward op(shapes) with attrs: a gradient case's dy shape.
 Shape forward_shape(Op op, const std::vector<Shape>& shapes, const Attrs& attrs) {
@@ -181,56 +156,39 @@ int64_t terms(const Case& c) {
   return c.ins[0][0] * prod(c.ins[1], 2);  // ConvGradFilter: images x dy positions
 }
 
-enum class Where { emulated, gpu };
+// Integers and pooling: equal (NaN equal to NaN). Convolutions on a GPU: within the fp32
+// summation bound, mag the CPU kernel's result on the absolute inputs; 16-bit with a bias: the
+// device's two roundings against the CPU's one (see the top).
+std::string conv_compare(const Case& c, const Compared& m) {
+  const bool tolerant = is_conv(c.op) && m.on_gpu;
+  Tensor mag;
+  if (tolerant) {
+    std::map<std::string, Tensor> abs_feed = m.feed;
+    for (auto& [name, t] : abs_feed)
+      for (int64_t i = 0; i < t.numel(); ++i) store(t, i, std::abs(load(t, i)));
+    mag = run_on_cpu(m.c, abs_feed).at(m.output);
+  }
+  const double tol = tolerant ? double(2 * terms(c) + 8) * std::ldexp(1.0, -24) : 0.0;
+  const bool low = c.t == DType::f16 || c.t == DType::bf16;
+  const double ulp = !low || c.ins.size() < 3 || c.op == Op::ConvGradFilter ? 0.0
+                     : std::ldexp(1.0, c.t == DType::f16 ? -10 : -7);
+  return mismatches(m, [&](int64_t i, double u, double v) {
+    bool ok = std::isnan(u) || std::isnan(v) ? std::isnan(u) && std::isnan(v) : u == v;
+    if (!ok && (tolerant || ulp > 0))
+      ok = std::abs(u - v) <= (tolerant ? tol * element(mag, i) : 0.0) + ulp * std::max(std::abs(u), std::abs(v));
+    return ok;
+  });
+}
 
-// Runs case c on the CPU and on the device and checks every output.
-void run_case(const Case& c, const std::shared_ptr<DeviceBackend>& dev, Where where, std::mt19937& rng) {
-  INFO(describe(c));
-  Plan cpu(graph_of(c));
-  Plan gpu(graph_of(c), PlanOptions{.device = dev});
-  CHECK(gpu.host_ops().empty());  // the node runs on the device path
-  std::map<std::string, Tensor> in, abs_in;
-  for (size_t k = 0; k < c.ins.size(); ++k) {
-    Tensor t = input_of(c, c.ins[k], rng);
-    Tensor a = t;
-    for (int64_t i = 0; i < a.numel(); ++i) store(a, i, std::abs(load(t, i)));
-    in.emplace(input_name(k), std::move(t));
-    abs_in.emplace(input_name(k), std::move(a));
-  }
-  std::map<std::string, Tensor> a = cpu.run(in), b = gpu.run(in);
-  std::map<std::string, Tensor> mag;
-  const bool tolerant = is_conv(c.op) && where == Where::gpu;
-  if (tolerant) mag = cpu.run(abs_in);
-  for (const char* name : {"y", "idx"}) {
-    if (!a.count(name)) continue;
-    const Tensor &x = a.at(name), &y = b.at(name);
-    REQUIRE(x.shape() == y.shape());
-    REQUIRE(x.dtype() == y.dtype());
-    const double tol = tolerant ? double(2 * terms(c) + 8) * std::ldexp(1.0, -24) : 0.0;
-    // 16-bit with a bias: the device's two roundings against the CPU's one (see the top).
-    const bool low = c.t == DType::f16 || c.t == DType::bf16;
-    const double ulp = !low || c.ins.size() < 3 || c.op == Op::ConvGradFilter ? 0.0
-                       : std::ldexp(1.0, c.t == DType::f16 ? -10 : -7);
-    int bad = 0;
-    int64_t first_bad = -1;
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const double u = load(x, i), v = load(y, i);
-      bool ok = std::isnan(u) || std::isnan(v) ? std::isnan(u) && std::isnan(v) : u == v;
-      if (!ok && (tolerant || ulp > 0))
-        ok = std::abs(u - v) <= (tolerant ? tol * load(mag.at(name), i) : 0.0) + ulp * std::max(std::abs(u), std::abs(v));
-      if (!ok && first_bad < 0) first_bad = i;
-      bad += !ok;
-    }
-    CAPTURE(name);
-    CAPTURE(first_bad);
-    if (first_bad >= 0) {
-      CAPTURE(load(x, first_bad));
-      CAPTURE(load(y, first_bad));
-      CHECK(bad == 0);
-    } else {
-      CHECK(bad == 0);
-    }
-  }
+// The harness case: float inputs i0.. of c.t (input_of), AveragePoolGrad's x_shape a constant,
+// MaxPool's Indices as output 1.
+OpCase op_case(const Case& c) {
+  OpCase o{.label = describe(c), .op = c.op, .attrs = c.attrs, .outputs = c.indices ? 2 : 1};
+  for (size_t k = 0; k < c.ins.size(); ++k) o.inputs.push_back(fed(input_name(k), c.t, c.ins[k]));
+  if (c.op == Op::AveragePoolGrad) o.inputs.push_back(fixed("xshape", ints(c.xshape)));
+  o.fill = [c](const OpCase& oc, size_t k, std::mt19937& rng) { return input_of(c, oc.inputs[k].shape, rng); };
+  o.compare = [c](const Compared& m) { return conv_compare(c, m); };
+  return o;
 }
 
 Attrs A(std::initializer_list<std::pair<const std::string, Attr>> l) { return Attrs(l); }
@@ -377,17 +335,37 @@ std::vector<Case> conv_cases_16bit() {
   return cs;
 }
 
-int check_all(DeviceKind kind, Where where) {
-  auto dev = make_device_backend(kind, 0);
-  std::mt19937 rng(7);
-  int ran = 0;
-  for (const std::vector<Case>& cs : {conv_cases(), conv_cases_16bit(), pool_cases()})
-    for (const Case& c : cs) {
-      run_case(c, dev, where, rng);
-      ++ran;
-    }
-  return ran;
+// What cuDNN or the kernels do not match stays on the CPU.
+std::vector<Case> refused_cases() {
+  std::vector<Case> cs;
+  cs.push_back({Op::Conv, {{1, 2, 5, 5}, {2, 2, 3, 3}}, A({}), DType::f64});
+  // SAME_UPPER with stride 2 on an even extent: pads (0, 1), cuDNN's symmetric pad 0 gives one
+  // output fewer.
+  cs.push_back({Op::Conv, {{1, 1, 4, 4}, {1, 1, 3, 3}}, A({{"auto_pad", S("SAME_UPPER")}, {"strides", V({2, 2})}})});
+  cs.push_back({Op::Conv, {{1, 1, 5, 5}, {1, 1, 3, 3}}, A({{"pads", V({1, 1, 0, 0})}})});
+  // An output_shape larger than the taps reach: a negative leading pad.
+  cs.push_back({Op::ConvTranspose, {{1, 1, 3, 3}, {1, 1, 3, 3}}, A({{"output_shape", V({9, 9})}})});
+  // SAME_UPPER ConvTranspose with stride 2: leading pad 0, trailing 1.
+  cs.push_back({Op::ConvTranspose, {{1, 1, 3, 3}, {1, 2, 3, 3}}, A({{"strides", V({2, 2})}, {"auto_pad", S("SAME_UPPER")}})});
+  // 4 spatial dims: neither cuDNN nor the pooling kernels.
+  cs.push_back({Op::Conv, {{1, 1, 3, 3, 3, 3}, {1, 1, 2, 2, 2, 2}}, A({})});
+  cs.push_back({Op::MaxPool, {{1, 1, 3, 3, 3, 3}}, A({{"kernel_shape", V({2, 2, 2, 2})}})});
+  cs.push_back({Op::AveragePool, {{1, 1, 3, 3, 3, 3}}, A({{"kernel_shape", V({2, 2, 2, 2})}})});
+  return cs;
 }
+
+std::vector<OpCase> conv_family() {
+  std::vector<OpCase> out;
+  for (const std::vector<Case>& cs : {conv_cases(), conv_cases_16bit(), pool_cases()})
+    for (const Case& c : cs) out.push_back(op_case(c));
+  for (const Case& c : refused_cases()) {
+    out.push_back(op_case(c));
+    out.back().expect = Expect::host;
+  }
+  return out;
+}
+
+const bool registered = register_cases("conv", conv_family);
 
 // One node's conv_call (shapes from its graph).
 cuda::ConvCall call_of(const Case& c) {
@@ -453,39 +431,12 @@ TEST_SUITE("cuda") {
     CHECK(c.why.find("input 1 is f32") != std::string::npos);
   }
 
-  TEST_CASE("cuda conv emulated: convolutions and pooling match the CPU kernels") {
-    const int n = check_all(DeviceKind::cuda_emulated, Where::emulated);
-    MESSAGE("cuda conv emulated: " << n << " cases match the CPU kernels");
-  }
-
   TEST_CASE("cuda conv: what cuDNN or the kernels do not match stays on the CPU") {
     auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
-    auto host_ops = [&](const Case& c) { return Plan(graph_of(c), PlanOptions{.device = dev}).host_ops(); };
-    Case f64{Op::Conv, {{1, 2, 5, 5}, {2, 2, 3, 3}}, A({}), DType::f64};
-    CHECK(host_ops(f64) == "Conv");
-    // SAME_UPPER with stride 2 on an even extent: pads (0, 1), cuDNN's symmetric pad 0 gives one
-    // output fewer.
-    CHECK(host_ops({Op::Conv, {{1, 1, 4, 4}, {1, 1, 3, 3}}, A({{"auto_pad", S("SAME_UPPER")}, {"strides", V({2, 2})}})}) ==
-          "Conv");
-    CHECK(host_ops({Op::Conv, {{1, 1, 5, 5}, {1, 1, 3, 3}}, A({{"pads", V({1, 1, 0, 0})}})}) == "Conv");
-    // An output_shape larger than the taps reach: a negative leading pad.
-    CHECK(host_ops({Op::ConvTranspose, {{1, 1, 3, 3}, {1, 1, 3, 3}}, A({{"output_shape", V({9, 9})}})}) ==
-          "ConvTranspose");
-    // SAME_UPPER ConvTranspose with stride 2: leading pad 0, trailing 1.
-    CHECK(host_ops({Op::ConvTranspose, {{1, 1, 3, 3}, {1, 2, 3, 3}}, A({{"strides", V({2, 2})}, {"auto_pad", S("SAME_UPPER")}})}) ==
-          "ConvTranspose");
-    // 4 spatial dims: neither cuDNN nor the pooling kernels.
-    CHECK(host_ops({Op::Conv, {{1, 1, 3, 3, 3, 3}, {1, 1, 2, 2, 2, 2}}, A({})}) == "Conv");
-    CHECK(host_ops({Op::MaxPool, {{1, 1, 3, 3, 3, 3}}, A({{"kernel_shape", V({2, 2, 2, 2})}})}) == "MaxPool");
-    CHECK(host_ops({Op::AveragePool, {{1, 1, 3, 3, 3, 3}}, A({{"kernel_shape", V({2, 2, 2, 2})}})}) == "AveragePool");
-  }
-}
-
-TEST_SUITE("gpu") {
-  TEST_CASE("cuda conv on GPU: convolutions and pooling match the CPU kernels") {
-    if (!have_gpu()) return;
-    const int n = check_all(DeviceKind::cuda, Where::gpu);
-    MESSAGE("cuda conv on GPU: " << n << " cases match the CPU kernels");
+    for (const Case& c : refused_cases()) {
+      CAPTURE(describe(c));
+      CHECK(host_ops(op_case(c), dev) == op_name(c.op));
+    }
   }
 }
 #endif

@@ -3,15 +3,15 @@
 // empty, multi-block and high-rank shapes, with NaN and infinities among the float inputs. Floats
 // match within rtol 1e-5 (fp32) / 1e-12 (fp64), integers and bools exactly.
 //
-// Suite "gpu" (CTest label gpu: gpu.cuda_kernels) runs the kernels on the GPU; without one each
-// case prints "no GPU: <reason>" and returns, and gpu.cuda_kernels reports Skipped. Suite "cuda"
-// runs the same cases through cuda::emulate_node (the CUDA path's dispatch, broadcast layout, index
-// math and functors with its element loop on the host), which needs no GPU and proves nothing
-// about the device code itself.
+// The cases are the backend harness's family "elementwise" (tests/backend/backend_ops.h): each a
+// one-node Plan on the CPU and on every device backend present (the emulated CUDA device, whose
+// element loop runs on the host, and cuda:0 where there is a GPU), run by
+// tests/backend/test_backend_ops.cpp. Clip's bounds are constants (the device reads them on the
+// host); Identity runs as the Plan's view of its input.
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
-#include "tests/gpu/cuda_test_util.h"
+#include "tests/backend/backend_ops.h"
 
 #include <cmath>
 #include <map>
@@ -24,7 +24,7 @@
 #include "exec/kernel.h"
 
 using namespace onnxdp;
-using onnxdp::test::have_gpu;
+using namespace onnxdp::test;
 
 namespace {
 
@@ -59,36 +59,12 @@ Tensor random_tensor(DType t, const Shape& s, Domain dom, std::mt19937& rng) {
   return x;
 }
 
-// Element i of a float / int / bool tensor as double; 16-bit storage as its bits.
-double element(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::f32: return t.as<float>()[i];
-    case DType::f64: return t.as<double>()[i];
-    case DType::i32: return t.as<int32_t>()[i];
-    case DType::i64: return double(t.as<int64_t>()[i]);
-    case DType::boolean: return t.as<bool>()[i];
-    case DType::f16:
-    case DType::bf16: return t.as<uint16_t>()[i];
-    default: return NAN;
-  }
-}
-
-// Mismatching elements (first few described in `why`).
-int64_t compare(const Tensor& cpu, const Tensor& gpu, std::string& why) {
-  REQUIRE(cpu.dtype() == gpu.dtype());
-  REQUIRE(cpu.shape() == gpu.shape());
-  const bool f32 = cpu.dtype() == DType::f32, f64 = cpu.dtype() == DType::f64;
-  const double rtol = f32 ? 1e-5 : 1e-12, atol = f32 ? 1e-6 : 1e-13;
-  int64_t bad = 0;
-  for (int64_t i = 0; i < cpu.numel(); ++i) {
-    const double a = element(cpu, i), b = element(gpu, i);
-    bool ok;
-    if (std::isnan(a) || std::isnan(b)) ok = std::isnan(a) && std::isnan(b);
-    else if (f32 || f64) ok = a == b || std::abs(a - b) <= atol + rtol * std::abs(a);
-    else ok = a == b;
-    if (!ok && bad++ < 3) why += " [" + std::to_string(i) + "] cpu " + std::to_string(a) + " cuda " + std::to_string(b);
-  }
-  return bad;
+// fp32 within 1e-5 relative (1e-6 absolute), fp64 1e-12 (1e-13); integers, bools and the 16-bit
+// floats Where moves: exactly.
+std::string compare(const Compared& m) {
+  if (m.cpu.dtype() == DType::f32) return within(1e-5, 1e-6)(m);
+  if (m.cpu.dtype() == DType::f64) return within(1e-12, 1e-13)(m);
+  return bytes_equal(m);
 }
 
 struct Case {
@@ -99,53 +75,26 @@ struct Case {
   std::map<std::string, Attr> attrs = {};
 };
 
-// Where the CUDA path runs: on the GPU, or its element loop on the host (cuda::emulate_node).
-enum class Backend { gpu, emulation };
-Backend g_backend = Backend::gpu;
-
-// Builds the node, runs the CPU kernel and the CUDA path (g_backend), compares output 0. Returns
-// false (and records a check failure) on a mismatch.
-bool run_case(const Case& c, std::mt19937& rng) {
-  Graph g;
-  std::vector<Tensor> data;
-  data.reserve(c.types.size());
-  std::vector<ValueId> ids;
+// The harness case: inputs in0.. fed with random_tensor (Pow's exponent: small integers when it
+// is one); Clip's bounds in0 <= lo <= hi inside the data's range, as constants.
+OpCase op_case(const Case& c) {
+  OpCase o{.op = c.op, .attrs = c.attrs, .compare = compare};
   for (size_t k = 0; k < c.types.size(); ++k) {
-    Domain dom = c.domain;
-    if (c.op == Op::Pow && k == 1) dom = dtype_is_integer(c.types[k]) ? Domain::small_int_exponent : Domain::any;
-    data.push_back(random_tensor(c.types[k], c.shapes[k], dom, rng));
-    Value v;
-    v.name = "in" + std::to_string(k);
-    v.dtype = c.types[k];
-    v.shape = c.shapes[k];
-    v.kind = ValueKind::input;
-    ids.push_back(g.add_value(std::move(v)));
+    if (c.op == Op::Clip && k > 0) {
+      const bool fl = dtype_is_float(c.types[0]);
+      o.inputs.push_back(fixed(k == 1 ? "lo" : "hi", scalar(c.types[k], k == 1 ? (fl ? -1.0 : -5.0) : (fl ? 1.5 : 7.0))));
+      continue;
+    }
+    o.inputs.push_back(fed("in" + std::to_string(k), c.types[k], c.shapes[k]));
   }
-  if (c.op == Op::Clip && data.size() == 3) {  // lo <= hi, inside the data's range
-    if (c.types[0] == DType::f32) data[1].as<float>()[0] = -1.0f, data[2].as<float>()[0] = 1.5f;
-    if (c.types[0] == DType::f64) data[1].as<double>()[0] = -1.0, data[2].as<double>()[0] = 1.5;
-    if (c.types[0] == DType::i32) data[1].as<int32_t>()[0] = -5, data[2].as<int32_t>()[0] = 7;
-    if (c.types[0] == DType::i64) data[1].as<int64_t>()[0] = -5, data[2].as<int64_t>()[0] = 7;
-  }
-  int ni = g.add_node(c.op, "n", ids, {"y"}, c.attrs);
-  const Node& n = g.nodes[size_t(ni)];
-  std::vector<const Tensor*> ins;
-  for (const Tensor& t : data) ins.push_back(&t);
-
-  std::string what = std::string(op_name(c.op)) + "(";
-  for (size_t k = 0; k < c.types.size(); ++k)
-    what += (k ? ", " : "") + std::string(dtype_name(c.types[k])) + shape_str(c.shapes[k]);
-  what += ")";
-  for (const auto& [name, attr] : c.attrs) what += " " + name;
-  INFO(what);
-  REQUIRE(cuda::elementwise_runs(g, n));
-  Tensor cpu = onnxdp::run_node(g, n, ins)[0];
-  Tensor gpu = g_backend == Backend::gpu ? cuda::run_node(g, n, ins)[0] : cuda::emulate_node(g, n, ins)[0];
-  std::string why;
-  int64_t bad = compare(cpu, gpu, why);
-  INFO("mismatches: " << bad << why);
-  CHECK(bad == 0);
-  return bad == 0;
+  const Domain dom = c.domain;
+  o.fill = [dom](const OpCase& oc, size_t k, std::mt19937& rng) {
+    const CaseInput& in = oc.inputs[k];
+    Domain d = dom;
+    if (oc.op == Op::Pow && k == 1) d = dtype_is_integer(in.dtype) ? Domain::small_int_exponent : Domain::any;
+    return random_tensor(in.dtype, in.shape, d, rng);
+  };
+  return o;
 }
 
 // The shapes every op is run on, as (input shapes) for arity 1, 2 and 3.
@@ -168,26 +117,90 @@ std::vector<std::vector<Shape>> shape_sets(int arity) {
 const std::vector<DType> kNumbers = {DType::f32, DType::f64, DType::i32, DType::i64};
 const std::vector<DType> kFloats = {DType::f32, DType::f64};
 
-// Runs op on every shape set of its arity, all inputs of dtype t (Pow: exponent of t1).
-int run_all_shapes(Op op, int arity, DType t, std::mt19937& rng, Domain dom = Domain::any,
-                   std::map<std::string, Attr> attrs = {}, DType t1 = DType::f32, bool pow = false) {
-  int n = 0;
+// Adds op on every shape set of its arity, all inputs of dtype t (Pow: exponent of t1).
+void all_shapes(std::vector<OpCase>& cs, Op op, int arity, DType t, Domain dom = Domain::any,
+                std::map<std::string, Attr> attrs = {}, DType t1 = DType::f32, bool pow = false) {
   for (const auto& shapes : shape_sets(arity)) {
     Case c{op, std::vector<DType>(size_t(arity), t), shapes, dom, attrs};
     if (pow) c.types[1] = t1;
-    n += run_case(c, rng);
+    cs.push_back(op_case(c));
   }
-  return n;
 }
 
-void report(const char* what, int cases) {
-  const std::string where = g_backend == Backend::gpu ? "on GPU" : "host emulation";
-  MESSAGE("cuda elementwise " << where << ": " << std::string(what) << ": " << cases << " cases match the CPU kernel");
+std::vector<OpCase> elementwise_cases() {
+  std::vector<OpCase> cs;
+  // Binary arithmetic (Add Sub Mul Div Min Max Mod).
+  for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Min, Op::Max})
+    for (DType t : kNumbers) all_shapes(cs, op, 2, t);
+  // Min / Max: one and three inputs (variadic).
+  for (Op op : {Op::Min, Op::Max})
+    for (DType t : kNumbers) {
+      all_shapes(cs, op, 1, t);
+      all_shapes(cs, op, 3, t);
+    }
+  // PRelu: the slope broadcasts to x (the shape sets whose first shape is the output's).
+  for (DType t : kNumbers)
+    for (const auto& shapes : shape_sets(2))
+      if (shapes[0].size() >= shapes[1].size() && broadcast_shapes(shapes[0], shapes[1]) == shapes[0])
+        cs.push_back(op_case(Case{Op::PRelu, {t, t}, shapes}));
+  // Mod: integers with the divisor's sign and with the dividend's; floats with fmod=1 only.
+  for (DType t : kNumbers)
+    for (int64_t f : {0, 1})
+      if (f == 1 || !dtype_is_float(t)) all_shapes(cs, Op::Mod, 2, t, Domain::any, {{"fmod", Attr(f)}});
+  // Pow: base f32 / f64, exponent f32 / f64 / i32 / i64.
+  for (DType t : kFloats)
+    for (DType e : kNumbers) all_shapes(cs, Op::Pow, 2, t, Domain::positive, {}, e, true);
+  // Unary.
+  for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::Identity, Op::Sign})
+    for (DType t : kNumbers) all_shapes(cs, op, 1, t);
+  for (Op op : {Op::Exp, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Softplus, Op::Sin, Op::Cos,
+                Op::HardSwish, Op::Elu, Op::Selu, Op::Mish})
+    for (DType t : kFloats) all_shapes(cs, op, 1, t);
+  for (Op op : {Op::Sqrt, Op::Log})  // the CPU and CUDA agree on NaN for x < 0 too, but keep it real
+    for (DType t : kFloats) all_shapes(cs, op, 1, t, Domain::positive);
+  for (DType t : kFloats) {
+    all_shapes(cs, Op::LeakyRelu, 1, t, Domain::any, {{"alpha", Attr(0.2f)}});
+    all_shapes(cs, Op::HardSigmoid, 1, t, Domain::any, {{"alpha", Attr(0.3f)}, {"beta", Attr(0.4f)}});
+    all_shapes(cs, Op::Celu, 1, t, Domain::any, {{"alpha", Attr(2.0f)}});
+    all_shapes(cs, Op::Gelu, 1, t);
+    all_shapes(cs, Op::Gelu, 1, t, Domain::any, {{"approximate", Attr(std::string("tanh"))}});
+  }
+  // Clip with both bounds and with none.
+  for (DType t : kNumbers)
+    for (const auto& shapes : shape_sets(1)) {
+      cs.push_back(op_case(Case{Op::Clip, {t}, shapes}));
+      cs.push_back(op_case(Case{Op::Clip, {t, t, t}, {shapes[0], {}, {}}}));
+    }
+  // Comparisons, And, Or, Xor, Not, IsNaN, IsInf and Where.
+  for (Op op : {Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual})
+    for (DType t : kNumbers) all_shapes(cs, op, 2, t);
+  all_shapes(cs, Op::Equal, 2, DType::boolean);  // the orderings take numbers only
+  all_shapes(cs, Op::Not, 1, DType::boolean);
+  for (Op op : {Op::And, Op::Or, Op::Xor}) all_shapes(cs, op, 2, DType::boolean);
+  // IsNaN / IsInf on floats (NaN, +inf, -inf among the inputs), IsInf for each sign and neither.
+  for (DType t : kFloats) {
+    all_shapes(cs, Op::IsNaN, 1, t);
+    all_shapes(cs, Op::IsInf, 1, t);
+    for (auto [neg, pos] : {std::pair<int64_t, int64_t>{0, 1}, {1, 0}, {0, 0}})
+      all_shapes(cs, Op::IsInf, 1, t, Domain::any, {{"detect_negative", Attr(neg)}, {"detect_positive", Attr(pos)}});
+  }
+  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean, DType::f16, DType::bf16})
+    for (const auto& shapes : shape_sets(3)) cs.push_back(op_case(Case{Op::Where, {DType::boolean, t, t}, shapes}));
+  // GeluGrad (dy, x of dy's shape), both formulas.
+  for (DType t : kFloats)
+    for (const char* approximate : {"none", "tanh"})
+      for (const auto& shape : shape_sets(1))
+        cs.push_back(op_case(Case{Op::GeluGrad, {t, t}, {shape[0], shape[0]}, Domain::any,
+                                  {{"approximate", Attr(std::string(approximate))}}}));
+  return cs;
 }
+
+const bool registered = register_cases("elementwise", elementwise_cases);
 
 }  // namespace
 
 TEST_SUITE("cuda") {
+
 
 // Asks the kernel table, not the GPU.
 TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64") {
@@ -229,149 +242,5 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
 }
 
 }  // TEST_SUITE("cuda")
-
-namespace {
-
-void binary_arithmetic() {
-  std::mt19937 rng(1);
-  int n = 0;
-  for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Min, Op::Max})
-    for (DType t : kNumbers) n += run_all_shapes(op, 2, t, rng);
-  // Min / Max: one and three inputs (variadic).
-  for (Op op : {Op::Min, Op::Max})
-    for (DType t : kNumbers) {
-      n += run_all_shapes(op, 1, t, rng);
-      n += run_all_shapes(op, 3, t, rng);
-    }
-  // PRelu: the slope broadcasts to x (the shape sets whose first shape is the output's).
-  for (DType t : kNumbers)
-    for (const auto& shapes : shape_sets(2))
-      if (shapes[0].size() >= shapes[1].size() && broadcast_shapes(shapes[0], shapes[1]) == shapes[0])
-        n += run_case(Case{Op::PRelu, {t, t}, shapes}, rng);
-  // Mod: integers with the divisor's sign and with the dividend's; floats with fmod=1 only.
-  for (DType t : kNumbers)
-    for (int64_t f : {0, 1})
-      if (f == 1 || !dtype_is_float(t)) n += run_all_shapes(Op::Mod, 2, t, rng, Domain::any, {{"fmod", Attr(f)}});
-  report("binary arithmetic", n);
-}
-
-void pow_cases() {
-  std::mt19937 rng(2);
-  int n = 0;
-  for (DType t : kFloats)
-    for (DType e : kNumbers) n += run_all_shapes(Op::Pow, 2, t, rng, Domain::positive, {}, e, true);
-  report("Pow", n);
-}
-
-void unary() {
-  std::mt19937 rng(3);
-  int n = 0;
-  for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::Identity, Op::Sign})
-    for (DType t : kNumbers) n += run_all_shapes(op, 1, t, rng);
-  for (Op op : {Op::Exp, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Softplus, Op::Sin, Op::Cos,
-                Op::HardSwish, Op::Elu, Op::Selu, Op::Mish})
-    for (DType t : kFloats) n += run_all_shapes(op, 1, t, rng);
-  for (Op op : {Op::Sqrt, Op::Log})  // the CPU and CUDA agree on NaN for x < 0 too, but keep it real
-    for (DType t : kFloats) n += run_all_shapes(op, 1, t, rng, Domain::positive);
-  for (DType t : kFloats) {
-    n += run_all_shapes(Op::LeakyRelu, 1, t, rng, Domain::any, {{"alpha", Attr(0.2f)}});
-    n += run_all_shapes(Op::HardSigmoid, 1, t, rng, Domain::any, {{"alpha", Attr(0.3f)}, {"beta", Attr(0.4f)}});
-    n += run_all_shapes(Op::Celu, 1, t, rng, Domain::any, {{"alpha", Attr(2.0f)}});
-    n += run_all_shapes(Op::Gelu, 1, t, rng);
-    n += run_all_shapes(Op::Gelu, 1, t, rng, Domain::any, {{"approximate", Attr(std::string("tanh"))}});
-  }
-  report("unary", n);
-}
-
-void clip_cases() {
-  std::mt19937 rng(4);
-  int n = 0;
-  for (DType t : kNumbers) {
-    for (const auto& shapes : shape_sets(1)) {
-      n += run_case(Case{Op::Clip, {t}, shapes}, rng);
-      n += run_case(Case{Op::Clip, {t, t, t}, {shapes[0], {}, {}}}, rng);
-    }
-  }
-  report("Clip", n);
-}
-
-void logical() {
-  std::mt19937 rng(5);
-  int n = 0;
-  for (Op op : {Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual})
-    for (DType t : kNumbers) n += run_all_shapes(op, 2, t, rng);
-  n += run_all_shapes(Op::Equal, 2, DType::boolean, rng);  // the orderings take numbers only
-  n += run_all_shapes(Op::Not, 1, DType::boolean, rng);
-  for (Op op : {Op::And, Op::Or, Op::Xor}) n += run_all_shapes(op, 2, DType::boolean, rng);
-  // IsNaN / IsInf on floats (NaN, +inf, -inf among the inputs), IsInf for each sign and neither.
-  for (DType t : kFloats) {
-    n += run_all_shapes(Op::IsNaN, 1, t, rng);
-    n += run_all_shapes(Op::IsInf, 1, t, rng);
-    for (auto [neg, pos] : {std::pair<int64_t, int64_t>{0, 1}, {1, 0}, {0, 0}})
-      n += run_all_shapes(Op::IsInf, 1, t, rng, Domain::any, {{"detect_negative", Attr(neg)}, {"detect_positive", Attr(pos)}});
-  }
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean, DType::f16, DType::bf16})
-    for (const auto& shapes : shape_sets(3)) n += run_case(Case{Op::Where, {DType::boolean, t, t}, shapes}, rng);
-  report("comparisons, IsNaN, IsInf and Where", n);
-}
-
-}  // namespace
-
-// The CUDA path's dispatch, layout, index math and functors, its element loop run on the host.
-TEST_SUITE("cuda") {
-
-TEST_CASE("cuda elementwise host emulation: binary arithmetic (Add Sub Mul Div Min Max Mod) equals the CPU") {
-  g_backend = Backend::emulation;
-  binary_arithmetic();
-}
-TEST_CASE("cuda elementwise host emulation: Pow equals the CPU") {
-  g_backend = Backend::emulation;
-  pow_cases();
-}
-TEST_CASE("cuda elementwise host emulation: unary ops equal the CPU") {
-  g_backend = Backend::emulation;
-  unary();
-}
-TEST_CASE("cuda elementwise host emulation: Clip equals the CPU") {
-  g_backend = Backend::emulation;
-  clip_cases();
-}
-TEST_CASE("cuda elementwise host emulation: comparisons, And, Or, Xor, Not, IsNaN, IsInf and Where equal the CPU") {
-  g_backend = Backend::emulation;
-  logical();
-}
-
-}  // TEST_SUITE("cuda")
-
-// The kernels on the GPU; without one each case says "no GPU: <reason>" and returns.
-TEST_SUITE("gpu") {
-
-TEST_CASE("cuda elementwise on GPU: binary arithmetic (Add Sub Mul Div Min Max Mod) equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  binary_arithmetic();
-}
-TEST_CASE("cuda elementwise on GPU: Pow (base f32/f64, exponent f32/f64/i32/i64) equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  pow_cases();
-}
-TEST_CASE("cuda elementwise on GPU: unary ops equal the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  unary();
-}
-TEST_CASE("cuda elementwise on GPU: Clip with both, one and no bounds equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  clip_cases();
-}
-TEST_CASE("cuda elementwise on GPU: comparisons, And, Or, Xor, Not, IsNaN, IsInf and Where equal the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  logical();
-}
-
-}  // TEST_SUITE("gpu")
 
 #endif  // ONNXDP_HAVE_CUDA

@@ -17,13 +17,16 @@
 // bits (relative error up to 2^-11 each, 2^-10 per product): the check adds 2^-10 * mag, and asks
 // that some element be off by more than the fp32 bound (the rounding did happen).
 //
-// Suite "cuda" runs gemm_emulate (gemm_call's arguments through host loops with cuBLAS's
-// column-major semantics) and needs no GPU; it shows the argument mapping is right, not that
-// cuBLAS or the device runs. Suite "gpu" runs cuBLAS through gemm_run_node; without a GPU each case
-// prints "no GPU: <reason> -- CUDA kernel test SKIPPED" and returns.
+// The cases are the backend harness's family "gemm" (tests/backend/backend_ops.h), run by
+// tests/backend/test_backend_ops.cpp: a one-node Plan on the CPU and on every device backend
+// present, the device writing into memory of all-ones bytes (NaN), so an element the path does not
+// write (or reads when beta is 0) shows. On the emulated device gemm_emulate (gemm_call's
+// arguments through host loops with cuBLAS's column-major semantics) shows the argument mapping
+// is right, not that cuBLAS or the device runs; on cuda:0 cuBLAS runs.
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
+#include "tests/backend/backend_ops.h"
 #include "tests/gpu/cuda_test_util.h"
 
 #include <cmath>
@@ -38,51 +41,90 @@
 #include "exec/kernel.h"
 
 using namespace onnxdp;
-using onnxdp::test::have_gpu;
+using namespace onnxdp::test;
 
 namespace {
 
 using Attrs = std::map<std::string, Attr>;
 
-// A graph with one node op(inputs) -> "y"; inputs are graph inputs of dtype t.
+// A one-node graph op(inputs in0..) -> y0; inputs of dtype t.
 struct OneNode {
   Graph g;
-  int node = -1;
-  const Node& n() const { return g.nodes[size_t(node)]; }
+  const Node& n() const { return g.nodes[0]; }
 };
 
+OpCase spec(Op op, const std::vector<Shape>& shapes, const Attrs& attrs, DType t = DType::f32) {
+  OpCase c{.op = op, .attrs = attrs};
+  for (size_t k = 0; k < shapes.size(); ++k) c.inputs.push_back(fed("in" + std::to_string(k), t, shapes[k]));
+  return c;
+}
+
 OneNode one_node(Op op, const std::vector<Shape>& shapes, const Attrs& attrs, DType t = DType::f32) {
-  OneNode o;
-  std::vector<ValueId> ids;
-  for (size_t k = 0; k < shapes.size(); ++k) {
-    Value v;
-    v.name = "in" + std::to_string(k);
-    v.dtype = t;
-    v.shape = shapes[k];
-    v.kind = ValueKind::input;
-    ids.push_back(o.g.add_value(std::move(v)));
+  return OneNode{one_node_graph(spec(op, shapes, attrs, t))};
+}
+
+double g_worst_fp32 = 0;  // the largest error of the cases compared since reset, in units of the fp32 bound
+
+float decode(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::f16) return f16_to_f32(t.as<uint16_t>()[i]);
+  if (t.dtype() == DType::bf16) return bf16_to_f32(t.as<uint16_t>()[i]);
+  return t.as<float>()[i];
+}
+
+// |device - cpu| <= (2K + 8) u mag per element (+ 2^-10 mag with TF32, + one unit in the last
+// place of a 16-bit type, relative to the CPU's value), mag the CPU kernel's result on the absolute
+// inputs (in f32) and attributes; never NaN.
+std::string gemm_compare(const Compared& m) {
+  const OpCase& c = m.c;
+  OpCase abs_case = spec(c.op, {}, c.attrs);
+  for (auto& [name, a] : abs_case.attrs)
+    if (float* f = std::get_if<float>(&a)) *f = std::abs(*f);
+  std::map<std::string, Tensor> abs_feed;
+  for (const CaseInput& in : c.inputs) {
+    const Tensor& x = m.feed.at(in.name);
+    Tensor a(DType::f32, x.shape());
+    for (int64_t i = 0; i < a.numel(); ++i) a.as<float>()[i] = std::abs(decode(x, i));
+    abs_case.inputs.push_back(fed(in.name, DType::f32, x.shape()));
+    abs_feed[in.name] = std::move(a);
   }
-  o.node = o.g.add_node(op, "n", ids, {"y"}, attrs);
-  return o;
+  const Tensor mag = run_on_cpu(abs_case, abs_feed).at("y0");
+
+  const Shape& a = c.inputs[0].shape;
+  const auto transA = c.attrs.find("transA");
+  const bool ta = transA != c.attrs.end() && std::get<int64_t>(transA->second);
+  int64_t K;
+  if (c.op == Op::MatMul) K = a.back();
+  else if (c.op == Op::FusedMatMul) K = ta ? a[a.size() - 2] : a.back();
+  else K = ta ? a[0] : a[1];
+  const double fp32_tol = double(2 * K + 8) * std::ldexp(1.0, -24);
+  const double tol = fp32_tol + (c.tf32 ? std::ldexp(1.0, -10) : 0.0);
+  const DType t = m.cpu.dtype();
+  const double ulp = t == DType::f16 ? std::ldexp(1.0, -10) : t == DType::bf16 ? std::ldexp(1.0, -7) : 0.0;
+  int64_t bad = 0;
+  std::string why;
+  for (int64_t i = 0; i < m.cpu.numel(); ++i) {
+    const double want = decode(m.cpu, i), have = decode(m.dev, i), mg = mag.as<float>()[i];
+    const bool ok = !std::isnan(have) && std::abs(have - want) <= tol * mg + ulp * std::abs(want);
+    if (mg > 0 && t == DType::f32) g_worst_fp32 = std::max(g_worst_fp32, std::abs(have - want) / (fp32_tol * mg));
+    if (!ok && bad++ < 3)
+      why += " [" + std::to_string(i) + "] cpu " + std::to_string(want) + " device " + std::to_string(have);
+  }
+  return bad ? std::to_string(bad) + " of " + std::to_string(m.cpu.numel()) + " elements off:" + why : "";
 }
 
-// The CUDA path with its cuBLAS calls replaced by host loops (cuda::gemm_emulate), on host tensors.
-// The output starts as NaN, so an element the path does not write (or reads when beta is 0) shows.
-Tensor emulate(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs, bool tf32 = false) {
-  std::vector<TensorRef> ins;
-  for (const Tensor* t : inputs)
-    ins.push_back(TensorRef{const_cast<void*>(t->data()), t->dtype(), &t->shape(), t->numel()});
-  const Value& ov = g.value(n.outputs.at(0));
-  Tensor y(ov.dtype, ov.shape);
-  for (int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] = std::numeric_limits<float>::quiet_NaN();
-  cuda::gemm_emulate(n, ins, TensorRef{y.data(), y.dtype(), &y.shape(), y.numel()}, tf32);
-  return y;
+// Inputs uniform in [-1, 1] (in the input's dtype).
+Tensor uniform(const OpCase& c, size_t k, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const CaseInput& in = c.inputs[k];
+  Tensor x(in.dtype, in.shape);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = u(rng);
+    if (in.dtype == DType::f16) x.as<uint16_t>()[i] = f32_to_f16(v);
+    else if (in.dtype == DType::bf16) x.as<uint16_t>()[i] = f32_to_bf16(v);
+    else x.as<float>()[i] = v;
+  }
+  return x;
 }
-
-enum class Backend { gpu, emulation };
-Backend g_backend = Backend::emulation;
-bool g_tf32 = false;       // run the CUDA path with TF32 allowed
-double g_worst_fp32 = 0;   // the last case's largest error in units of the fp32 bound
 
 struct Case {
   Op op;
@@ -90,94 +132,26 @@ struct Case {
   Attrs attrs = {};
 };
 
-std::string describe(const Case& c) {
-  std::string s = std::string(op_name(c.op)) + "(";
-  for (size_t k = 0; k < c.shapes.size(); ++k) s += (k ? ", " : "") + shape_str(c.shapes[k]);
-  s += ")";
-  for (const auto& [name, a] : c.attrs) {
-    if (const float* f = std::get_if<float>(&a)) s += " " + name + "=" + std::to_string(*f);
-    if (const int64_t* i = std::get_if<int64_t>(&a)) s += " " + name + "=" + std::to_string(*i);
-  }
-  return s;
-}
-
-// Runs the case on the CPU kernel and the CUDA path (g_backend); false (with a failed check) on a
-// mismatch.
-bool run_case(const Case& c, std::mt19937& rng) {
-  INFO(describe(c));
-  OneNode o = one_node(c.op, c.shapes, c.attrs);
-  const Node& n = o.n();
-  REQUIRE(cuda::gemm_runs(o.g, n));
-
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<Tensor> data, abs_data;
-  for (const Shape& s : c.shapes) {
-    Tensor t(DType::f32, s), a(DType::f32, s);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      t.as<float>()[i] = u(rng);
-      a.as<float>()[i] = std::abs(t.as<float>()[i]);
-    }
-    data.push_back(std::move(t));
-    abs_data.push_back(std::move(a));
-  }
-  std::vector<const Tensor*> ins, abs_ins;
-  for (size_t k = 0; k < data.size(); ++k) ins.push_back(&data[k]), abs_ins.push_back(&abs_data[k]);
-
-  const Tensor cpu = onnxdp::run_node(o.g, n, ins)[0];
-  const Tensor got = g_backend == Backend::gpu ? cuda::gemm_run_node(o.g, n, ins, g_tf32)[0] : emulate(o.g, n, ins, g_tf32);
-
-  // mag = |alpha| |A| |B| + |beta| |C|, by the CPU kernel.
-  Attrs abs_attrs = c.attrs;
-  for (auto& [name, a] : abs_attrs)
-    if (float* f = std::get_if<float>(&a)) *f = std::abs(*f);
-  OneNode oa = one_node(c.op, c.shapes, abs_attrs);
-  const Tensor mag = onnxdp::run_node(oa.g, oa.n(), abs_ins)[0];
-
-  int64_t K;
-  const Shape& a = c.shapes[0];
-  if (c.op == Op::MatMul) K = a.back();
-  else if (c.op == Op::FusedMatMul) K = n.i("transA") ? a[a.size() - 2] : a.back();
-  else K = n.i("transA") ? a[0] : a[1];
-  const double fp32_tol = double(2 * K + 8) * std::ldexp(1.0, -24);
-  const double tol = fp32_tol + (g_tf32 ? std::ldexp(1.0, -10) : 0.0);
-  g_worst_fp32 = 0;
-
-  REQUIRE(got.dtype() == DType::f32);
-  REQUIRE(got.shape() == cpu.shape());
-  int64_t bad = 0;
-  std::string why;
-  for (int64_t i = 0; i < cpu.numel(); ++i) {
-    const double want = cpu.as<float>()[i], have = got.as<float>()[i], m = mag.as<float>()[i];
-    const bool ok = !std::isnan(have) && std::abs(have - want) <= tol * m;
-    if (m > 0) g_worst_fp32 = std::max(g_worst_fp32, std::abs(have - want) / (fp32_tol * m));
-    if (!ok && bad++ < 3)
-      why += " [" + std::to_string(i) + "] cpu " + std::to_string(want) + " cuda " + std::to_string(have);
-  }
-  INFO("mismatches: " << bad << " of " << cpu.numel() << why);
-  CHECK(bad == 0);
-  return bad == 0;
-}
-
-void report(const char* what, int cases) {
-  const std::string where = g_backend == Backend::gpu ? "on GPU (cuBLAS)" : "host emulation";
-  MESSAGE("cuda gemm " << where << ": " << std::string(what) << ": " << cases << " cases match the CPU kernel");
+// The harness case of c on dtype t.
+OpCase op_case(const Case& c, DType t = DType::f32, bool tf32 = false) {
+  OpCase o = spec(c.op, c.shapes, c.attrs, t);
+  o.compare = gemm_compare;
+  o.fill = uniform;
+  o.poison_outputs = true;
+  o.tf32 = tf32;
+  return o;
 }
 
 Case matmul(Shape a, Shape b) { return Case{Op::MatMul, {std::move(a), std::move(b)}}; }
 
-void matmul_2d() {
-  std::mt19937 rng(11);
-  int n = 0;
+void matmul_2d(std::vector<OpCase>& cs) {
   for (int64_t m : {1, 7, 33, 65})
     for (int64_t k : {1, 7, 33, 65})
-      for (int64_t nn : {1, 7, 33, 65}) n += run_case(matmul({m, k}, {k, nn}), rng);
-  n += run_case(matmul({130, 257}, {257, 129}), rng);  // more than one tile every way
-  report("MatMul 2-D x 2-D", n);
+      for (int64_t nn : {1, 7, 33, 65}) cs.push_back(op_case(matmul({m, k}, {k, nn})));
+  cs.push_back(op_case(matmul({130, 257}, {257, 129})));  // more than one tile every way
 }
 
-void matmul_batched() {
-  std::mt19937 rng(12);
-  int n = 0;
+void matmul_batched(std::vector<OpCase>& cs) {
   const std::vector<std::pair<Shape, Shape>> cases = {
       // N-D x 2-D: rows flattened into one GEMM
       {{2, 5, 33}, {33, 7}},
@@ -195,31 +169,24 @@ void matmul_batched() {
       {{1, 1, 7, 9}, {2, 3, 9, 5}},
       {{7, 65}, {2, 3, 65, 33}},
   };
-  for (const auto& [a, b] : cases) n += run_case(matmul(a, b), rng);
-  report("MatMul batched and broadcast", n);
+  for (const auto& [a, b] : cases) cs.push_back(op_case(matmul(a, b)));
 }
 
-void matmul_vectors() {
-  std::mt19937 rng(13);
-  int n = 0;
+void matmul_vectors(std::vector<OpCase>& cs) {
   const std::vector<std::pair<Shape, Shape>> cases = {
       {{9}, {9}},         {{65}, {65}},        {{9}, {9, 5}},       {{7, 9}, {9}},
       {{9}, {3, 9, 5}},   {{3, 7, 9}, {9}},    {{65}, {2, 65, 33}}, {{1}, {1, 7}},
   };
-  for (const auto& [a, b] : cases) n += run_case(matmul(a, b), rng);
-  report("MatMul with 1-D operands", n);
+  for (const auto& [a, b] : cases) cs.push_back(op_case(matmul(a, b)));
 }
 
-void matmul_empty() {
-  std::mt19937 rng(14);
-  int n = 0;
+void matmul_empty(std::vector<OpCase>& cs) {
   const std::vector<std::pair<Shape, Shape>> cases = {
       {{0, 9}, {9, 5}},       {{7, 9}, {9, 0}},       {{7, 0}, {0, 5}},        // M, N, K = 0
       {{0, 7, 9}, {0, 9, 5}}, {{3, 7, 0}, {3, 0, 5}}, {{2, 0, 9}, {9, 5}},     // batch 0, K 0 batched
       {{0}, {0}},             {{0}, {0, 5}},          {{1, 7, 0}, {4, 0, 5}},  // 1-D K 0, broadcast K 0
   };
-  for (const auto& [a, b] : cases) n += run_case(matmul(a, b), rng);
-  report("MatMul with empty dims", n);
+  for (const auto& [a, b] : cases) cs.push_back(op_case(matmul(a, b)));
 }
 
 // Gemm of op(A) [m, k] x op(B) [k, n] (A, B stored transposed when ta, tb); C of shape *c, none
@@ -237,9 +204,7 @@ std::vector<std::vector<Shape>> c_shapes(int64_t m, int64_t n) {
   return {{}, {Shape{}}, {Shape{1}}, {Shape{1, 1}}, {Shape{n}}, {Shape{1, n}}, {Shape{m, 1}}, {Shape{m, n}}};
 }
 
-void gemm_all() {
-  std::mt19937 rng(15);
-  int count = 0;
+void gemm_all(std::vector<OpCase>& cs) {
   struct Mnk {
     int64_t m, n, k;
   };
@@ -248,18 +213,15 @@ void gemm_all() {
       for (bool tb : {false, true})
         for (auto [alpha, beta] : {std::pair{1.0f, 1.0f}, std::pair{0.5f, -2.0f}, std::pair{-1.5f, 0.0f}})
           for (const auto& c : c_shapes(d.m, d.n))
-            count += run_case(gemm(d.m, d.n, d.k, ta, tb, alpha, beta, c.empty() ? nullptr : &c[0]), rng);
+            cs.push_back(op_case(gemm(d.m, d.n, d.k, ta, tb, alpha, beta, c.empty() ? nullptr : &c[0])));
   // alpha 0: beta * C; a larger product
   const Shape c_row{1, 7}, c_full{33, 7}, c_big{1, 129};
-  count += run_case(gemm(33, 7, 9, false, true, 0.0f, 0.25f, &c_row), rng);
-  count += run_case(gemm(33, 7, 9, true, false, 0.0f, 0.25f, &c_full), rng);
-  count += run_case(gemm(130, 129, 257, true, false, 1.0f, 1.0f, &c_big), rng);
-  report("Gemm transA / transB, alpha / beta, every C", count);
+  cs.push_back(op_case(gemm(33, 7, 9, false, true, 0.0f, 0.25f, &c_row)));
+  cs.push_back(op_case(gemm(33, 7, 9, true, false, 0.0f, 0.25f, &c_full)));
+  cs.push_back(op_case(gemm(130, 129, 257, true, false, 1.0f, 1.0f, &c_big)));
 }
 
-void gemm_empty() {
-  std::mt19937 rng(16);
-  int count = 0;
+void gemm_empty(std::vector<OpCase>& cs) {
   struct Mnk {
     int64_t m, n, k;
   };
@@ -268,15 +230,12 @@ void gemm_empty() {
       for (bool tb : {false, true})
         for (float beta : {0.5f, 1.0f, 0.0f})
           for (const auto& c : c_shapes(d.m, d.n))
-            count += run_case(gemm(d.m, d.n, d.k, ta, tb, 2.0f, beta, c.empty() ? nullptr : &c[0]), rng);
-  report("Gemm with empty dims (K = 0: beta * C or zeros)", count);
+            cs.push_back(op_case(gemm(d.m, d.n, d.k, ta, tb, 2.0f, beta, c.empty() ? nullptr : &c[0])));
 }
 
 // FusedGemm (Gemm + Relu, one cuBLASLt call with the bias and Relu epilogues, RELU after a
 // broadcast C, the elementwise Relu after a K = 0 fill) against the CPU's Gemm + Relu.
-void fused_all() {
-  std::mt19937 rng(17);
-  int count = 0;
+void fused_all(std::vector<OpCase>& cs) {
   struct Mnk {
     int64_t m, n, k;
   };
@@ -285,27 +244,24 @@ void fused_all() {
       for (bool tb : {false, true})
         for (auto [alpha, beta] : {std::pair{1.0f, 1.0f}, std::pair{0.5f, -2.0f}})
           for (const auto& c : c_shapes(d.m, d.n)) {
-            Case cs = gemm(d.m, d.n, d.k, ta, tb, alpha, beta, c.empty() ? nullptr : &c[0]);
-            cs.op = Op::FusedGemm;
-            count += run_case(cs, rng);
+            Case g = gemm(d.m, d.n, d.k, ta, tb, alpha, beta, c.empty() ? nullptr : &c[0]);
+            g.op = Op::FusedGemm;
+            cs.push_back(op_case(g));
           }
-  report("FusedGemm (Gemm + Relu epilogue)", count);
 }
 
 // FusedMatMul (MatMul with B [K, N] + bias [N] + Relu: the bias / Relu epilogues over A's rows as
 // one GEMM; the broadcast bias and the elementwise Relu after a K = 0 fill) against the CPU's
 // MatMul + Add + Relu.
-void fused_matmul_all() {
-  std::mt19937 rng(18);
-  int count = 0;
+void fused_matmul_all(std::vector<OpCase>& cs) {
   for (const auto& [a, b] : std::vector<std::pair<Shape, Shape>>{
            {{7, 33}, {33, 5}}, {{2, 5, 33}, {33, 7}}, {{2, 3, 7, 9}, {9, 65}}, {{3, 1, 7}, {7, 1}}, {{4, 7, 0}, {0, 5}}})
     for (bool bias : {true, false})
       for (const char* act : {"", "Relu"}) {
         if (!bias && !*act) continue;  // that is a MatMul
-        Case cs{Op::FusedMatMul, {a, b}, {{"activation", Attr(std::string(act))}}};
-        if (bias) cs.shapes.push_back(Shape{b[1]});
-        count += run_case(cs, rng);
+        Case g{Op::FusedMatMul, {a, b}, {{"activation", Attr(std::string(act))}}};
+        if (bias) g.shapes.push_back(Shape{b[1]});
+        cs.push_back(op_case(g));
       }
   // Operands stored transposed (transA: A [.., K, M], transB: B [.., N, K]) as op T with their own
   // leading dims: batched both sides (attention's products and their gradients), one side
@@ -322,91 +278,47 @@ void fused_matmul_all() {
           Shape as = a, bs = b;
           if (!ta) std::swap(as[as.size() - 1], as[as.size() - 2]);
           if (tb) std::swap(bs[bs.size() - 1], bs[bs.size() - 2]);
-          Case cs{Op::FusedMatMul, {as, bs}, {{"transA", Attr(int64_t(ta))}, {"transB", Attr(int64_t(tb))}}};
-          if (bias) cs.shapes.push_back(Shape{b.back()});
-          count += run_case(cs, rng);
+          Case g{Op::FusedMatMul, {as, bs}, {{"transA", Attr(int64_t(ta))}, {"transB", Attr(int64_t(tb))}}};
+          if (bias) g.shapes.push_back(Shape{b.back()});
+          cs.push_back(op_case(g));
         }
-  report("FusedMatMul (MatMul + bias + Relu epilogues, operands stored transposed)", count);
 }
 
 // MatMul / Gemm on f16 and bf16 (cublasGemmEx, fp32 sums, one rounding) against the CPU kernel
 // (float sums, one rounding): the float sums differ by the fp32 bound, so the results agree
 // within that plus one unit in the last place of the 16-bit type.
-int half_cases() {
-  std::mt19937 rng(31);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  int ran = 0;
-  for (DType t : {DType::f16, DType::bf16}) {
-    const double ulp = t == DType::f16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
-    auto to = [&](float v) { return t == DType::f16 ? f32_to_f16(v) : f32_to_bf16(v); };
-    auto from = [&](uint16_t h) { return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h); };
+void half_cases(std::vector<OpCase>& cs) {
+  for (DType t : {DType::f16, DType::bf16})
     for (const Case& c : {matmul({33, 65}, {65, 17}), matmul({3, 7, 33}, {3, 33, 9}), matmul({7, 65}, {2, 65, 5}),
                           Case{Op::Gemm, {{65, 33}, {17, 65}, {17}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
                                                                       {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}},
-                          Case{Op::Gemm, {{33, 65}, {17, 65}, {17}}, {{"transB", Attr(int64_t(1))}}}}) {  // a Linear: bias epilogue
-      const std::string dtype = dtype_name(t);
-      CAPTURE(dtype);
-      CAPTURE(describe(c));
-      OneNode o = one_node(c.op, c.shapes, c.attrs, t);
-      REQUIRE(cuda::gemm_runs(o.g, o.n()));
-      std::vector<Tensor> data, abs_data;
-      for (const Shape& sh : c.shapes) {
-        Tensor h(t, sh), a(DType::f32, sh);
-        for (int64_t i = 0; i < h.numel(); ++i) {
-          h.as<uint16_t>()[i] = to(u(rng));
-          a.as<float>()[i] = std::abs(from(h.as<uint16_t>()[i]));
-        }
-        data.push_back(std::move(h));
-        abs_data.push_back(std::move(a));
-      }
-      std::vector<const Tensor*> ins, abs_ins;
-      for (size_t k = 0; k < data.size(); ++k) ins.push_back(&data[k]), abs_ins.push_back(&abs_data[k]);
-      const Tensor cpu = onnxdp::run_node(o.g, o.n(), ins)[0];
-      Tensor got;
-      if (g_backend == Backend::gpu) {
-        got = cuda::gemm_run_node(o.g, o.n(), ins)[0];
-      } else {
-        std::vector<TensorRef> refs;
-        for (const Tensor* x : ins) refs.push_back(TensorRef{const_cast<void*>(x->data()), t, &x->shape(), x->numel()});
-        got = Tensor(t, cpu.shape());
-        cuda::gemm_emulate(o.n(), refs, TensorRef{got.data(), t, &got.shape(), got.numel()});
-      }
-      Attrs abs_attrs = c.attrs;
-      for (auto& [name, a] : abs_attrs)
-        if (float* f = std::get_if<float>(&a)) *f = std::abs(*f);
-      OneNode oa = one_node(c.op, c.shapes, abs_attrs);
-      const Tensor mag = onnxdp::run_node(oa.g, oa.n(), abs_ins)[0];
-      const int64_t K = c.op == Op::MatMul ? c.shapes[0].back() : c.shapes[0][0];
-      const double tol = double(2 * K + 8) * std::ldexp(1.0, -24);
-      REQUIRE(got.dtype() == t);
-      int64_t bad = 0;
-      for (int64_t i = 0; i < cpu.numel(); ++i) {
-        const double want = from(cpu.as<uint16_t>()[i]), have = from(got.as<uint16_t>()[i]);
-        bad += !(std::abs(have - want) <= tol * mag.as<float>()[i] + ulp * std::abs(want));
-      }
-      CHECK(bad == 0);
-      ++ran;
-    }
-  }
-  return ran;
+                          Case{Op::Gemm, {{33, 65}, {17, 65}, {17}}, {{"transB", Attr(int64_t(1))}}}})  // a Linear: bias epilogue
+      cs.push_back(op_case(c, t));
 }
+
+std::vector<OpCase> gemm_cases() {
+  std::vector<OpCase> cs;
+  for (auto add : {matmul_2d, matmul_batched, matmul_vectors, matmul_empty, gemm_all, gemm_empty, fused_all,
+                   fused_matmul_all, half_cases})
+    add(cs);
+  return cs;
+}
+
+const bool registered = register_cases("gemm", gemm_cases);
 
 // TF32 on the larger cases of each kind: each within the TF32 bound, and beyond the fp32 one on
 // some (TF32 in effect). CUBLAS_COMPUTE_32F_FAST_TF32 lets cuBLAS use TF32, it does not make it:
 // on an H200 it kept fp32 for the small batched product (2026-12-04, worst 0.008 of the fp32 bound).
-void tf32_cases() {
-  std::mt19937 rng(21);
-  g_tf32 = true;
-  double worst = 0;
+int tf32_cases(DeviceKind kind) {
+  auto dev = make_device_backend(kind, 0);
+  g_worst_fp32 = 0;
+  int n = 0;
   for (const Case& c : {matmul({65, 130}, {130, 33}), matmul({4, 7, 65}, {4, 65, 9}),
                         Case{Op::Gemm, {{65, 33}, {17, 65}, {17}}, {{"transA", Attr(int64_t(1))}, {"transB", Attr(int64_t(1))},
-                                                                    {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}}}) {
-    CAPTURE(describe(c));
-    CHECK(run_case(c, rng));
-    worst = std::max(worst, g_worst_fp32);
-  }
-  CHECK(worst > 1.0);  // the inputs were rounded
-  g_tf32 = false;
+                                                                    {"alpha", Attr(0.5f)}, {"beta", Attr(2.0f)}}}})
+    n += run_case(op_case(c, DType::f32, true), dev, kind == DeviceKind::cuda) == Outcome::match;
+  CHECK(g_worst_fp32 > 1.0);  // the inputs were rounded
+  return n;
 }
 
 }  // namespace
@@ -538,8 +450,11 @@ TEST_CASE("cuda gemm: gemm_runs refuses dtypes other than f32 / f16 / bf16, K = 
     OneNode o = one_node(Op::MatMul, {a, b}, {});
     CHECK_FALSE(cuda::gemm_runs(o.g, o.n()));
     // Running it anyway is an error naming the node, not a wrong answer.
-    Tensor ta(DType::f32, a), tb(DType::f32, b);
-    CHECK_THROWS_WITH_AS(emulate(o.g, o.n(), {&ta, &tb}), doctest::Contains("no cuBLAS kernel"), Error);
+    Tensor ta(DType::f32, a), tb(DType::f32, b), y(DType::f32, o.g.value(o.n().outputs[0]).shape);
+    const std::vector<TensorRef> ins{{ta.data(), DType::f32, &ta.shape(), ta.numel()},
+                                     {tb.data(), DType::f32, &tb.shape(), tb.numel()}};
+    CHECK_THROWS_WITH_AS(cuda::gemm_emulate(o.n(), ins, TensorRef{y.data(), DType::f32, &y.shape(), y.numel()}),
+                         doctest::Contains("no cuBLAS kernel"), Error);
   }
   // Other ops are not this kernel's.
   OneNode add = one_node(Op::Add, {{3}, {3}}, {});
@@ -565,110 +480,19 @@ TEST_CASE("cuda gemm: to_tf32 keeps 10 mantissa bits, to nearest with ties away 
   CHECK(std::isnan(cuda::to_tf32(std::numeric_limits<float>::quiet_NaN())));
 }
 
-TEST_CASE("cuda gemm host emulation: MatMul and Gemm on f16 and bf16 equal the CPU within one rounding") {
-  g_backend = Backend::emulation;
-  CHECK(half_cases() == 10);
-}
-
-TEST_CASE("cuda gemm host emulation: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
-  g_backend = Backend::emulation;
-  tf32_cases();
-}
-
-TEST_CASE("cuda gemm: gemm_run_node without a GPU is an onnxdp::Error") {
-  if (cuda::device_count().count > 0) return;  // a GPU: suite "gpu" runs it
-  OneNode o = one_node(Op::MatMul, {{2, 3}, {3, 4}}, {});
-  Tensor a(DType::f32, {2, 3}), b(DType::f32, {3, 4});
-  CHECK_THROWS_WITH_AS(cuda::gemm_run_node(o.g, o.n(), {&a, &b}), doctest::Contains("no GPU"), Error);
-}
-
-TEST_CASE("cuda gemm host emulation: MatMul 2-D x 2-D equals the CPU") {
-  g_backend = Backend::emulation;
-  matmul_2d();
-}
-TEST_CASE("cuda gemm host emulation: MatMul batched and batch-broadcast equals the CPU") {
-  g_backend = Backend::emulation;
-  matmul_batched();
-}
-TEST_CASE("cuda gemm host emulation: MatMul with 1-D operands equals the CPU") {
-  g_backend = Backend::emulation;
-  matmul_vectors();
-}
-TEST_CASE("cuda gemm host emulation: MatMul with empty dims equals the CPU") {
-  g_backend = Backend::emulation;
-  matmul_empty();
-}
-TEST_CASE("cuda gemm host emulation: Gemm (transA, transB, alpha, beta, C broadcasts) equals the CPU") {
-  g_backend = Backend::emulation;
-  gemm_all();
-}
-TEST_CASE("cuda gemm host emulation: Gemm with empty dims equals the CPU") {
-  g_backend = Backend::emulation;
-  gemm_empty();
-}
-TEST_CASE("cuda gemm host emulation: FusedGemm (bias and Relu epilogues) equals the CPU's Gemm + Relu") {
-  g_backend = Backend::emulation;
-  fused_all();
-}
-TEST_CASE("cuda gemm host emulation: FusedMatMul (bias and Relu epilogues) equals the CPU's MatMul + Add + Relu") {
-  g_backend = Backend::emulation;
-  fused_matmul_all();
+// (TF32 is "tensor float" in the count lines: tests/gpu/run-all.sh adds up lines of letters.)
+TEST_CASE("cuda gemm (emulated): TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
+  MESSAGE("cuda gemm tensor float emulated: " << tf32_cases(DeviceKind::cuda_emulated) << " cases match the CPU kernels");
 }
 
 }  // TEST_SUITE("cuda")
 
-// cuBLAS on the GPU; without one each case says "no GPU: <reason>" and returns.
+// cuBLAS on the GPU; without one the case says "no GPU: <reason>" and returns.
 TEST_SUITE("gpu") {
 
-TEST_CASE("cuda gemm on GPU: MatMul 2-D x 2-D equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  matmul_2d();
-}
-TEST_CASE("cuda gemm on GPU: MatMul batched and batch-broadcast equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  matmul_batched();
-}
-TEST_CASE("cuda gemm on GPU: MatMul with 1-D operands equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  matmul_vectors();
-}
-TEST_CASE("cuda gemm on GPU: MatMul with empty dims equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  matmul_empty();
-}
-TEST_CASE("cuda gemm on GPU: FusedGemm (bias and Relu epilogues) equals the CPU's Gemm + Relu") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  fused_all();
-}
-TEST_CASE("cuda gemm on GPU: FusedMatMul (bias and Relu epilogues) equals the CPU's MatMul + Add + Relu") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  fused_matmul_all();
-}
-TEST_CASE("cuda gemm on GPU: Gemm (transA, transB, alpha, beta, C broadcasts) equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  gemm_all();
-}
-TEST_CASE("cuda gemm on GPU: Gemm with empty dims equals the CPU") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  gemm_empty();
-}
-TEST_CASE("cuda gemm on GPU: MatMul and Gemm on f16 and bf16 equal the CPU within one rounding") {
-  if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  CHECK(half_cases() == 10);
-}
 TEST_CASE("cuda gemm on GPU: TF32 products within 2^-10 of the CPU's fp32, not fp32-exact") {
   if (!have_gpu()) return;
-  g_backend = Backend::gpu;
-  tf32_cases();
+  MESSAGE("cuda gemm tensor float on GPU: " << tf32_cases(DeviceKind::cuda) << " cases match the CPU kernels");
 }
 
 }  // TEST_SUITE("gpu")

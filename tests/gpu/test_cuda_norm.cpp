@@ -12,13 +12,14 @@
 // through the cancellations of the gradients (dx = a * (dy - mean - xhat * mean2)) on these
 // well-conditioned inputs: 1e-12 relative plus 1e-13 absolute.
 //
-// Suite "cuda": on the emulated device (the kernels' bodies run on the host, lane by lane, with the
-// device's tree of partials): checks the node to launch mapping and the bodies, not the device.
-// Suite "gpu": on cuda:0, skipped without a GPU.
+// The cases are the backend harness's family "norm" (tests/backend/backend_ops.h), run by
+// tests/backend/test_backend_ops.cpp on every device backend present: the emulated device (the
+// kernels' bodies run on the host, lane by lane, with the device's tree of partials: the node to
+// launch mapping and the bodies, not the device) and cuda:0 where there is a GPU.
 #if defined(ONNXDP_HAVE_CUDA)
 #include <doctest/doctest.h>
 
-#include "tests/gpu/cuda_test_util.h"
+#include "tests/backend/backend_ops.h"
 
 #include <cmath>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "exec/plan.h"
 
 using namespace onnxdp;
+using namespace onnxdp::test;
 
 namespace {
 
@@ -55,68 +57,50 @@ struct NormCase {
   bool nan = false;               // a NaN in input 0's third element (input 1 for the grads)
 };
 
-Graph graph_of(const NormCase& c, DType t) {
-  Graph g;
-  std::vector<ValueId> ins;
-  for (const In& in : c.ins) {
-    if (in.name.empty()) {
-      ins.push_back(kNoValue);
-      continue;
-    }
-    Value v;
-    v.name = in.name;
-    v.shape = in.shape;
-    if (!in.constant.empty()) {
-      v.dtype = DType::i64;
-      v.kind = ValueKind::constant;
-      v.data = Tensor(DType::i64, v.shape);
-      for (size_t k = 0; k < in.constant.size(); ++k) v.data.as<int64_t>()[k] = in.constant[k];
-      ins.push_back(g.add_value(std::move(v)));
-      continue;
-    }
-    v.dtype = in.dtype.value_or(t);
-    v.kind = ValueKind::input;
-    const ValueId id = g.add_value(std::move(v));
-    g.inputs.push_back(id);
-    ins.push_back(id);
-  }
-  std::vector<std::string> outs;
-  static const char* const names[] = {"y0", "y1", "y2"};
-  for (int k = 0; k < c.n_out; ++k) outs.push_back(names[k]);
-  const int n = g.add_node(c.op, "node", ins, outs, c.attrs);
-  for (int k : c.absent_out) g.nodes[size_t(n)].outputs[size_t(k)] = kNoValue;
-  for (ValueId o : g.nodes[size_t(n)].outputs)
-    if (o != kNoValue) g.outputs.push_back(o);
-  verify(g);
-  return g;
-}
-
-std::map<std::string, Tensor> inputs_of(const NormCase& c, DType t, std::mt19937& rng) {
-  std::map<std::string, Tensor> m;
+// Input k of c: labels in [0, classes) with ignore_index planted,
+// positive or uniform floats, a NaN where c.nan says.
+Tensor input_of(const NormCase& c, size_t k, DType dtype, const Shape& shape, std::mt19937& rng) {
+  const In& in = c.ins[k];
   std::uniform_real_distribution<double> u(-2, 2), pos(0.25, 2);
   std::uniform_int_distribution<int64_t> lab(0, std::max<int64_t>(c.classes - 1, 0));
   const bool grad = c.op == Op::LayerNormalizationGrad || c.op == Op::BatchNormalizationGrad ||
                     c.op == Op::SoftmaxCrossEntropyLossGrad;
-  for (size_t k = 0; k < c.ins.size(); ++k) {
-    const In& in = c.ins[k];
-    if (in.name.empty() || !in.constant.empty()) continue;
-    Tensor x(in.dtype.value_or(t), in.shape);
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      if (in.fill == Fill::labels) {
-        int64_t v = lab(rng);
-        if (c.ignore && (c.all_ignored || i % 4 == 1)) v = *c.ignore;
-        if (x.dtype() == DType::i64) x.as<int64_t>()[i] = v;
-        else x.as<int32_t>()[i] = int32_t(v);
-        continue;
-      }
-      double v = in.fill == Fill::positive ? pos(rng) : u(rng);
-      if (c.nan && i == 2 && k == (grad ? 1 : 0)) v = NAN;
-      if (x.dtype() == DType::f32) x.as<float>()[i] = float(v);
-      else x.as<double>()[i] = v;
+  Tensor x(dtype, shape);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (in.fill == Fill::labels) {
+      int64_t v = lab(rng);
+      if (c.ignore && (c.all_ignored || i % 4 == 1)) v = *c.ignore;
+      if (x.dtype() == DType::i64) x.as<int64_t>()[i] = v;
+      else x.as<int32_t>()[i] = int32_t(v);
+      continue;
     }
-    m[in.name] = std::move(x);
+    double v = in.fill == Fill::positive ? pos(rng) : u(rng);
+    if (c.nan && i == 2 && k == (grad ? 1u : 0u)) v = NAN;
+    if (x.dtype() == DType::f32) x.as<float>()[i] = float(v);
+    else x.as<double>()[i] = v;
   }
-  return m;
+  return x;
+}
+
+bool close(double a, double b, double rtol);
+
+// The harness case of c on float dtype t: inputs as c.ins (absent, int64 constants, fed),
+// outputs y0.. less c.absent_out; floats within 1e-6 (f32) / 1e-12 (f64) (see the top).
+OpCase op_case(const NormCase& c, DType t) {
+  OpCase o{.label = c.what, .op = c.op, .attrs = c.attrs, .outputs = c.n_out, .absent_outputs = c.absent_out};
+  for (const In& in : c.ins) {
+    if (in.name.empty()) o.inputs.push_back(absent());
+    else if (!in.constant.empty()) o.inputs.push_back(fixed(in.name, ints(in.constant)));
+    else o.inputs.push_back(fed(in.name, in.dtype.value_or(t), in.shape));
+  }
+  o.fill = [c](const OpCase& oc, size_t k, std::mt19937& rng) {
+    return input_of(c, k, oc.inputs[k].dtype, oc.inputs[k].shape, rng);
+  };
+  o.compare = [](const Compared& m) {
+    const double rtol = m.cpu.dtype() == DType::f32 ? 1e-6 : 1e-12;
+    return mismatches(m, [&](int64_t, double x, double y) { return close(y, x, rtol); });
+  };
+  return o;
 }
 
 bool close(double a, double b, double rtol) {
@@ -124,8 +108,6 @@ bool close(double a, double b, double rtol) {
   if (std::isinf(a) || std::isinf(b)) return a == b;
   return std::abs(a - b) <= rtol * std::abs(b) + rtol * 1e-1;
 }
-
-double at(const Tensor& x, int64_t i) { return x.dtype() == DType::f32 ? x.as<float>()[i] : x.as<double>()[i]; }
 
 Attr i(int64_t v) { return Attr(v); }
 Attr f(float v) { return Attr(v); }
@@ -280,96 +262,55 @@ std::vector<NormCase> cases() {
   return cs;
 }
 
-// Runs every case on `kind` and on the CPU; returns how many ran.
-int check_all(DeviceKind kind) {
-  auto dev = make_device_backend(kind, 0);
-  std::mt19937 rng(7);
-  int ran = 0;
-  for (const NormCase& c : cases()) {
-    for (DType t : {DType::f32, DType::f64}) {
-      CAPTURE(c.what);
-      const std::string dtype = dtype_name(t);
-      CAPTURE(dtype);
-      Plan cpu(graph_of(c, t));
-      Plan gpu(graph_of(c, t), PlanOptions{.device = dev});
-      CHECK(gpu.host_ops().empty());  // the node runs on the device
-      const std::map<std::string, Tensor> in = inputs_of(c, t, rng);
-      const std::map<std::string, Tensor> a = cpu.run(in), b = gpu.run(in);
-      REQUIRE(a.size() == b.size());
-      for (const auto& [name, x] : a) {
-        CAPTURE(name);
-        const Tensor& y = b.at(name);
-        REQUIRE(x.shape() == y.shape());
-        REQUIRE(x.dtype() == y.dtype());
-        const double rtol = x.dtype() == DType::f32 ? 1e-6 : 1e-12;
-        int bad = 0;
-        for (int64_t e = 0; e < x.numel(); ++e) bad += !close(at(y, e), at(x, e), rtol);
-        CHECK(bad == 0);
-      }
-      ++ran;
-    }
+// (f16 / bf16 inputs, which the kernels refuse too, are refused by the Plan for these ops.)
+// Zero classes and a broadcast Scale over more than 8 dims stay on the CPU.
+std::vector<OpCase> refused_cases() {
+  NormCase ln{"ln rank 10", Op::LayerNormalization,
+              {{"x", {}, {2, 1, 1, 1, 1, 1, 1, 1, 1, 3}}, {"scale", {}, {3}}, {"b", {}, {3}}}, {{"axis", i(0)}}, 1};
+  NormCase sce{"sce C=0", Op::SoftmaxCrossEntropyLoss, {{"x", {}, {3, 0}}, {"labels", DType::i64, {3}, Fill::labels}},
+               {{"reduction", s("sum")}, {"ignore_index", i(0)}}, 2, {}, 0, 0, true};
+  std::vector<OpCase> cs{op_case(ln, DType::f32), op_case(sce, DType::f32)};
+  for (OpCase& c : cs) {
+    c.expect = Expect::host;
+    c.compare = {};  // the CPU kernel on both sides: the same bytes
   }
-  return ran;
+  return cs;
 }
+
+std::vector<OpCase> norm_family() {
+  std::vector<OpCase> out;
+  for (const NormCase& c : cases())
+    for (DType t : {DType::f32, DType::f64}) out.push_back(op_case(c, t));
+  for (OpCase& c : refused_cases()) out.push_back(std::move(c));
+  return out;
+}
+
+const bool registered = register_cases("norm", norm_family);
 
 }  // namespace
 
 TEST_SUITE("cuda") {
-  TEST_CASE("cuda norm (emulated): normalisations and losses match the CPU kernels") {
-    const int n = check_all(DeviceKind::cuda_emulated);
-    MESSAGE("cuda norm emulated: " << n << " cases match the CPU kernels");
-  }
-
-  // (f16 / bf16 inputs, which the kernels refuse too, are refused by the Plan for these ops.)
-  TEST_CASE("cuda norm: zero classes and a broadcast Scale over more than 8 dims stay on the CPU") {
-    auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
-    NormCase ln{"ln rank 10", Op::LayerNormalization,
-                {{"x", {}, {2, 1, 1, 1, 1, 1, 1, 1, 1, 3}}, {"scale", {}, {3}}, {"b", {}, {3}}}, {{"axis", i(0)}}, 1};
-    Plan lcpu(graph_of(ln, DType::f32));
-    Plan lgpu(graph_of(ln, DType::f32), PlanOptions{.device = dev});
-    CHECK(lgpu.host_ops() == "LayerNormalization");
-    std::mt19937 lrng(2);
-    const auto lin = inputs_of(ln, DType::f32, lrng);
-    const Tensor ly = lcpu.run(lin).at("y0"), lz = lgpu.run(lin).at("y0");
-    for (int64_t e = 0; e < ly.numel(); ++e) CHECK(ly.as<float>()[e] == lz.as<float>()[e]);
-    NormCase sce{"sce C=0", Op::SoftmaxCrossEntropyLoss, {{"x", {}, {3, 0}}, {"labels", DType::i64, {3}, Fill::labels}},
-                 {{"reduction", s("sum")}, {"ignore_index", i(0)}}, 2, {}, 0, 0, true};
-    Plan cpu(graph_of(sce, DType::f32));
-    Plan gpu(graph_of(sce, DType::f32), PlanOptions{.device = dev});
-    CHECK(gpu.host_ops() == "SoftmaxCrossEntropyLoss");
-    std::mt19937 rng(1);
-    const auto in = inputs_of(sce, DType::f32, rng);
-    CHECK(cpu.run(in).at("y0").as<float>()[0] == gpu.run(in).at("y0").as<float>()[0]);
-  }
-
   // The CPU kernels refuse a label outside [0, C) with an error; a kernel cannot raise one, so the
   // device's loss and gradient are NaN there (exec/cuda/norm_launch.h).
   TEST_CASE("cuda norm (emulated): a label outside 0..C-1 gives NaN") {
     auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
     NormCase sce{"sce bad label", Op::SoftmaxCrossEntropyLoss, {{"x", {}, {4, 3}}, {"labels", DType::i64, {4}, Fill::labels}},
                  {{"reduction", s("mean")}}, 2, {}, 3};
-    Plan gpu(graph_of(sce, DType::f32), PlanOptions{.device = dev});
-    std::mt19937 rng(3);
-    auto in = inputs_of(sce, DType::f32, rng);
+    const OpCase sc = op_case(sce, DType::f32);
+    Plan gpu(one_node_graph(sc), PlanOptions{.device = dev});
+    auto in = feed_of(sc, 0);
     in.at("labels").as<int64_t>()[2] = 3;
     CHECK(std::isnan(gpu.run(in).at("y0").as<float>()[0]));
     NormCase g{"sceg bad label", Op::SoftmaxCrossEntropyLossGrad,
                {{"dy", {}, {4}}, {"x", {}, {4, 3}}, {"labels", DType::i64, {4}, Fill::labels}}, {{"reduction", s("none")}},
                1, {}, 3};
-    Plan gg(graph_of(g, DType::f32), PlanOptions{.device = dev});
-    auto gin = inputs_of(g, DType::f32, rng);
+    const OpCase gc = op_case(g, DType::f32);
+    Plan gg(one_node_graph(gc), PlanOptions{.device = dev});
+    auto gin = feed_of(gc, 0);
     gin.at("labels").as<int64_t>()[1] = -5;
     const Tensor dx = gg.run(gin).at("y0");
     CHECK(std::isnan(dx.as<float>()[3]));   // row 1
     CHECK(!std::isnan(dx.as<float>()[0]));  // row 0
-  }
-}
-
-TEST_SUITE("gpu") {
-  TEST_CASE("cuda norm on GPU: normalisations and losses match the CPU kernels") {
-    if (!test::have_gpu()) return;
-    const int n = check_all(DeviceKind::cuda);
-    MESSAGE("cuda norm on GPU: " << n << " cases match the CPU kernels");
   }
 }
 #endif

@@ -1,6 +1,7 @@
 // Helpers of the op tests, defined in tests/ops/test_tensor.cpp: tensors from values, running one
-// op (through the Graph, or through the importer from an ONNX node), checks, and the ONNX backend
-// node tests of a set of ops.
+// op (run_op: the backend harness's one-node graph through a Plan on the CPU, tests/backend/
+// backend_ops.h; or through the importer from an ONNX node), checks, and the ONNX backend node
+// tests of a set of ops.
 #pragma once
 #include <doctest/doctest.h>
 

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "tests/ops/op_test_util.h"
+#include "tests/backend/backend_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -62,27 +63,21 @@ void check(const Tensor& t, DType d, const Shape& s, const std::vector<double>& 
 
 // One node of `op` through its shape rule and CPU kernel. Inputs before `first_const` are graph
 // inputs, the others constants (shape rules need shape arguments known).
+// Through the backend harness's one-node graph and a Plan on the CPU (tests/backend/backend_ops.h):
+// inputs from first_const on are constants.
 std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& inputs, const std::map<std::string, Attr>& attrs,
                            int n_out, int first_const) {
-  Graph g;
-  std::vector<ValueId> ids;
-  std::vector<const Tensor*> ptrs;
+  test::OpCase c{.op = op, .attrs = attrs, .outputs = n_out};
   for (size_t k = 0; k < inputs.size(); ++k) {
-    Value v;
-    v.name = "in" + std::to_string(k);
-    v.dtype = inputs[k].dtype();
-    v.shape = inputs[k].shape();
-    v.kind = int(k) >= first_const ? ValueKind::constant : ValueKind::input;
-    if (v.kind == ValueKind::constant) v.data = inputs[k];
-    ValueId id = g.add_value(std::move(v));
-    if (int(k) < first_const) g.inputs.push_back(id);
-    ids.push_back(id);
-    ptrs.push_back(&inputs[k]);
+    std::string name = "in";
+    name += std::to_string(k);
+    c.inputs.push_back(int(k) >= first_const ? test::fixed(name, inputs[k])
+                                             : test::fed(name, inputs[k].dtype(), inputs[k].shape(), inputs[k]));
   }
-  std::vector<std::string> outs;
-  for (int k = 0; k < n_out; ++k) outs.push_back("out" + std::to_string(k));
-  int ni = g.add_node(op, "test_node", ids, outs, attrs);
-  return run_node(g, g.nodes[size_t(ni)], ptrs);
+  std::map<std::string, Tensor> out = test::run_on_cpu(c, test::feed_of(c, 0));
+  std::vector<Tensor> outs;
+  for (int k = 0; k < n_out; ++k) outs.push_back(std::move(out.at(test::output_name(k))));
+  return outs;
 }
 
 onnx::AttributeProto attr_i(const std::string& name, int64_t v) {
