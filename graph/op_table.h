@@ -1,21 +1,32 @@
 // THE op table. One row per op; the enum, names, arity checks, attribute schemas and every
-// dispatch table (shape rules, ONNX import, CPU kernels) derive from it.
+// dispatch table (ONNX import, shape rules, gradients, CPU kernels, the CUDA backend) derive from it.
 //
-// Where an op's pieces live, by its category column C:
-//   import      importer/ops_C.cpp      import_<Op>
-//   shape rule  graph/shapes_C.cpp      shape_<Op>
-//   gradient    graph/gradients_C.cpp   grad_<Op>   (no_gradient / gradient_missing say so explicitly)
-//   CPU kernel  exec/cpu/C.cpp          <Op>_forward
-//   tests       tests/ops/test_C.cpp
-//   CUDA kernel exec/cuda/backend.cpp's has_kernel() names the file of each op: elementwise.*
-//               (math and logical ops; Transpose, Expand), gemm.* (MatMul, Gemm, FusedGemm, FusedMatMul),
-//               reduce.* (Reduce*, Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad), norm.*
-//               (LayerNormalization, BatchNormalization, the losses, their Grads), tensor_ops.*
-//               (Gather, Cast, CastLike, Concat, Slice, Split, Pad, Tile, Trilu, Dropout, GatherGrad),
-//               conv.* (Conv, ConvTranspose, ConvGradFilter,
-//               pooling and its Grads); collectives and reshapes in backend.cpp itself. Tests:
-//               tests/gpu/test_cuda_<file>.cpp (test_cuda_ops.cpp for reduce and the copies).
-//               An op without one runs the CPU kernel with copies (Plan::host_ops).
+// Adding an op touches these places and no others (C is the row's category column):
+//   row       graph/op_table.h          its row below, and ONNXDP_OP_COUNT
+//   import    nothing when the ONNX node is already onnxdp's form: the default import takes it as
+//             read (importer/importer.h). Otherwise import_<Op> in importer/ops_C.cpp (opset forms
+//             normalised to one) and its name in importer/importer.h's ONNXDP_IMPORTS
+//   shape     graph/shapes_C.cpp        shape_<Op>
+//   gradient  graph/gradients_C.cpp     grad_<Op> (no_gradient / gradient_missing say so explicitly)
+//   CPU       exec/cpu/C.cpp            <Op>_forward, the reference kernel; elementwise math is a
+//             functor in exec/functors.h (host and device), which <Op>_forward applies
+//   CUDA      exec/cuda/ops.h           the op's line (the op table's CUDA column): an elementwise
+//             op names its family and functor, nothing more; another names its kernel group,
+//             whose file gets the kernel (exec/cuda/<group>.*). No line: the CPU kernel with
+//             copies (Plan::host_ops)
+//   tests     tests/ops/test_C.cpp      the kernel's values from an independent source (numpy,
+//             PyTorch), pasted with how they were computed; the ONNX node tests with
+//             optest::check_node_tests (tests/conformance/ runs them too, as soon as the row
+//             exists: >= 98 % over claimed ops, tests/conformance/exclusions.txt says why a case
+//             cannot pass)
+//             tests/graph/test_autodiff*.cpp  the gradient against float64 finite differences
+//             (gradcheck)
+//             tests/gpu/test_cuda_<group>.cpp the CUDA kernel against the CPU, on the GPU and
+//             emulated (elementwise ops: test_cuda_elementwise.cpp; reduce and the copies:
+//             test_cuda_ops.cpp)
+// A unary elementwise op is thus: its row, shape rule, gradient, functor, <Op>_forward, CUDA line
+// and tests. An op that is a few existing rows is a composite instead (ONNXDP_COMPOSITES below):
+// its import only.
 //
 // Attribute schema: comma-separated `name:kind[=default]`, kind one of
 //   i (int64), f (float), s (string), ints, floats, t (tensor).

@@ -1,28 +1,35 @@
 #include "importer/importer.h"
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 #include "importer/onnx_io.h"
 
 namespace onnxdp {
 
-#define ONNXDP_X(op, ...) void import_##op(ImportCtx&);
-ONNXDP_OPS(ONNXDP_X)
-#undef ONNXDP_X
+namespace {
 
-ImportFn import_fn(Op op) {
-  static const ImportFn fns[] = {
-#define ONNXDP_X(op, ...) &import_##op,
-      ONNXDP_OPS(ONNXDP_X)
-#undef ONNXDP_X
-  };
-  return fns[size_t(op)];
+// The default import (importer/importer.h): the node as read; onnxdp's own categories refused.
+void import_as_read(ImportCtx& c) {
+  const std::string category = op_info(c.node.op).category;
+  if (category == "grad" || category == "collective")
+    c.fail("{} is an internal onnxdp op, not importable", op_name(c.node.op));
 }
 
-#define ONNXDP_X(op, ...) void import_##op(ImportCtx&);
-ONNXDP_COMPOSITES(ONNXDP_X)
+}  // namespace
+
+ImportFn import_fn(Op op) {
+  static const std::array<ImportFn, kOpCount> fns = [] {
+    std::array<ImportFn, kOpCount> f;
+    f.fill(&import_as_read);
+#define ONNXDP_X(op) f[size_t(Op::op)] = &import_##op;
+    ONNXDP_IMPORTS(ONNXDP_X)
 #undef ONNXDP_X
+    return f;
+  }();
+  return fns[size_t(op)];
+}
 
 ImportFn composite_import_fn(const std::string& name) {
   static const std::pair<const char*, ImportFn> fns[] = {

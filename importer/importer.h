@@ -90,7 +90,28 @@ struct ImportCtx {
   }
 };
 
+// The rows of graph/op_table.h with an import of their own, import_<Op> in importer/ops_<C>.cpp:
+// an ONNX form that changed across opsets (normalised to one), attributes to check or refuse, or
+// onnxdp's own ops a model must not name. Every other row takes the default import: the node as
+// read (inputs, and attributes converted by their type and checked against the row's schema);
+// rows of onnxdp's own categories (grad, collective) are refused there. Composites
+// (ONNXDP_COMPOSITES) always have their own. The importer is compiled with
+// -Werror=missing-declarations, so an import_<Op> left out of this list does not build.
+#define ONNXDP_IMPORTS(X)                                                                          \
+  X(Clip) X(Softmax) X(LogSoftmax) X(FusedGemm) X(FusedMatMul)                                     \
+  X(BatchNormalization) X(Dropout)                                                                 \
+  X(ReduceMean) X(ReduceSum) X(ReduceMax) X(ReduceMin) X(ReduceProd) X(TopK)                       \
+  X(Cast) X(CastLike) X(Squeeze) X(Unsqueeze) X(Concat) X(Split) X(Slice) X(Pad) X(GatherND)       \
+  X(ScatterND) X(Resize) X(OneHot)                                                                 \
+  X(Constant) X(ConstantOfShape) X(Range)
+
 using ImportFn = void (*)(ImportCtx&);
+#define ONNXDP_X(op, ...) void import_##op(ImportCtx&);
+ONNXDP_IMPORTS(ONNXDP_X)
+ONNXDP_COMPOSITES(ONNXDP_X)
+#undef ONNXDP_X
+
+// The import of op: its own (ONNXDP_IMPORTS) or the default.
 ImportFn import_fn(Op op);
 // A composite op's import (graph/op_table.h's ONNXDP_COMPOSITES); nullptr for other names.
 ImportFn composite_import_fn(const std::string& name);

@@ -1,7 +1,9 @@
-// ONNX import of the math ops: one function per op (see graph/op_table.h).
+// ONNX import of the math ops that need one (see graph/op_table.h; the others take the default,
+// importer/importer.h).
 //
 // Within opsets 7..27 most math ops changed only their type lists (onnxdp's shape rules check
-// dtypes), so their import has nothing to normalise. The exceptions:
+// dtypes), so their import has nothing to normalise; Gemm-7..10 require C and Gemm-11+ make it
+// optional, both broadcasting C one way. The exceptions:
 //   Clip < 11          min / max attributes -> constant inputs 1 / 2
 //   Softmax, LogSoftmax < 13: axis defaulted to 1 and the input was coerced to 2-D
 //                      [prod(dims[:axis]), prod(dims[axis:])]; rewritten to the opset-13 form.
@@ -43,39 +45,6 @@ void import_legacy_softmax(ImportCtx& c) {
 
 }  // namespace
 
-void import_Add(ImportCtx& c) {}
-void import_Sub(ImportCtx& c) {}
-void import_Mul(ImportCtx& c) {}
-void import_Div(ImportCtx& c) {}
-void import_Pow(ImportCtx& c) {}
-void import_Min(ImportCtx& c) {}
-void import_Max(ImportCtx& c) {}
-void import_Sqrt(ImportCtx& c) {}
-void import_Exp(ImportCtx& c) {}
-void import_Log(ImportCtx& c) {}
-void import_Neg(ImportCtx& c) {}
-void import_Abs(ImportCtx& c) {}
-void import_Reciprocal(ImportCtx& c) {}
-void import_Relu(ImportCtx& c) {}
-void import_LeakyRelu(ImportCtx& c) {}
-void import_Sigmoid(ImportCtx& c) {}
-void import_Tanh(ImportCtx& c) {}
-void import_Erf(ImportCtx& c) {}
-void import_Gelu(ImportCtx& c) {}
-void import_Softplus(ImportCtx& c) {}
-void import_Sin(ImportCtx& c) {}
-void import_Cos(ImportCtx& c) {}
-void import_HardSigmoid(ImportCtx& c) {}
-void import_HardSwish(ImportCtx& c) {}
-void import_Mod(ImportCtx& c) {}
-void import_Elu(ImportCtx& c) {}
-void import_Selu(ImportCtx& c) {}
-void import_Celu(ImportCtx& c) {}
-void import_Mish(ImportCtx& c) {}
-void import_Sign(ImportCtx& c) {}
-void import_PRelu(ImportCtx& c) {}
-void import_CumSum(ImportCtx& c) {}
-
 // Clip-6 (opset < 11): float attributes min / max -> f32 scalar constant inputs 1 / 2 (the shape
 // rule and kernel accept f32 bounds for an f64 input). An absent attribute leaves its input absent.
 void import_Clip(ImportCtx& c) {
@@ -94,9 +63,7 @@ void import_Clip(ImportCtx& c) {
 
 void import_Softmax(ImportCtx& c) { import_legacy_softmax(c); }
 void import_LogSoftmax(ImportCtx& c) { import_legacy_softmax(c); }
-void import_MatMul(ImportCtx& c) {}
-// Gemm-7..10 require C, Gemm-11+ make it optional; both broadcast C one way: nothing to change.
-void import_Gemm(ImportCtx& c) {}
+
 // onnxdp's own, made by graph/passes/fuse_epilogues.cpp: a model naming it fails.
 void import_FusedGemm(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 void import_FusedMatMul(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }

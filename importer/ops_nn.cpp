@@ -1,8 +1,9 @@
-// ONNX import of the nn ops: one function per op (see graph/op_table.h).
+// ONNX import of the nn ops that need one (see graph/op_table.h; the others take the default,
+// importer/importer.h).
 //
 // Conv, ConvTranspose, the pools, LayerNormalization and the losses have had one meaning across
 // opsets 7..27 (later versions only widened the type lists or added attributes with defaults that
-// keep the old behaviour), so their import functions only check. BatchNormalization and Dropout
+// keep the old behaviour), so they take the default import. BatchNormalization and Dropout
 // changed form and are normalised to the newest one here.
 #include "importer/importer.h"
 
@@ -18,12 +19,6 @@ int named_outputs(const ImportCtx& c) {
 }
 
 }  // namespace
-
-void import_Conv(ImportCtx& c) {}
-void import_ConvTranspose(ImportCtx& c) {}
-void import_MaxPool(ImportCtx& c) {}
-void import_AveragePool(ImportCtx& c) {}
-void import_GlobalAveragePool(ImportCtx& c) {}
 
 // Opsets 7..13 chose training by the outputs: with running mean/var outputs (and saved mean/var)
 // the op trained, with Y alone it inferred. Opset 14 made that the training_mode attribute and
@@ -46,8 +41,6 @@ void import_BatchNormalization(ImportCtx& c) {
            "(or without those outputs)");
   if (outs > 1) c.node.attrs["training_mode"] = int64_t(1);
 }
-
-void import_LayerNormalization(ImportCtx& c) {}
 
 // Composite (graph/op_table.h). InstanceNormalization(x [N, C, ...], scale [C], B [C]) normalises
 // each (n, c) over the spatial dims: LayerNormalization(x, ones, axis 2) with ones shaped like the
@@ -98,8 +91,5 @@ void import_Dropout(ImportCtx& c) {
     c.node.inputs.push_back(r);
   }
 }
-
-void import_SoftmaxCrossEntropyLoss(ImportCtx& c) {}
-void import_NegativeLogLikelihoodLoss(ImportCtx& c) {}
 
 }  // namespace onnxdp

@@ -1,4 +1,5 @@
-// ONNX import of the reduction ops: one function per op (see graph/op_table.h).
+// ONNX import of the reduction ops that need one (see graph/op_table.h; ArgMax and ArgMin
+// take the default, importer/importer.h).
 #include "importer/importer.h"
 
 namespace onnxdp {
@@ -19,9 +20,6 @@ void import_ReduceMin(ImportCtx& c) {
 void import_ReduceProd(ImportCtx& c) {
   if (c.opset < 18) c.attr_to_input("axes", 1);
 }
-
-void import_ArgMax(ImportCtx& c) {}
-void import_ArgMin(ImportCtx& c) {}
 
 // ---- composites (graph/op_table.h): each arrives as a ReduceSum node with its own inputs and
 // attributes (keepdims, noop_with_empty_axes; axes as an attribute before opset 18).

@@ -1,10 +1,9 @@
-// ONNX import of the tensor ops: one function per op (see graph/op_table.h).
-// Older opsets' attribute forms become the inputs of the newest form (op_table.h notes).
+// ONNX import of the tensor ops that need one (see graph/op_table.h; the others take the default,
+// importer/importer.h). Older opsets' attribute forms become the inputs of the newest form
+// (op_table.h notes).
 #include "importer/importer.h"
 
 namespace onnxdp {
-
-void import_Identity(ImportCtx& c) {}
 
 void import_Cast(ImportCtx& c) {
   if (!c.node.has("to")) c.fail("attribute 'to' is required");
@@ -18,11 +17,6 @@ void import_Cast(ImportCtx& c) {
 }
 
 void import_CastLike(ImportCtx& c) { c.ignore_attr("round_mode"); }
-void import_Shape(ImportCtx& c) {}
-void import_Size(ImportCtx& c) {}
-void import_Flatten(ImportCtx& c) {}
-void import_Reshape(ImportCtx& c) {}
-void import_Transpose(ImportCtx& c) {}
 
 // Opsets < 13 give the axes as an attribute.
 void import_Squeeze(ImportCtx& c) {
@@ -52,10 +46,6 @@ void import_Slice(ImportCtx& c) {
   }
 }
 
-void import_Gather(ImportCtx& c) {}
-void import_Expand(ImportCtx& c) {}
-void import_Tile(ImportCtx& c) {}
-
 // Opsets < 11 give pads (ints) and value (float, default 0) as attributes. The value becomes an
 // f32 scalar input; the kernel converts it to the data's dtype (the data's dtype is not known yet
 // when importing).
@@ -76,9 +66,6 @@ void import_Pad(ImportCtx& c) {
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
     c.fail("mode '{}' is not one of constant, reflect, edge, wrap", mode);
 }
-
-void import_Trilu(ImportCtx& c) {}
-void import_GatherElements(ImportCtx& c) {}
 
 // GatherND-11 has no batch_dims (opset 12 added it, 13 bfloat16).
 void import_GatherND(ImportCtx& c) {

@@ -1,10 +1,11 @@
 // The CUDA device of a Plan (exec/device_backend.h): device memory, copies on the device's stream,
-// and the nodes with CUDA kernels: MatMul, Gemm, FusedGemm and FusedMatMul on cuBLAS / cuBLASLt
-// (exec/cuda/gemm.*, fp32, TF32 with allow_tf32, f16 / bf16), the elementwise ops
-// (exec/cuda/elementwise.*), the reductions and Softmax (exec/cuda/reduce.*), Transpose / Expand
-// (strided copies on the elementwise kernel), the reshapes (device copies), the collectives (NCCL) and the groups of exec/cuda/kernels.h (norms and
-// losses, tensor ops, convolutions and pooling); graph/op_table.h's header lists them per op. Any
-// other node runs on the CPU kernel with copies (Plan::host_ops names them).
+// and the nodes with CUDA kernels. Which rows have one, and the kernel family that runs each, is
+// exec/cuda/ops.h (the op table's CUDA column): the elementwise ops (exec/cuda/elementwise.*),
+// MatMul, Gemm, FusedGemm and FusedMatMul on cuBLAS / cuBLASLt (exec/cuda/gemm.*, fp32, TF32 with
+// allow_tf32, f16 / bf16), the reductions and Softmax (exec/cuda/reduce.*), the groups of
+// exec/cuda/kernels.h (norms and losses, tensor ops, convolutions and pooling), Transpose / Expand
+// (strided copies on the elementwise kernel), and here the reshapes (device copies) and the
+// collectives (NCCL). Any other node runs on the CPU kernel with copies (Plan::host_ops names them).
 //
 // The emulated device (DeviceKind::cuda_emulated) is this class with host memory and the kernels'
 // host emulations: the same has_kernel decisions and the same kernel dispatch, run where there is
@@ -41,11 +42,6 @@
 namespace onnxdp {
 
 namespace {
-
-// Ops whose output is their input's bytes under another shape.
-bool is_reshape(Op op) {
-  return op == Op::Reshape || op == Op::Flatten || op == Op::Squeeze || op == Op::Unsqueeze;
-}
 
 class CudaBackend final : public DeviceBackend {
  public:
@@ -128,23 +124,25 @@ class CudaBackend final : public DeviceBackend {
     wait_for(stream_);
   }
 
+  // By the row's kernel family (exec/cuda/ops.h); each family says whether it takes the node's
+  // dtypes, shapes and attributes.
   bool has_kernel(const Graph& g, const Node& n) const override {
-    if (cuda::is_elementwise(n.op)) {
-      if (n.op == Op::Clip)  // the bounds are read on the host: constants only
-        for (size_t k = 1; k < n.inputs.size(); ++k)
-          if (n.has_input(int(k)) && g.value(n.inputs[k]).data.empty()) return false;
-      return cuda::elementwise_runs(g, n);
+    switch (cuda::kernel_family(n.op)) {
+      case cuda::KernelFamily::none: return false;
+      case cuda::KernelFamily::elementwise: return cuda::elementwise_bounds_known(g, n) && cuda::elementwise_runs(g, n);
+      case cuda::KernelFamily::copy: return cuda::copy_op_runs(g, n);
+      case cuda::KernelFamily::gemm: return cuda::gemm_runs(g, n);
+      case cuda::KernelFamily::reduce: return cuda::reduce_runs(g, n);
+      case cuda::KernelFamily::norm: return cuda::norm_runs(g, n);
+      case cuda::KernelFamily::tensor: return cuda::tensor_runs(g, n);
+      case cuda::KernelFamily::conv: return cuda::conv_runs(g, n);
+      case cuda::KernelFamily::reshape: return true;
+      // Scatter: a copy. All-reduces and all-gathers: copies in a world of one, NCCL (or, emulated,
+      // the host communicator) in a connected world of GPUs; a world not connected, or not all
+      // GPUs, uses the CPU fallback.
+      case cuda::KernelFamily::collective: return n.op == Op::Scatter || world_ == 1 || device_collectives_;
     }
-    if (cuda::is_reduce(n.op)) return cuda::reduce_runs(g, n);
-    if (n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::FusedGemm || n.op == Op::FusedMatMul)
-      return cuda::gemm_runs(g, n);
-    if (n.op == Op::Scatter) return true;
-    // All-reduces and all-gathers: copies in a world of one, NCCL (or, emulated, the host
-    // communicator) in a connected world of GPUs; a world not connected, or not all GPUs, uses
-    // the CPU fallback.
-    if (n.op == Op::AllReduce || n.op == Op::AllGather) return world_ == 1 || device_collectives_;
-    if (is_reshape(n.op)) return true;
-    return cuda::copy_op_runs(g, n) || cuda::norm_runs(g, n) || cuda::tensor_runs(g, n) || cuda::conv_runs(g, n);
+    return false;
   }
 
   void run(const Graph& g, KernelCtx& c) override {
@@ -160,38 +158,29 @@ class CudaBackend final : public DeviceBackend {
 
   void dispatch(const Graph& g, KernelCtx& c) {
     const Node& n = c.node;
-    if (cuda::is_elementwise(n.op)) {
-      std::vector<cuda::DeviceRef> ins;
-      cuda::ClipBounds clip;
-      for (size_t k = 0; k < c.inputs.size(); ++k) {
-        if (n.op == Op::Clip && k > 0) {
-          if (n.has_input(int(k))) (k == 1 ? clip.lo : clip.hi) = &g.value(n.inputs[k]).data;
-          continue;
-        }
-        ins.push_back(device_ref(c.inputs[k]));
-      }
-      const cuda::DeviceRef out = device_ref(c.out(0));
-      if (emulated_) cuda::elementwise_emulate_forward(n, ins, out, clip);
-      else cuda::elementwise_forward(n, ins, out, clip, stream_);
-      return;
-    }
-    if (cuda::is_reduce(n.op))
-      return cuda::reduce_forward(g, n, c.inputs, c.out(0), stream_, emulated_, reduce_scratch(), kReduceScratch);
-    if (n.op == Op::Scatter) return scatter(c);
-    if (n.op == Op::AllReduce) return all_reduce(c);
-    if (n.op == Op::AllGather) return all_gather(c);
-    if (n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::FusedGemm || n.op == Op::FusedMatMul) {
-      if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0), tf32_);
-      return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_,
-                                cuda::LtContext{blas_lt_, blas_workspace_, kBlasWorkspace});
-    }
-    if (is_reshape(n.op))  // the same bytes under another shape (the Plan gives outputs their own)
-      return copy(c.out(0).data, c.in(0).data, size_t(c.out(0).numel) * dtype_size(c.out(0).dtype));
-    if (cuda::copy_op_runs(g, n)) return cuda::copy_op_forward(n, device_ref(c.in(0)), device_ref(c.out(0)), stream_, emulated_);
     const cuda::CudaContext cc{stream_, blas_, dnn_, emulated_};
-    if (cuda::norm_runs(g, n)) return cuda::norm_forward(g, c, cc);
-    if (cuda::tensor_runs(g, n)) return cuda::tensor_forward(g, c, cc);
-    if (cuda::conv_runs(g, n)) return cuda::conv_forward(g, c, cc);
+    switch (cuda::kernel_family(n.op)) {
+      case cuda::KernelFamily::none: break;
+      case cuda::KernelFamily::elementwise:
+        return cuda::elementwise_forward(g, n, c.inputs, c.out(0), stream_, emulated_);
+      case cuda::KernelFamily::copy: return cuda::copy_op_forward(n, c.in(0), c.out(0), stream_, emulated_);
+      case cuda::KernelFamily::gemm:
+        if (emulated_) return cuda::gemm_emulate(n, c.inputs, c.out(0), tf32_);
+        return cuda::gemm_forward(n, c.inputs, c.out(0), blas_, stream_,
+                                  cuda::LtContext{blas_lt_, blas_workspace_, kBlasWorkspace});
+      case cuda::KernelFamily::reduce:
+        return cuda::reduce_forward(g, n, c.inputs, c.out(0), stream_, emulated_, reduce_scratch(), kReduceScratch);
+      case cuda::KernelFamily::norm: return cuda::norm_forward(g, c, cc);
+      case cuda::KernelFamily::tensor: return cuda::tensor_forward(g, c, cc);
+      case cuda::KernelFamily::conv: return cuda::conv_forward(g, c, cc);
+      case cuda::KernelFamily::reshape:  // the same bytes under another shape (the Plan gives outputs their own)
+        return copy(c.out(0).data, c.in(0).data, size_t(c.out(0).numel) * dtype_size(c.out(0).dtype));
+      case cuda::KernelFamily::collective:
+        if (n.op == Op::Scatter) return scatter(c);
+        if (n.op == Op::AllReduce) return all_reduce(c);
+        if (n.op == Op::AllGather) return all_gather(c);
+        break;
+    }
     c.fail("no kernel on {}", name());
   }
 
@@ -549,8 +538,6 @@ class CudaBackend final : public DeviceBackend {
     if (emulated_) return void(std::memcpy(dst, src, bytes));
     ONNXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
-
-  static cuda::DeviceRef device_ref(const TensorRef& t) { return {t.data, t.dtype, t.shape, t.numel}; }
 
   int index_;
   bool emulated_;

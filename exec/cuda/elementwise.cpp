@@ -14,61 +14,37 @@
 #include "exec/cpu/broadcast.h"
 #include "exec/cuda/check.h"
 #include "exec/cuda/elementwise_launch.h"
+#include "exec/cuda/kernels.h"
 
 namespace onnxdp::cuda {
 
 namespace {
 
+// A tensor as the launches see it: a device pointer (host with emulation) with its dtype and shape;
+// data nullptr for an absent optional input.
+struct DeviceRef {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  const Shape* shape = nullptr;
+  int64_t numel = 0;
+};
+
+DeviceRef device_ref(const TensorRef& t) { return {t.data, t.dtype, t.shape, t.numel}; }
+DeviceRef host_ref(const Tensor& t) { return {const_cast<void*>(t.data()), t.dtype(), &t.shape(), t.numel()}; }
+
+// Clip's bounds as host values of the input's dtype (f64 input with f32 bounds allowed, as on the
+// CPU); absent: the type's range.
+struct ClipBounds {
+  const Tensor* lo = nullptr;
+  const Tensor* hi = nullptr;
+};
+
 const char* ew_op_name(EwOp op) {
   switch (op) {
-    case EwOp::Add: return "Add";
-    case EwOp::Sub: return "Sub";
-    case EwOp::Mul: return "Mul";
-    case EwOp::Div: return "Div";
-    case EwOp::Min: return "Min";
-    case EwOp::Max: return "Max";
-    case EwOp::Pow: return "Pow";
-    case EwOp::Identity: return "Identity";
-    case EwOp::Neg: return "Neg";
-    case EwOp::Abs: return "Abs";
-    case EwOp::Relu: return "Relu";
-    case EwOp::Clip: return "Clip";
-    case EwOp::Sqrt: return "Sqrt";
-    case EwOp::Exp: return "Exp";
-    case EwOp::Log: return "Log";
-    case EwOp::Reciprocal: return "Reciprocal";
-    case EwOp::LeakyRelu: return "LeakyRelu";
-    case EwOp::Sigmoid: return "Sigmoid";
-    case EwOp::Tanh: return "Tanh";
-    case EwOp::Erf: return "Erf";
-    case EwOp::Gelu: return "Gelu";
-    case EwOp::GeluTanh: return "Gelu(tanh)";
-    case EwOp::GeluGrad: return "GeluGrad";
-    case EwOp::GeluTanhGrad: return "GeluGrad(tanh)";
-    case EwOp::Softplus: return "Softplus";
-    case EwOp::Sin: return "Sin";
-    case EwOp::Cos: return "Cos";
-    case EwOp::HardSigmoid: return "HardSigmoid";
-    case EwOp::HardSwish: return "HardSwish";
-    case EwOp::Mod: return "Mod";
-    case EwOp::PRelu: return "PRelu";
-    case EwOp::Sign: return "Sign";
-    case EwOp::Elu: return "Elu";
-    case EwOp::Selu: return "Selu";
-    case EwOp::Celu: return "Celu";
-    case EwOp::Mish: return "Mish";
-    case EwOp::Equal: return "Equal";
-    case EwOp::Less: return "Less";
-    case EwOp::Greater: return "Greater";
-    case EwOp::LessOrEqual: return "LessOrEqual";
-    case EwOp::GreaterOrEqual: return "GreaterOrEqual";
-    case EwOp::And: return "And";
-    case EwOp::Or: return "Or";
-    case EwOp::Xor: return "Xor";
-    case EwOp::Not: return "Not";
-    case EwOp::IsNaN: return "IsNaN";
-    case EwOp::IsInf: return "IsInf";
-    case EwOp::Where: return "Where";
+#define ONNXDP_X(op, ...) \
+  case EwOp::op: return #op;
+    ONNXDP_CUDA_ELEMENTWISE(ONNXDP_X) ONNXDP_CUDA_ELEMENTWISE_FORMS(ONNXDP_X)
+#undef ONNXDP_X
   }
   return "?";
 }
@@ -85,57 +61,19 @@ const char* ew_type_name(EwType t) {
   return "?";
 }
 
-// The graph op as a kernel op; false for ops that are not elementwise here.
+// The graph op as a kernel op (exec/cuda/ops.h); false for ops that are not elementwise here.
+// Gelu and GeluGrad with approximate = "tanh" take the tanh form's kernel.
 bool ew_op(const Node& n, EwOp* out) {
   switch (n.op) {
-    case Op::Add: *out = EwOp::Add; return true;
-    case Op::Sub: *out = EwOp::Sub; return true;
-    case Op::Mul: *out = EwOp::Mul; return true;
-    case Op::Div: *out = EwOp::Div; return true;
-    case Op::Pow: *out = EwOp::Pow; return true;
-    case Op::Min: *out = EwOp::Min; return true;
-    case Op::Max: *out = EwOp::Max; return true;
-    case Op::Sqrt: *out = EwOp::Sqrt; return true;
-    case Op::Exp: *out = EwOp::Exp; return true;
-    case Op::Log: *out = EwOp::Log; return true;
-    case Op::Neg: *out = EwOp::Neg; return true;
-    case Op::Abs: *out = EwOp::Abs; return true;
-    case Op::Reciprocal: *out = EwOp::Reciprocal; return true;
-    case Op::Relu: *out = EwOp::Relu; return true;
-    case Op::LeakyRelu: *out = EwOp::LeakyRelu; return true;
-    case Op::Sigmoid: *out = EwOp::Sigmoid; return true;
-    case Op::Tanh: *out = EwOp::Tanh; return true;
-    case Op::Erf: *out = EwOp::Erf; return true;
-    case Op::Gelu: *out = n.s("approximate") == "tanh" ? EwOp::GeluTanh : EwOp::Gelu; return true;
-    case Op::GeluGrad: *out = n.s("approximate") == "tanh" ? EwOp::GeluTanhGrad : EwOp::GeluGrad; return true;
-    case Op::Softplus: *out = EwOp::Softplus; return true;
-    case Op::Sin: *out = EwOp::Sin; return true;
-    case Op::Cos: *out = EwOp::Cos; return true;
-    case Op::HardSigmoid: *out = EwOp::HardSigmoid; return true;
-    case Op::HardSwish: *out = EwOp::HardSwish; return true;
-    case Op::Mod: *out = EwOp::Mod; return true;
-    case Op::PRelu: *out = EwOp::PRelu; return true;
-    case Op::Sign: *out = EwOp::Sign; return true;
-    case Op::Elu: *out = EwOp::Elu; return true;
-    case Op::Selu: *out = EwOp::Selu; return true;
-    case Op::Celu: *out = EwOp::Celu; return true;
-    case Op::Mish: *out = EwOp::Mish; return true;
-    case Op::Clip: *out = EwOp::Clip; return true;
-    case Op::Identity: *out = EwOp::Identity; return true;
-    case Op::Equal: *out = EwOp::Equal; return true;
-    case Op::Less: *out = EwOp::Less; return true;
-    case Op::Greater: *out = EwOp::Greater; return true;
-    case Op::LessOrEqual: *out = EwOp::LessOrEqual; return true;
-    case Op::GreaterOrEqual: *out = EwOp::GreaterOrEqual; return true;
-    case Op::And: *out = EwOp::And; return true;
-    case Op::Or: *out = EwOp::Or; return true;
-    case Op::Xor: *out = EwOp::Xor; return true;
-    case Op::Not: *out = EwOp::Not; return true;
-    case Op::IsNaN: *out = EwOp::IsNaN; return true;
-    case Op::IsInf: *out = EwOp::IsInf; return true;
-    case Op::Where: *out = EwOp::Where; return true;
+#define ONNXDP_X(op, ...) \
+  case Op::op: *out = EwOp::op; break;
+    ONNXDP_CUDA_ELEMENTWISE(ONNXDP_X)
+#undef ONNXDP_X
     default: return false;
   }
+  if ((n.op == Op::Gelu || n.op == Op::GeluGrad) && n.s("approximate") == "tanh")
+    *out = n.op == Op::Gelu ? EwOp::GeluTanh : EwOp::GeluTanhGrad;
+  return true;
 }
 
 // The kernel element type of a dtype. Where copies bytes, so there every dtype has one (by size).
@@ -221,6 +159,12 @@ void set_clip(EwLaunch& l, const ClipBounds& c) {
   }
 }
 
+// Input k of n is read on the host, not by the kernel: Clip's bounds (inputs 1, 2).
+bool read_on_host(const Node& n, size_t k) {
+  EwOp op;
+  return k > 0 && ew_op(n, &op) && ew_family(op) == EwFamily::clip;
+}
+
 }  // namespace
 
 void elementwise_no_kernel(const EwLaunch& l) {
@@ -228,25 +172,38 @@ void elementwise_no_kernel(const EwLaunch& l) {
        l.op == EwOp::Pow ? " with exponent " : "", l.op == EwOp::Pow ? ew_type_name(l.type1) : "");
 }
 
-bool is_elementwise(Op op) {
-  Node n;
-  n.op = op;
-  EwOp e;
-  return ew_op(n, &e);
-}
+bool is_elementwise(Op op) { return kernel_family(op) == KernelFamily::elementwise; }
 
 bool elementwise_runs(const Graph& g, const Node& n) {
   EwOp op;
   if (!ew_op(n, &op) || n.inputs.empty() || !n.has_input(0)) return false;
-  const bool where = op == EwOp::Where;
+  const EwFamily family = ew_family(op);
+  const bool where = family == EwFamily::where;
   if (where && !n.has_input(1)) return false;
   EwType t, t1 = EwType::f32;
   if (!ew_type(g.value(n.inputs[where ? 1 : 0]).dtype, where, &t)) return false;
-  if (op == EwOp::Pow && (!n.has_input(1) || !ew_type(g.value(n.inputs[1]).dtype, false, &t1))) return false;
+  if (family == EwFamily::pow && (!n.has_input(1) || !ew_type(g.value(n.inputs[1]).dtype, false, &t1))) return false;
   return elementwise_supported(op, t, t1);
 }
 
+bool elementwise_bounds_known(const Graph& g, const Node& n) {
+  for (size_t k = 0; k < n.inputs.size(); ++k)
+    if (read_on_host(n, k) && n.has_input(int(k)) && g.value(n.inputs[k]).data.empty()) return false;
+  return true;
+}
+
 namespace {
+
+// The attributes the functors take (exec/cuda/ops.h), by name from the row's schema.
+void set_attributes(EwLaunch& l, const Node& n) {
+  const OpInfo& row = op_info(n.op);
+  if (row.find_attr("alpha")) l.alpha = n.f("alpha");
+  if (row.find_attr("beta")) l.beta = n.f("beta");
+  if (row.find_attr("gamma")) l.gamma = n.f("gamma");
+  if (row.find_attr("fmod")) l.fmod = n.i("fmod") != 0;
+  if (row.find_attr("detect_negative")) l.inf_negative = n.i("detect_negative") != 0;
+  if (row.find_attr("detect_positive")) l.inf_positive = n.i("detect_positive") != 0;
+}
 
 // elementwise_forward, or with `emulate` the same launches run on the host (host pointers).
 void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& out, const ClipBounds& clip,
@@ -257,29 +214,31 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
   EwLaunch l;
   l.op = op;
   l.out = out.data;
+  set_attributes(l, n);
   const Shape& os = *out.shape;
   auto launch = [&] {
     if (emulate) elementwise_emulate(l);
     else elementwise_launch(l, stream);
   };
 
-  switch (op) {
-    case EwOp::Where:
+  const EwFamily family = ew_family(op);
+  switch (ew_arity(family)) {
+    case 3:  // Where (cond, x, y): the element type is x's
       l.type = input_type(n, in.at(1).dtype, true);
       l.in[0] = in[0].data, l.in[1] = in[1].data, l.in[2] = in.at(2).data;
       l.layout = layout_of<3>(n, os, {in[0].shape, in[1].shape, in[2].shape});
       return launch();
-    case EwOp::Min:
-    case EwOp::Max:
-      // Variadic: out = f(in0, in1), then out = f(out, in_k) in place (out already has the full
-      // shape, each element is read and written at its own index). One input: a broadcast copy.
+    case 2:
       l.type = input_type(n, in[0].dtype);
-      if (in.size() == 1) {
+      if (family == EwFamily::pow) l.type1 = input_type(n, in.at(1).dtype);
+      if (in.size() == 1) {  // a variadic row (Min, Max) of one input: a broadcast copy
         l.op = EwOp::Identity;
         l.in[0] = in[0].data;
         l.layout = layout_of<1>(n, os, {in[0].shape});
         return launch();
       }
+      // out = f(in0, in1); a variadic row (Min, Max) goes on with out = f(out, in_k) in place (out
+      // already has the full shape, each element is read and written at its own index).
       for (size_t k = 1; k < in.size(); ++k) {
         const DeviceRef& a = k == 1 ? in[0] : out;
         l.in[0] = a.data, l.in[1] = in[k].data;
@@ -287,40 +246,9 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
         launch();
       }
       return;
-    case EwOp::Add:
-    case EwOp::Sub:
-    case EwOp::Mul:
-    case EwOp::Div:
-    case EwOp::Mod:
-    case EwOp::PRelu:
-    case EwOp::Pow:
-    case EwOp::GeluGrad:
-    case EwOp::GeluTanhGrad:
-    case EwOp::Equal:
-    case EwOp::Less:
-    case EwOp::Greater:
-    case EwOp::LessOrEqual:
-    case EwOp::GreaterOrEqual:
-    case EwOp::And:
-    case EwOp::Or:
-    case EwOp::Xor:
+    default:
       l.type = input_type(n, in[0].dtype);
-      if (op == EwOp::Pow) l.type1 = input_type(n, in.at(1).dtype);
-      if (op == EwOp::Mod) l.fmod = n.i("fmod") != 0;
-      l.in[0] = in[0].data, l.in[1] = in.at(1).data;
-      l.layout = layout_of<2>(n, os, {in[0].shape, in[1].shape});
-      return launch();
-    default:  // unary
-      l.type = input_type(n, in[0].dtype);
-      if (op == EwOp::LeakyRelu || op == EwOp::HardSigmoid || op == EwOp::Elu || op == EwOp::Selu || op == EwOp::Celu)
-        l.alpha = n.f("alpha");
-      if (op == EwOp::HardSigmoid) l.beta = n.f("beta");
-      if (op == EwOp::Selu) l.gamma = n.f("gamma");
-      if (op == EwOp::IsInf) {
-        l.inf_negative = n.i("detect_negative") != 0;
-        l.inf_positive = n.i("detect_positive") != 0;
-      }
-      if (op == EwOp::Clip) set_clip(l, clip);
+      if (family == EwFamily::clip) set_clip(l, clip);
       l.in[0] = in[0].data;
       l.layout = layout_of<1>(n, os, {in[0].shape});
       return launch();
@@ -329,13 +257,22 @@ void forward(const Node& n, const std::vector<DeviceRef>& in, const DeviceRef& o
 
 }  // namespace
 
-void elementwise_forward(const Node& n, const std::vector<DeviceRef>& inputs, const DeviceRef& out,
-                         const ClipBounds& clip, void* stream) {
-  forward(n, inputs, out, clip, stream, false);
+void elementwise_forward(const Graph& g, const Node& n, const std::vector<TensorRef>& inputs, const TensorRef& out,
+                         void* stream, bool emulate) {
+  std::vector<DeviceRef> ins;
+  ClipBounds clip;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!read_on_host(n, k)) {
+      ins.push_back(device_ref(inputs[k]));
+    } else if (n.has_input(int(k))) {
+      (k == 1 ? clip.lo : clip.hi) = &g.value(n.inputs[k]).data;
+    }
+  }
+  forward(n, ins, device_ref(out), clip, stream, emulate);
 }
 
 bool copy_op_runs(const Graph& g, const Node& n) {
-  if ((n.op != Op::Transpose && n.op != Op::Expand) || !n.has_input(0)) return false;
+  if (kernel_family(n.op) != KernelFamily::copy || !n.has_input(0)) return false;
   const Value& x = g.value(n.inputs[0]);
   EwType t;
   // A copy: any element of the kernels' sizes (16-bit floats as their bits).
@@ -343,7 +280,7 @@ bool copy_op_runs(const Graph& g, const Node& n) {
   return n.op == Op::Expand || x.shape.size() <= size_t(kEwMaxRank);
 }
 
-void copy_op_forward(const Node& n, const DeviceRef& in, const DeviceRef& out, void* stream, bool emulate) {
+void copy_op_forward(const Node& n, const TensorRef& in, const TensorRef& out, void* stream, bool emulate) {
   EwLaunch l;
   l.op = EwOp::Identity;
   l.type = input_type(n, in.dtype, true);

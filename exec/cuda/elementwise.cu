@@ -184,96 +184,73 @@ bool float_test(const Ctx& c, F f) {
   });
 }
 
+// bool out = f(a, b) / f(a), bool inputs (And, Or, Xor, Not).
+template <class F>
+bool logical_binary(const Ctx& c, F f) {
+  return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, f);
+}
+
+template <class F>
+bool logical_unary(const Ctx& c, F f) {
+  return c.l.type == EwType::boolean && go1<bool, bool>(c, f);
+}
+
 // Where copies elements: one instantiation per element size.
-bool where(const Ctx& c) {
+template <class F>
+bool where(const Ctx& c, F f) {
   switch (c.l.type) {
-    case EwType::boolean: return go3<uint8_t, bool, uint8_t, uint8_t>(c, fn::Select{});
-    case EwType::u16: return go3<uint16_t, bool, uint16_t, uint16_t>(c, fn::Select{});
+    case EwType::boolean: return go3<uint8_t, bool, uint8_t, uint8_t>(c, f);
+    case EwType::u16: return go3<uint16_t, bool, uint16_t, uint16_t>(c, f);
     case EwType::f32:
-    case EwType::i32: return go3<uint32_t, bool, uint32_t, uint32_t>(c, fn::Select{});
+    case EwType::i32: return go3<uint32_t, bool, uint32_t, uint32_t>(c, f);
     case EwType::f64:
-    case EwType::i64: return go3<uint64_t, bool, uint64_t, uint64_t>(c, fn::Select{});
+    case EwType::i64: return go3<uint64_t, bool, uint64_t, uint64_t>(c, f);
   }
   return false;
 }
 
-bool pow(const Ctx& c) {
+template <class F>
+bool pow(const Ctx& c, F f) {
   return with_float(c.l.type, [&](auto base) {
     using T = decltype(base);
     return with_number(c.l.type1, [&](auto exponent) {
       using E = decltype(exponent);
-      return go2<T, T, E>(c, fn::Pow{});
+      return go2<T, T, E>(c, f);
     });
   });
 }
 
-bool clip(const Ctx& c) {
-  return with_number(c.l.type, [&](auto tag) {
+// Identity: any number, 16-bit floats as their bits (Gemm's C broadcast, the copies).
+template <class F>
+bool identity(const Ctx& c, F f) {
+  if (c.l.type == EwType::u16) return go1<uint16_t, uint16_t>(c, f);
+  return unary_number(c, f);
+}
+
+// Clip: the functor made per element type from the launch's bounds.
+bool clip(const Ctx& c, const EwLaunch& l) {
+  return with_number(l.type, [&](auto tag) {
     using T = decltype(tag);
     fn::Clip<T> f{};
     if constexpr (std::is_integral_v<T>) {
-      f.lo = T(c.l.clip_lo_i);
-      f.hi = T(c.l.clip_hi_i);
+      f.lo = T(l.clip_lo_i);
+      f.hi = T(l.clip_hi_i);
     } else {
-      f.lo = T(c.l.clip_lo_f);
-      f.hi = T(c.l.clip_hi_f);
+      f.lo = T(l.clip_lo_f);
+      f.hi = T(l.clip_hi_f);
     }
     return go1<T, T>(c, f);
   });
 }
 
+// The kernel of the launch's op: its family instantiated with its functor (exec/cuda/ops.h).
 bool dispatch(const Ctx& c) {
-  switch (c.l.op) {
-    case EwOp::Add: return binary_number(c, fn::Add{});
-    case EwOp::Sub: return binary_number(c, fn::Sub{});
-    case EwOp::Mul: return binary_number(c, fn::Mul{});
-    case EwOp::Div: return binary_number(c, fn::Div{});
-    case EwOp::Min: return binary_number(c, fn::Min{});
-    case EwOp::Max: return binary_number(c, fn::Max{});
-    case EwOp::Mod: return binary_number(c, fn::Mod{c.l.fmod});
-    case EwOp::PRelu: return binary_number(c, fn::PRelu{});
-    case EwOp::Pow: return pow(c);
-    case EwOp::Identity:  // 16-bit floats: their bits (Gemm's C broadcast)
-      if (c.l.type == EwType::u16) return go1<uint16_t, uint16_t>(c, fn::Identity{});
-      return unary_number(c, fn::Identity{});
-    case EwOp::Neg: return unary_number(c, fn::Neg{});
-    case EwOp::Abs: return unary_number(c, fn::Abs{});
-    case EwOp::Relu: return unary_number(c, fn::Relu{});
-    case EwOp::Clip: return clip(c);
-    case EwOp::Sqrt: return unary_float(c, fn::Sqrt{});
-    case EwOp::Exp: return unary_float(c, fn::Exp{});
-    case EwOp::Log: return unary_float(c, fn::Log{});
-    case EwOp::Reciprocal: return unary_float(c, fn::Reciprocal{});
-    case EwOp::LeakyRelu: return unary_float(c, fn::LeakyRelu{c.l.alpha});
-    case EwOp::Sigmoid: return unary_float(c, fn::Sigmoid{});
-    case EwOp::Tanh: return unary_float(c, fn::Tanh{});
-    case EwOp::Erf: return unary_float(c, fn::Erf{});
-    case EwOp::Gelu: return unary_float(c, fn::Gelu{});
-    case EwOp::GeluTanh: return unary_float(c, fn::GeluTanh{});
-    case EwOp::Softplus: return unary_float(c, fn::Softplus{});
-    case EwOp::Sin: return unary_float(c, fn::Sin{});
-    case EwOp::Cos: return unary_float(c, fn::Cos{});
-    case EwOp::HardSigmoid: return unary_float(c, fn::HardSigmoid{c.l.alpha, c.l.beta});
-    case EwOp::HardSwish: return unary_float(c, fn::HardSwish{});
-    case EwOp::Elu: return unary_float(c, fn::Elu{c.l.alpha});
-    case EwOp::Selu: return unary_float(c, fn::Selu{c.l.alpha, c.l.gamma});
-    case EwOp::Celu: return unary_float(c, fn::Celu{c.l.alpha});
-    case EwOp::Mish: return unary_float(c, fn::Mish{});
-    case EwOp::Sign: return unary_number(c, fn::Sign{});
-    case EwOp::GeluGrad: return binary_float(c, fn::GeluGrad{});
-    case EwOp::GeluTanhGrad: return binary_float(c, fn::GeluTanhGrad{});
-    case EwOp::Equal: return compare(c, fn::Equal{});
-    case EwOp::Less: return compare(c, fn::Less{});
-    case EwOp::Greater: return compare(c, fn::Greater{});
-    case EwOp::LessOrEqual: return compare(c, fn::LessOrEqual{});
-    case EwOp::GreaterOrEqual: return compare(c, fn::GreaterOrEqual{});
-    case EwOp::And: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::And{});
-    case EwOp::Or: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::Or{});
-    case EwOp::Xor: return c.l.type == EwType::boolean && go2<bool, bool, bool>(c, fn::Xor{});
-    case EwOp::Not: return c.l.type == EwType::boolean && go1<bool, bool>(c, fn::Not{});
-    case EwOp::IsNaN: return float_test(c, fn::IsNaN{});
-    case EwOp::IsInf: return float_test(c, fn::IsInf{c.l.inf_negative, c.l.inf_positive});
-    case EwOp::Where: return where(c);
+  const EwLaunch& l = c.l;  // the functors' attributes
+  switch (l.op) {
+#define ONNXDP_X(op, family, ...) \
+  case EwOp::op: return family(c, __VA_ARGS__);
+    ONNXDP_CUDA_ELEMENTWISE(ONNXDP_X) ONNXDP_CUDA_ELEMENTWISE_FORMS(ONNXDP_X)
+#undef ONNXDP_X
   }
   return false;
 }

@@ -5,31 +5,48 @@
 #pragma once
 #include <cstdint>
 
+#include "exec/cuda/ops.h"
 #include "exec/functors.h"  // ONNXDP_HD
 
 namespace onnxdp::cuda {
 
+// The elementwise kernels: one per row of exec/cuda/ops.h's ONNXDP_CUDA_ELEMENTWISE, then the
+// forms a row picks by attribute (ONNXDP_CUDA_ELEMENTWISE_FORMS).
 enum class EwOp : uint8_t {
-  // out = f(a, b), numbers (f32, f64, i32, i64)
-  Add, Sub, Mul, Div, Min, Max, Mod, PRelu,
-  // out = a^b: base f32 / f64, exponent f32 / f64 / i32 / i64
-  Pow,
-  // out = f(a), numbers
-  Identity, Neg, Abs, Relu, Clip, Sign,
-  // out = f(a), f32 / f64
-  Sqrt, Exp, Log, Reciprocal, LeakyRelu, Sigmoid, Tanh, Erf, Gelu, GeluTanh, Softplus, Sin, Cos, HardSigmoid,
-  HardSwish, Elu, Selu, Celu, Mish,
-  // out = f(dy, x), f32 / f64: Gelu's gradient (exact and tanh forms)
-  GeluGrad, GeluTanhGrad,
-  // bool out = f(a, b), numbers and bool
-  Equal, Less, Greater, LessOrEqual, GreaterOrEqual,
-  // bool out = f(a, b) / !a, bool
-  And, Or, Xor, Not,
-  // bool out = f(a), f32 / f64 (IsInf: the signs inf_negative / inf_positive say)
-  IsNaN, IsInf,
-  // out = a ? b : c, any element type (copied by size)
-  Where,
+#define ONNXDP_X(op, ...) op,
+  ONNXDP_CUDA_ELEMENTWISE(ONNXDP_X) ONNXDP_CUDA_ELEMENTWISE_FORMS(ONNXDP_X)
+#undef ONNXDP_X
 };
+
+// The kernel families of exec/cuda/ops.h (the element types each is instantiated for).
+enum class EwFamily : uint8_t {
+  unary_number, unary_float, binary_number, binary_float, compare, logical_unary, logical_binary, float_test, pow,
+  identity, clip, where,
+};
+
+constexpr EwFamily ew_family(EwOp op) {
+  switch (op) {
+#define ONNXDP_X(op, family, ...) \
+  case EwOp::op: return EwFamily::family;
+    ONNXDP_CUDA_ELEMENTWISE(ONNXDP_X) ONNXDP_CUDA_ELEMENTWISE_FORMS(ONNXDP_X)
+#undef ONNXDP_X
+  }
+  return EwFamily::unary_number;
+}
+
+// The inputs a family's kernel reads: Where's three, two for the binary ones, else one (Clip's
+// bounds are values of the launch, read on the host).
+constexpr int ew_arity(EwFamily f) {
+  switch (f) {
+    case EwFamily::where: return 3;
+    case EwFamily::binary_number:
+    case EwFamily::binary_float:
+    case EwFamily::compare:
+    case EwFamily::logical_binary:
+    case EwFamily::pow: return 2;
+    default: return 1;
+  }
+}
 
 // Element types the kernels instantiate (graph's DType has more; the host side maps and refuses).
 enum class EwType : uint8_t { f32, f64, i32, i64, boolean, u16 };

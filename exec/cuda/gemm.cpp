@@ -16,6 +16,7 @@
 #include "exec/cuda/check.h"
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/elementwise_launch.h"
+#include "exec/cuda/kernels.h"
 #include "exec/functors.h"
 
 namespace onnxdp::cuda {
@@ -501,9 +502,7 @@ GemmCall gemm_call(const Node& n, DType a_type, const Shape& a, DType b_type, co
 }
 
 bool gemm_runs(const Graph& g, const Node& n) {
-  if ((n.op != Op::MatMul && n.op != Op::Gemm && n.op != Op::FusedGemm && n.op != Op::FusedMatMul) ||
-      !n.has_input(0) || !n.has_input(1))
-    return false;
+  if (kernel_family(n.op) != KernelFamily::gemm || !n.has_input(0) || !n.has_input(1)) return false;
   if (n.outputs.empty() || !gemm_type(g.value(n.outputs[0]).dtype)) return false;
   const Value& a = g.value(n.inputs[0]);
   const Value& b = g.value(n.inputs[1]);

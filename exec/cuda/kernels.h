@@ -9,9 +9,30 @@
 // run on the host). Inputs the kernels read on the host (shapes, axes, pads given as tensors) are
 // constants: read them from g.value(n.inputs[k]).data, never through ctx (a device pointer).
 #pragma once
+#include <cstdint>
+
+#include "exec/cuda/ops.h"
 #include "exec/kernel.h"
 
 namespace onnxdp::cuda {
+
+// The kernel family of each row of the op table, from exec/cuda/ops.h (none: the CPU kernel with
+// copies). A row listed twice, or a name that is no row, does not compile.
+enum class KernelFamily : uint8_t { none, elementwise, copy, gemm, reduce, norm, tensor, conv, reshape, collective };
+
+constexpr KernelFamily kernel_family(Op op) {
+  switch (op) {
+#define ONNXDP_X(op, ...) \
+  case Op::op: return KernelFamily::elementwise;
+    ONNXDP_CUDA_ELEMENTWISE(ONNXDP_X)
+#undef ONNXDP_X
+#define ONNXDP_X(op, family) \
+  case Op::op: return KernelFamily::family;
+    ONNXDP_CUDA_KERNELS(ONNXDP_X)
+#undef ONNXDP_X
+    default: return KernelFamily::none;
+  }
+}
 
 struct CudaContext {
   void* stream = nullptr;  // cudaStream_t

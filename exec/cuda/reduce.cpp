@@ -9,6 +9,7 @@
 
 #include "exec/cpu/reduce_dims.h"
 #include "exec/cuda/check.h"
+#include "exec/cuda/kernels.h"
 #include "exec/cuda/reduce_launch.h"
 #include "graph/shape_helpers.h"
 
@@ -38,12 +39,8 @@ std::vector<int64_t> axes_of(const Graph& g, const Node& n) {
 
 }  // namespace
 
-bool is_reduce(Op op) {
-  return op == Op::ReduceSum || op == Op::ReduceMean || op == Op::ReduceMax || op == Op::ReduceMin || is_softmax(op);
-}
-
 bool reduce_runs(const Graph& g, const Node& n) {
-  if (!is_reduce(n.op) || !n.has_input(0)) return false;
+  if (kernel_family(n.op) != KernelFamily::reduce || !n.has_input(0)) return false;
   if (is_softmax(n.op)) return float_type(g.value(n.inputs[0]).dtype);
   RdType t;
   if (!reduce_type(g.value(n.inputs[0]).dtype, &t)) return false;

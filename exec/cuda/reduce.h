@@ -8,8 +8,8 @@
 
 namespace onnxdp::cuda {
 
-bool is_reduce(Op op);
-// Whether node n of g has a kernel here (its dtype; axes absent or constant).
+// Whether node n of g has a kernel here: a reduce row of exec/cuda/ops.h, its dtype, axes absent
+// or constant.
 bool reduce_runs(const Graph& g, const Node& n);
 // Runs n: in / out hold device pointers, or with `emulate` host pointers and the kernels' loops run
 // on the host (exec/cuda/reduce_launch.h). stream: a cudaStream_t. scratch: scratch_doubles doubles
