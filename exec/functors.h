@@ -284,6 +284,10 @@ struct Celu {
 struct Mish {
   template <class T> ONNXDP_HD T operator()(T x) const { return x * m::tanh(Softplus{}(x)); }
 };
+// x / (1 + |x|) (ONNX's Softsign, PyTorch's softsign; +-inf give NaN in both).
+struct Softsign {
+  template <class T> ONNXDP_HD T operator()(T x) const { return x / (T(1) + (x < T(0) ? T(-x) : x)); }
+};
 // -1, 0 or 1 (NaN stays NaN, as numpy's sign).
 struct Sign {
   template <class T> ONNXDP_HD T operator()(T x) const {

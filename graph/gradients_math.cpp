@@ -185,6 +185,12 @@ void grad_Mish(GradCtx& c) {
   c.add(0, c.emit(Op::Mul, {c.dy(), c.emit(Op::Add, {t, right})}));
 }
 
+// y = x / (1 + |x|): dy / (1 + |x|)^2 (the derivative is 1 / (1 + |x|)^2 on both sides of 0).
+void grad_Softsign(GradCtx& c) {
+  ValueId d = c.emit(Op::Add, {c.scalar(1, dt(c)), c.emit(Op::Abs, {c.in_id(0)})});
+  c.add(0, c.emit(Op::Div, {c.dy(), c.emit(Op::Mul, {d, d})}));
+}
+
 void grad_Sign(GradCtx& c) { c.add(0, c.emit(Op::Mul, {c.dy(), c.scalar(0, dt(c))})); }  // 0, as torch.sign's
 
 // dx = dy where x > 0, slope dy elsewhere; dslope = dy x where x <= 0, summed to the slope's shape

@@ -65,6 +65,7 @@
     "alpha:f=1.67326319217681884765625,gamma:f=1.05070102214813232421875")                          \
   X(Celu,                       math,       1, 1, 1, 1, "alpha:f=1")                                \
   X(Mish,                       math,       1, 1, 1, 1, "")                                         \
+  X(Softsign,                   math,       1, 1, 1, 1, "")                                         \
   X(Sign,                       math,       1, 1, 1, 1, "")                                         \
   X(PRelu,                      math,       2, 2, 1, 1, "")                                         \
   X(CumSum,                     math,       2, 2, 1, 1, "exclusive:i=0,reverse:i=0")                \
@@ -224,7 +225,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 112
+#define ONNXDP_OP_COUNT 113
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

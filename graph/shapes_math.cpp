@@ -119,6 +119,7 @@ void shape_Celu(ShapeCtx& c) {
   unary(c, kFloat);
 }
 void shape_Mish(ShapeCtx& c) { unary(c, kFloat); }
+void shape_Softsign(ShapeCtx& c) { unary(c, kFloat); }
 void shape_Sign(ShapeCtx& c) { unary(c, kNumeric); }
 // The slope broadcasts to x (unidirectionally: the output has x's shape).
 void shape_PRelu(ShapeCtx& c) {

@@ -300,6 +300,7 @@ void Elu_forward(KernelCtx& c) { unary_float(c, fn::Elu{c.node.f("alpha")}); }
 void Selu_forward(KernelCtx& c) { unary_float(c, fn::Selu{c.node.f("alpha"), c.node.f("gamma")}); }
 void Celu_forward(KernelCtx& c) { unary_float(c, fn::Celu{c.node.f("alpha")}); }
 void Mish_forward(KernelCtx& c) { unary_float(c, fn::Mish{}); }
+void Softsign_forward(KernelCtx& c) { unary_float(c, fn::Softsign{}); }
 void Sign_forward(KernelCtx& c) { unary_numeric(c, fn::Sign{}); }
 void PRelu_forward(KernelCtx& c) { binary_numeric(c, fn::PRelu{}); }
 

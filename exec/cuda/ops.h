@@ -59,6 +59,7 @@
   X(Selu,             unary_float,     fn::Selu{l.alpha, l.gamma})  \
   X(Celu,             unary_float,     fn::Celu{l.alpha})           \
   X(Mish,             unary_float,     fn::Mish{})                  \
+  X(Softsign,         unary_float,     fn::Softsign{})              \
   X(GeluGrad,         binary_float,    fn::GeluGrad{})              \
   X(Equal,            compare,         fn::Equal{})                 \
   X(Less,             compare,         fn::Less{})                  \

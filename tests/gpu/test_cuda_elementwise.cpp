@@ -154,7 +154,7 @@ std::vector<OpCase> elementwise_cases() {
   for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::Identity, Op::Sign})
     for (DType t : kNumbers) all_shapes(cs, op, 1, t);
   for (Op op : {Op::Exp, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Softplus, Op::Sin, Op::Cos,
-                Op::HardSwish, Op::Elu, Op::Selu, Op::Mish})
+                Op::HardSwish, Op::Elu, Op::Selu, Op::Mish, Op::Softsign})
     for (DType t : kFloats) all_shapes(cs, op, 1, t);
   for (Op op : {Op::Sqrt, Op::Log})  // the CPU and CUDA agree on NaN for x < 0 too, but keep it real
     for (DType t : kFloats) all_shapes(cs, op, 1, t, Domain::positive);
@@ -207,6 +207,7 @@ TEST_CASE("cuda elementwise: every elementwise op has a kernel for f32 and f64")
   for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow, Op::Min, Op::Max, Op::Sqrt, Op::Exp, Op::Log, Op::Neg,
                 Op::Abs, Op::Reciprocal, Op::Relu, Op::LeakyRelu, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
                 Op::Softplus, Op::Sin, Op::Cos, Op::HardSigmoid, Op::HardSwish, Op::Elu, Op::Selu, Op::Celu, Op::Mish,
+                Op::Softsign,
                 Op::Sign, Op::PRelu, Op::Mod, Op::Clip, Op::Identity,
                 Op::Equal, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual, Op::IsNaN, Op::IsInf}) {
     for (DType t : kFloats) {

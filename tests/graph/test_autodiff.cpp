@@ -83,7 +83,7 @@ TEST_CASE("autodiff: broadcasting arithmetic") {
 TEST_CASE("autodiff: unary math") {
   for (Op op : {Op::Sqrt, Op::Exp, Op::Log, Op::Neg, Op::Reciprocal, Op::Sigmoid, Op::Tanh, Op::Erf, Op::Gelu,
                 Op::Softplus, Op::Abs, Op::Relu, Op::LeakyRelu, Op::Sin, Op::Cos, Op::Elu, Op::Selu, Op::Celu,
-                Op::Mish}) {
+                Op::Mish, Op::Softsign}) {
     CAPTURE(op_name(op));
     Case c;
     bool positive = op == Op::Sqrt || op == Op::Log || op == Op::Reciprocal;

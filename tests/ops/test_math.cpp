@@ -343,6 +343,10 @@ TEST_CASE("math: unary float ops match torch") {
               {-0.14564746618270874, -0.2980997562408447, -0.12992696464061737, 0.0, 0.37524524331092834,
                1.9439589977264404, 10.0, -4.1223074731533416e-08});
   check_close(run(Op::Sign, {&x}), {8}, {-1, -1, -1, 0, 1, 1, 1, -1});
+  // numpy, float32: x / (1 + np.abs(x))
+  check_close(run(Op::Softsign, {&x}), {8},
+              {-0.75, -0.6000000238418579, -0.20000000298023224, 0.0, 0.3333333432674408, 0.6666666865348816,
+               0.9090909361839294, -0.9523809552192688});
   Tensor slope = f32({1}, {0.25f});
   check_close(run(Op::PRelu, {&x, &slope}), {8}, {-0.75, -0.375, -0.0625, 0.0, 0.5, 2.0, 10.0, -5.0});
   // ONNX's defaults alpha 0.2, beta 0.5: np.clip(0.2 x + 0.5, 0, 1)
@@ -831,3 +835,5 @@ TEST_CASE("math: Einsum lowers attention's equations to a MatMul (and a Transpos
 }
 
 TEST_CASE("ONNX node tests of Einsum") { optest::check_node_tests({"Einsum"}, 6); }
+
+TEST_CASE("ONNX node tests of Softsign") { optest::check_node_tests({"Softsign"}, 2); }
