@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "graph/graph.h"
-#include "parallel/shards.h"  // shard_rows, shard_offset
+#include "graph/shards.h"  // shard_rows, shard_offset
 
 namespace onnxdp {
 

@@ -34,7 +34,7 @@
 #include "exec/cuda/reduce.h"
 #include "exec/device_backend.h"
 #include "parallel/communicator.h"
-#include "parallel/shards.h"
+#include "graph/shards.h"
 
 // A checked NCCL call that may be in progress on a non-blocking communicator (CudaBackend::settle).
 #define ONNXDP_NCCL_SETTLE(call, ...) settle((call), #call, __FILE__, __LINE__, __VA_ARGS__)
@@ -455,7 +455,7 @@ class CudaBackend final : public DeviceBackend {
   }
 
   // x [rows_r, ...] on replica r -> y [rows, ...]: the replicas' shards in replica order, split as
-  // the batch was (parallel/shards.h): one NCCL broadcast per replica in one group (shards may
+  // the batch was (graph/shards.h): one NCCL broadcast per replica in one group (shards may
   // differ by a row, which ncclAllGather's equal counts cannot take).
   void all_gather(KernelCtx& c) {
     const TensorRef &x = c.in(0), &y = c.out(0);

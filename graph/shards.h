@@ -1,6 +1,7 @@
 // How a global batch splits over the replicas, as DataParallel splits it (64 on 2 -> 32 + 32; an
 // uneven split gives the first replicas one more). Header-only: the data-parallel pass places
-// Scatter by it, and the collectives' kernels (exec/) find each replica's rows by it.
+// Scatter by it, and the collectives' kernels (exec/) find each replica's rows by it: the
+// semantics of Scatter / AllGather, so it lives with the graph.
 #pragma once
 #include <cstdint>
 #include <vector>
