@@ -86,6 +86,7 @@ void pass_loss(Compilation& x) {
     g.outputs = {x.c.prediction, x.c.loss};
     return;
   }
+  x.c.prediction = g.outputs[0];
   if (x.o.world > 1 || x.step_rows() != x.o.batch) {  // this graph's rows are a share of the step's mean
     lo.global_batch = x.step_rows();
     lo.shard_fraction = double(x.rows()) / double(x.step_rows());

@@ -54,7 +54,7 @@ struct Compiled {
   // train: the step's loss (all-reduced over the world on the last micro-batch); eval: the mean
   // loss over the batch; infer: none.
   ValueId loss = kNoValue;
-  ValueId prediction = kNoValue;  // eval: the model's first output (for accuracy)
+  ValueId prediction = kNoValue;  // train, eval: the model's first output, which the loss reads
   // train: the gradient per trainable parameter (all-reduced when world > 1), in `trainable`'s order.
   std::vector<ValueId> grads;
   std::vector<std::string> trainable, frozen;

@@ -77,4 +77,22 @@ ImportOptions shapes_for(const Dataset& d, int64_t batch) {
   return io;
 }
 
+void check_class_labels(const Dataset& d, const std::string& path, const std::string& label, int64_t classes) {
+  const Tensor& t = d.arrays.at(label);
+  if (t.dtype() != DType::i64 && t.dtype() != DType::i32)
+    fail("data '{}': label array '{}' is {}; --loss cross_entropy takes class indices (int64 or int32)", path, label,
+         dtype_name(t.dtype()));
+  const int64_t per_sample = d.samples > 0 ? t.numel() / d.samples : 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t l = t.dtype() == DType::i64 ? t.as<int64_t>()[i] : int64_t(t.as<int32_t>()[i]);
+    if (l >= 0 && l < classes) continue;
+    fail("data '{}': label array '{}' holds {} at sample {}{}, outside the model's {} classes [0, {}){}", path, label, l,
+         per_sample > 0 ? i / per_sample : i, per_sample > 1 ? fmt::format(" (element {})", i % per_sample) : std::string(),
+         classes, classes,
+         l == -100 ? " (-100 is PyTorch's ignore_index: onnxdp's --loss cross_entropy ignores no label; drop those "
+                     "positions or use a model whose ONNX loss has ignore_index)"
+                   : "");
+  }
+}
+
 }  // namespace onnxdp

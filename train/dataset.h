@@ -22,6 +22,11 @@ Dataset load_dataset(const std::string& path, const onnx::ModelProto& m, const s
 // Rows `idx` of every array.
 std::map<std::string, Tensor> take_rows(const Dataset& d, const std::vector<int64_t>& idx);
 
+// cross_entropy: every value of the label array in [0, classes), else an error naming the data,
+// the position, the value and the class count (a label out of range would otherwise select no
+// class and train on a loss of 0 for that position).
+void check_class_labels(const Dataset& d, const std::string& path, const std::string& label, int64_t classes);
+
 // Import options for batches of `batch` rows of d: every array's shape with axis 0 = batch.
 ImportOptions shapes_for(const Dataset& d, int64_t batch);
 

@@ -24,6 +24,8 @@ class Evaluator {
   struct Result {
     double loss = 0, accuracy = -1;  // accuracy < 0: not a classifier
   };
+  // cross_entropy: the held-out labels in [0, classes) (train/dataset.h), checked before step 1.
+  void check_labels(int64_t classes) const { check_class_labels(data_, path_, o_.label, classes); }
   // parameters: the trainer's tensors by initializer name (the plans read their bytes).
   Result run(const std::map<std::string, Tensor>& parameters);
 
@@ -36,6 +38,7 @@ class Evaluator {
   // Counts the positions of rows [start, start + rows) whose largest logit is the label.
   int64_t correct(const TensorRef& logits, int64_t start, int64_t rows, int64_t* positions);
 
+  std::string path_;
   const onnx::ModelProto& proto_;
   std::string model_dir_;
   LossOptions lo_;

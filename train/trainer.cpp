@@ -226,10 +226,10 @@ class Replica {
     proto_ = load_model_proto(o_.model, &export_notes_);
     for (const std::string& w : export_warnings(proto_)) export_notes_.push_back("warning: " + w);
     for (const std::string& n : decide_trainability(proto_, {o_.freeze, o_.trainable}).notes) export_notes_.push_back(n);
-    std::string data_path = o_.data;
-    if (data_path.empty()) data_path = (fs::path(o_.model).parent_path() / fs::path(o_.model).stem()).string() + ".npz";
+    data_path_ = o_.data;
+    if (data_path_.empty()) data_path_ = (fs::path(o_.model).parent_path() / fs::path(o_.model).stem()).string() + ".npz";
     const bool need_label = o_.loss != LossKind::none;
-    data_ = load_dataset(data_path, proto_, o_.label, need_label);
+    data_ = load_dataset(data_path_, proto_, o_.label, need_label);
     if (o_.batch_size <= 0) fail("--batch-size must be positive");
     batch_ = std::min(o_.batch_size, data_.samples);
     model_dir_ = fs::path(o_.model).parent_path().string();
@@ -254,6 +254,14 @@ class Replica {
                          train_compile_options(o_, shapes_for(data_, rows), lo_, batch_inputs_, world_, rank_, mb));
     if (!state_) {  // the first build (the full step's plan, on every replica) makes the state
       make_state(c);
+      if (o_.loss == LossKind::cross_entropy) {  // labels in range, training and held-out data, before step 1
+        const Shape& logits = c.g.value(c.prediction).shape;
+        const int64_t axis = o_.class_axis < 0 ? int64_t(logits.size()) - 1 : o_.class_axis;
+        if (axis < 0 || axis >= int64_t(logits.size()))
+          fail("--class-axis {}: the model's output has shape {}", o_.class_axis, shape_str(logits));
+        check_class_labels(data_, data_path_, o_.label, logits[size_t(axis)]);
+        if (evaluator_) evaluator_->check_labels(logits[size_t(axis)]);
+      }
       for (const Bucket& bk : c.buckets) result_.bucket_bytes.push_back(bk.bytes);
       check_same_graph(c);
     }
@@ -704,6 +712,7 @@ class Replica {
   // load
   onnx::ModelProto proto_;
   std::vector<std::string> export_notes_;
+  std::string data_path_;
   Dataset data_;
   int64_t batch_ = 0;  // rows of one forward/backward pass (a micro-batch with --grad-accum)
   std::string model_dir_;

@@ -714,3 +714,32 @@ TEST_CASE("cli: out-of-range option values are errors naming the option, never r
   CHECK(r.rc == 1);
   CHECK(contains(r.err, "--lr -1"));
 }
+
+// cross_entropy labels outside [0, classes) are an error before step 1 naming the data, the
+// sample and the class count, for the training and the held-out data (they used to select no
+// class: a loss of 0 for that position and exit 0); -100, PyTorch's ignore_index, says so.
+TEST_CASE("cli: train refuses class labels out of range, naming the sample and the classes") {
+  const std::string dir = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/";
+  TempDir tmp;
+  std::map<std::string, Tensor> data = read_npz(dir + "model.npz");
+  for (int64_t bad : {int64_t(10), int64_t(-1), int64_t(1) << 62, int64_t(-100)}) {
+    CAPTURE(bad);
+    std::map<std::string, Tensor> d = data;
+    Tensor label = d.at("label").clone();
+    label.as<int64_t>()[7] = bad;
+    d["label"] = label;
+    write_npz(tmp.file("bad.npz"), d);
+    Result r = onnxdp_cli(tmp, "train " + q(dir + "model.onnx") + " --data " + q(tmp.file("bad.npz")) +
+                                   " --steps 2 --quiet --output-dir " + q(tmp.file("out")));
+    CHECK(r.rc == 1);
+    CHECK(contains(r.err, "holds " + std::to_string(bad) + " at sample 7"));
+    CHECK(contains(r.err, "10 classes"));
+    CHECK(contains(r.err, "ignore_index") == (bad == -100));
+    // The same labels as held-out data: refused before step 1 too.
+    r = onnxdp_cli(tmp, "train " + q(dir + "model.onnx") + " --eval-data " + q(tmp.file("bad.npz")) +
+                            " --steps 2 --quiet --output-dir " + q(tmp.file("out_eval")));
+    CHECK(r.rc == 1);
+    CHECK(contains(r.err, "bad.npz"));
+    CHECK(!std::filesystem::exists(tmp.file("out_eval") + "/metrics.jsonl"));
+  }
+}
