@@ -13,6 +13,7 @@
 #include "compile/compile.h"
 #include "importer/graph_export.h"
 #include "importer/onnx_io.h"
+#include "train/outputs.h"
 #include "train/trainer.h"
 
 namespace onnxdp::cli {
@@ -45,6 +46,7 @@ Command add_graph_command(CLI::App& parent) {
       ->check(CLI::IsMember({"no", "bf16", "fp16"}))
       ->capture_default_str();
   return Command{sub, [=] {
+                   check_outputs_apart({{"--out", *out}}, {{"the model", o->model}});
                    const int world = local_replicas(o->devices);
                    if (*replica < 0 || *replica >= world) fail("--replica {} is not in a world of {}", *replica, world);
                    o->loss = loss_kind_from_name(*loss);

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "train/npz.h"
+#include "train/outputs.h"
 #include "train/run.h"
 
 namespace onnxdp::cli {
@@ -24,6 +25,7 @@ namespace onnxdp::cli {
 namespace {
 
 int run_command(const RunOptions& opt) {
+  check_outputs_apart({{"--out", opt.out}}, {{"the model", opt.model}, {"--data", opt.data}});
   RunOutput r = run_model(opt);
   if (!r.writer) return 0;  // another process holds replica 0
   write_npz(opt.out, r.arrays, true);

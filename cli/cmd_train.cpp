@@ -104,6 +104,7 @@ Command add_train_command(CLI::App& app) {
     if (given("--steps") && o->steps < 1) fail("--steps must be at least 1 (got {})", o->steps);
     TrainOptions opts = *o;
     opts.output_dir = *output_dir;
+    opts.config_file = *config;
     if (opts.output_dir.empty()) {  // a fresh folder under runs/ for every run that does not resume
       const std::string stem = std::filesystem::path(opts.model).stem().string();
       const std::string parent = std::filesystem::path(opts.model).parent_path().filename().string();

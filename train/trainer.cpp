@@ -34,6 +34,7 @@
 #include "train/evaluator.h"
 #include "train/loss_scaler.h"
 #include "train/progress.h"
+#include "train/outputs.h"
 #include "train/replicas.h"
 #include "train/tensorboard.h"
 
@@ -144,6 +145,12 @@ std::string first_difference(const std::string& a, const std::string& b) {
   return fmt::format("line {}: '{}' vs '{}'", line, line_at(a, i), line_at(b, i));
 }
 
+// --data, or the .npz beside the model (model.npz for model.onnx).
+std::string training_data_path(const TrainOptions& o) {
+  if (!o.data.empty()) return o.data;
+  return (fs::path(o.model).parent_path() / fs::path(o.model).stem()).string() + ".npz";
+}
+
 // One forward/backward pass of an optimizer step: a micro-batch of b global rows out of the
 // step's step_rows (b == step_rows without --grad-accum).
 struct MicroBatch {
@@ -226,8 +233,7 @@ class Replica {
     proto_ = load_model_proto(o_.model, &export_notes_);
     for (const std::string& w : export_warnings(proto_)) export_notes_.push_back("warning: " + w);
     for (const std::string& n : decide_trainability(proto_, {o_.freeze, o_.trainable}).notes) export_notes_.push_back(n);
-    data_path_ = o_.data;
-    if (data_path_.empty()) data_path_ = (fs::path(o_.model).parent_path() / fs::path(o_.model).stem()).string() + ".npz";
+    data_path_ = training_data_path(o_);
     const bool need_label = o_.loss != LossKind::none;
     data_ = load_dataset(data_path_, proto_, o_.label, need_label);
     if (o_.batch_size <= 0) fail("--batch-size must be positive");
@@ -434,12 +440,28 @@ class Replica {
 
   void resume() {
     if (o_.checkpoint_dir.empty()) fail("--resume needs --checkpoint-dir");
-    last_checkpoint_ = latest_checkpoint(o_.checkpoint_dir);
-    if (last_checkpoint_.empty()) {
+    // The newest checkpoint that verifies (train/checkpoint.h); newer ones that do not are named.
+    const std::vector<std::string> found = checkpoints_newest_first(o_.checkpoint_dir);
+    if (found.empty()) {
       if (!quiet_) fmt::print("no checkpoint in {} yet: starting from step 1\n", o_.checkpoint_dir);
       return;
     }
-    Checkpoint c = load_checkpoint(last_checkpoint_);
+    std::optional<Checkpoint> loaded;
+    std::string rejected;
+    for (const std::string& path : found) {
+      try {
+        loaded = load_checkpoint(path);
+        last_checkpoint_ = path;
+        break;
+      } catch (const Error& e) {
+        rejected += fmt::format("\n  {}", e.what());
+      }
+    }
+    if (!loaded) fail("--resume: no checkpoint in '{}' verifies:{}", o_.checkpoint_dir, rejected);
+    if (!rejected.empty() && lead_)
+      fmt::print(stderr, "onnxdp: resuming from {}, the newest checkpoint that verifies; newer ones do not:{}\n",
+                 last_checkpoint_, rejected);
+    Checkpoint& c = *loaded;
     for (auto& [name, t] : master_) {
       auto it = c.model.find(name);
       if (it == c.model.end() || it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
@@ -461,6 +483,9 @@ class Replica {
     first_step_ = c.state.at("step").get<int64_t>() + 1;
     epoch_ = c.state.at("epoch").get<int64_t>();
     cursor_ = c.state.at("cursor").get<int64_t>();
+    if (cursor_ > data_.samples)
+      fail("checkpoint '{}': its data cursor {} is beyond the {} samples of the data (another --data?)", last_checkpoint_,
+           cursor_, data_.samples);
     if (epoch_ >= 0) shuffle_for(epoch_);
     if (!quiet_) fmt::print("resumed from {} (step {})\n", last_checkpoint_, first_step_ - 1);
   }
@@ -824,12 +849,21 @@ TrainOptions resolve_outputs(TrainOptions o) {
     else if (item != "none" && !item.empty())
       fail("--report-to '{}': '{}' is not one of jsonl, tensorboard, none", o.report_to, item);
   }
+  const std::string metrics_role = o.metrics.empty() ? "--output-dir's metrics.jsonl" : "--metrics";
+  const std::string save_role = o.save.empty() ? "--output-dir's trained model.onnx" : "--save";
   if (!o.output_dir.empty()) {
     const fs::path d = o.output_dir;
     if (o.metrics.empty() && jsonl) o.metrics = (d / "metrics.jsonl").string();
     if (o.tensorboard_dir.empty() && tensorboard) o.tensorboard_dir = (d / "tensorboard").string();
     if (o.checkpoint_dir.empty()) o.checkpoint_dir = d.string();
     if (o.save.empty()) o.save = (d / "model.onnx").string();
+  }
+  // Nothing written may be a file the run reads (--output-dir set to the model's own folder, say).
+  check_outputs_apart({{metrics_role, o.metrics}, {save_role, o.save}},
+                      {{"the model", o.model}, {"--data", training_data_path(o)}, {"--eval-data", o.eval_data},
+                       {"--config", o.config_file}});
+  if (!o.output_dir.empty()) {
+    const fs::path d = o.output_dir;
     std::error_code ec;
     if (detect_launch().rank == 0) fs::create_directories(d, ec);  // other ranks write nothing
     if (ec) fail("cannot create the output folder '{}': {}", o.output_dir, ec.message());

@@ -42,6 +42,7 @@ struct TrainOptions {
   std::string metrics;         // jsonl file, one object per step
   std::string save;            // trained .onnx out
   std::string eval_data;       // .npz evaluated after training (loss, accuracy)
+  std::string config_file;     // --config's TOML: an input, never overwritten by an output
   int64_t eval_every = 0;      // > 0: also evaluate every this many steps (needs eval_data)
   std::string checkpoint_dir;  // checkpoint-STEP/ folders go here
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, when a dir is given)

@@ -743,3 +743,44 @@ TEST_CASE("cli: train refuses class labels out of range, naming the sample and t
     CHECK(!std::filesystem::exists(tmp.file("out_eval") + "/metrics.jsonl"));
   }
 }
+
+// Outputs never alias inputs: a path onnxdp would write that is (by file identity: links too) the
+// model, its data or config, or a metrics file being plotted, is an error naming both, and the
+// input is left as it was (--output-dir set to the model's own folder used to replace model.onnx).
+TEST_CASE("cli: no output may overwrite an input: train, run, graph and plot refuse, naming both") {
+  const std::string src = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/";
+  TempDir tmp;
+  const std::string dir = tmp.file("m");
+  fs::create_directories(dir);
+  fs::copy_file(src + "model.onnx", dir + "/model.onnx");
+  fs::copy_file(src + "model.npz", dir + "/model.npz");
+  fs::create_symlink(dir + "/model.onnx", dir + "/link.onnx");
+  const std::string model = q(dir + "/model.onnx");
+  const std::string model_bytes = read_text(dir + "/model.onnx"), data_bytes = read_text(dir + "/model.npz");
+  struct Case {
+    std::string args, out_role, in_role;
+  };
+  for (const Case& c : {Case{"train " + model + " --steps 1 --output-dir " + q(dir), "--output-dir's trained model.onnx", "the model"},
+                        Case{"train " + model + " --steps 1 --metrics " + q(dir + "/model.npz") + " --output-dir " + q(tmp.file("o1")),
+                             "--metrics", "--data"},
+                        Case{"train " + model + " --steps 1 --save " + q(dir + "/link.onnx") + " --output-dir " + q(tmp.file("o2")),
+                             "--save", "the model"},
+                        Case{"run " + model + " --data " + q(dir + "/model.npz") + " --out " + q(dir + "/model.npz"), "--out", "--data"},
+                        Case{"graph " + model + " --out " + q(dir + "/link.onnx"), "--out", "the model"}}) {
+    CAPTURE(c.args);
+    Result r = onnxdp_cli(tmp, c.args + (c.args.rfind("train", 0) == 0 ? " --quiet" : ""));
+    CHECK(r.rc == 1);
+    CHECK(contains(r.err, c.out_role));
+    CHECK(contains(r.err, c.in_role));
+    CHECK(read_text(dir + "/model.onnx") == model_bytes);
+    CHECK(read_text(dir + "/model.npz") == data_bytes);
+  }
+  // plot: the SVG over the metrics it reads.
+  Result r = onnxdp_cli(tmp, "train " + model + " --steps 2 --quiet --output-dir " + q(tmp.file("run")));
+  REQUIRE(r.rc == 0);
+  const std::string metrics = read_text(tmp.file("run") + "/metrics.jsonl");
+  r = onnxdp_cli(tmp, "plot " + q(tmp.file("run")) + " --out " + q(tmp.file("run") + "/metrics.jsonl"));
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err, "--out"));
+  CHECK(read_text(tmp.file("run") + "/metrics.jsonl") == metrics);
+}

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <tuple>
 
 #include "importer/onnx_io.h"
@@ -397,14 +398,85 @@ TEST_CASE("train: 20 steps straight equal 10 steps, stop, resume, 10 steps") {
       CHECK(sa.at(key).shape() == a.parameters.at(p).shape());
       CHECK(std::memcmp(sa.at(key).data(), sb.at(key).data(), sa.at(key).nbytes()) == 0);
     }
-  // A checkpoint whose optimizer state lacks a tensor is refused by name.
+  // A checkpoint whose optimizer state lacks a tensor is refused by name (its state without the
+  // recorded checksums, as an older onnxdp wrote it: else the changed file fails verification first).
   sb.erase("exp_avg/" + a.trainable[0]);
   write_safetensors((d / "b" / "checkpoint-20" / "optimizer.safetensors").string(), sb);
+  for (const char* ckpt : {"checkpoint-10", "checkpoint-20"}) {
+    const fs::path state = d / "b" / ckpt / "trainer_state.json";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(state));
+    j.erase("files");
+    std::ofstream(state, std::ios::trunc) << j.dump(2);
+  }
   TrainOptions third = base((d / "b").string());
   third.resume = true;
   third.steps = 25;
   const std::string why = "optimizer state 'exp_avg/" + a.trainable[0] + "' is missing";
   CHECK_THROWS_WITH_AS(train(third), doctest::Contains(why.c_str()), Error);
+}
+
+// Checkpoints verify themselves (train/checkpoint.h): flipped bytes in a tensor file, an empty
+// trainer_state.json (a disk that filled) or a negative data cursor make --resume fall back to the
+// newest checkpoint that verifies, naming the rejected one and why, and the run then ends exactly
+// as an uninterrupted one; with none left that verifies, an error.
+TEST_CASE("train: --resume falls back past a checkpoint that does not verify, and ends as an uninterrupted run") {
+  fs::path d = scratch("verify");
+  auto base = [&](const std::string& ckpt, int64_t steps) {
+    TrainOptions o;
+    o.model = model_path("mlp");
+    o.batch_size = 128;
+    o.steps = steps;
+    o.seed = 5;
+    o.quiet = true;
+    o.checkpoint_dir = ckpt;
+    o.checkpoint_every = 2;
+    return o;
+  };
+  const TrainResult straight = train(base((d / "straight").string(), 8));
+  struct Damage {
+    std::string name, why;
+    std::function<void(const fs::path&)> apply;
+  };
+  const std::vector<Damage> damages = {
+      {"flipped byte", "not the file that was written",
+       [](const fs::path& c) {
+         std::fstream f(c / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+         f.seekg(-5, std::ios::end);
+         char b = 0;
+         f.read(&b, 1);
+         b = char(b ^ 0x40);
+         f.seekp(-5, std::ios::end);
+         f.write(&b, 1);
+       }},
+      {"empty state", "bad trainer_state.json", [](const fs::path& c) { std::ofstream(c / "trainer_state.json", std::ios::trunc); }},
+      {"negative cursor", "'cursor'", [](const fs::path& c) {
+         nlohmann::json j = nlohmann::json::parse(std::ifstream(c / "trainer_state.json"));
+         j["cursor"] = -5;
+         std::ofstream(c / "trainer_state.json", std::ios::trunc) << j.dump(2);
+       }}};
+  for (const Damage& damage : damages) {
+    CAPTURE(damage.name);
+    const fs::path dir = d / ("run_" + std::to_string(&damage - damages.data()));
+    train(base(dir.string(), 6));  // checkpoints 2, 4, 6
+    damage.apply(dir / "checkpoint-6");
+    // The damaged checkpoint is rejected with its reason (the resume below writes a new checkpoint-6).
+    CHECK_THROWS_WITH_AS(load_checkpoint((dir / "checkpoint-6").string()), doctest::Contains(damage.why.c_str()), Error);
+    TrainOptions resumed = base(dir.string(), 8);
+    resumed.resume = true;
+    const TrainResult r = train(resumed);
+    CHECK(r.first_step == 5);  // from checkpoint-4
+    REQUIRE(r.losses.size() == 4);
+    for (size_t i = 0; i < 4; ++i) CHECK(r.losses[i] == straight.losses[4 + i]);
+    for (const auto& [name, t] : straight.parameters)
+      CHECK(std::memcmp(t.data(), r.parameters.at(name).data(), t.nbytes()) == 0);
+  }
+  // None verifies: an error naming each.
+  const fs::path none = d / "none";
+  train(base(none.string(), 2));
+  std::ofstream(none / "checkpoint-2" / "trainer_state.json", std::ios::trunc);
+  TrainOptions resumed = base(none.string(), 4);
+  resumed.resume = true;
+  CHECK_THROWS_WITH_AS(train(resumed), doctest::Contains("no checkpoint in"), Error);
 }
 
 TEST_CASE("train: bad input gives a clear error before step 1") {
