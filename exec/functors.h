@@ -182,7 +182,8 @@ struct Reciprocal {
   template <class T> ONNXDP_HD T operator()(T x) const { return T(1) / x; }
 };
 struct Relu {
-  template <class T> ONNXDP_HD T operator()(T x) const { return x > T(0) ? x : T(0); }
+  // NaN stays NaN (as ONNX's max(0, x) and torch.relu): the missing value is not a 0.
+  template <class T> ONNXDP_HD T operator()(T x) const { return x > T(0) || x != x ? x : T(0); }
 };
 struct LeakyRelu {
   float alpha = 0.01f;

@@ -534,7 +534,8 @@ class Replica {
       s.loss = run_micro_batch(step, start, std::min(batch_, rows - start), rows, s.loss, s.loss_scale);
     cursor_ += rows;
     if (!std::isfinite(s.loss))
-      fail("the loss is {} at step {} (epoch {}); training stopped.{} {}", s.loss, step, epoch_ + 1,
+      fail("the loss is {} at step {} (epoch {}); training stopped.{} {}", std::isnan(s.loss) ? "NaN" : fmt::format("{}", s.loss),
+           step, epoch_ + 1,
            scaler_ ? " With --mixed-precision fp16 a forward value beyond float16's range (65504) gives this; bf16 has "
                      "float32's range."
                    : "",

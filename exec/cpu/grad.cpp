@@ -198,7 +198,8 @@ void max_pool_grad(KernelCtx& c) {
     for (int64_t p = 0; p < w.out_size; ++p) {
       int64_t best = -1;
       w.for_each_tap(p, [&](int64_t r) {
-        if (best < 0 || xp[r] > xp[best]) best = r;  // the forward's rule: the first maximum wins
+        // The forward's rule: the first maximum wins, a NaN above all.
+        if (best < 0 || xp[r] > xp[best] || (xp[r] != xp[r] && xp[best] == xp[best])) best = r;
       });
       if (best >= 0) dxp[best] += dy[plane * w.out_size + p];
     }

@@ -28,7 +28,8 @@ void max_pool(KernelCtx& c) {
       T best = std::numeric_limits<T>::lowest();
       int64_t best_at = -1;  // row-major offset in the plane; the first maximum wins
       w.for_each_tap(p, [&](int64_t off) {
-        if (best_at < 0 || xp[off] > best) best = xp[off], best_at = off;
+        // A NaN in the window is the maximum (the first one), as torch's max_pool.
+        if (best_at < 0 || xp[off] > best || (xp[off] != xp[off] && best == best)) best = xp[off], best_at = off;
       });
       y[plane * w.out_size + p] = best;
       if (!indices) continue;

@@ -104,7 +104,7 @@ ONNXDP_HD inline int64_t pool_argmax(const PoolLaunch& l, const T* xp, const int
       scale *= l.in[i];
     }
     if (!inside) continue;
-    if (best_at < 0 || xp[off] > b) b = xp[off], best_at = off;
+    if (best_at < 0 || xp[off] > b || (xp[off] != xp[off] && b == b)) b = xp[off], best_at = off;  // NaN wins, as on the CPU
   }
   *best = b;
   return best_at;

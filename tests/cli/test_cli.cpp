@@ -784,3 +784,19 @@ TEST_CASE("cli: no output may overwrite an input: train, run, graph and plot ref
   CHECK(contains(r.err, "--out"));
   CHECK(read_text(tmp.file("run") + "/metrics.jsonl") == metrics);
 }
+
+// A NaN in the input data reaches the loss (Relu used to map it to 0: a finite loss, exit 0),
+// and the non-finite-loss stop names the step.
+TEST_CASE("cli: a NaN in the training data stops the run at its step instead of training on") {
+  const std::string dir = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/";
+  TempDir tmp;
+  std::map<std::string, Tensor> d = read_npz(dir + "model.npz");
+  Tensor x = d.at("x").clone();
+  x.as<float>()[5] = std::nanf("");  // sample 0, the first batch without shuffling
+  d["x"] = x;
+  write_npz(tmp.file("nan.npz"), d);
+  Result r = onnxdp_cli(tmp, "train " + q(dir + "model.onnx") + " --data " + q(tmp.file("nan.npz")) +
+                                 " --no-shuffle --steps 3 --quiet --output-dir " + q(tmp.file("out")));
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err, "the loss is NaN at step 1"));
+}
