@@ -51,7 +51,6 @@ Command add_graph_command(CLI::App& parent) {
                    if (*replica < 0 || *replica >= world) fail("--replica {} is not in a world of {}", *replica, world);
                    o->loss = loss_kind_from_name(*loss);
                    Compiled c;
-                   std::vector<std::string> passes;
                    if (*training) {
                      c = training_graph(*o, world, *replica);
                    } else {  // the graph `onnxdp run` compiles for a batch of --batch-size
@@ -69,7 +68,6 @@ Command add_graph_command(CLI::App& parent) {
                      for (const auto& vi : m.graph().input())  // the batched inputs, as run feeds them
                        if (!initializers.count(vi.name()) && vi.type().tensor_type().shape().dim_size() > 0)
                          co.batch_inputs.push_back(vi.name());
-                     passes = compile_pass_names(co);
                      c = compile(m, std::filesystem::path(o->model).parent_path().string(), co);
                    }
                    onnx::ModelProto m = graph_to_onnx(c.g);
@@ -77,17 +75,8 @@ Command add_graph_command(CLI::App& parent) {
                    if (!f || !m.SerializeToOstream(&f)) fail("cannot write '{}'", *out);
                    std::printf("wrote %s: %zu nodes\n", out->c_str(), c.g.nodes.size());
                    if (*list_passes) {
-                     if (*training) {
-                       CompileOptions co;  // what training_graph compiled with, as far as the pass list depends on it
-                       co.mode = CompileMode::train;
-                       co.world = world;
-                       co.rank = *replica;
-                       co.mixed_precision = o->mixed_precision;
-                       co.accumulate = o->grad_accum > 1;
-                       passes = compile_pass_names(co);
-                     }
                      std::string line;
-                     for (const std::string& p : passes) line += (line.empty() ? "" : ", ") + p;
+                     for (const std::string& p : c.passes) line += (line.empty() ? "" : ", ") + p;
                      std::printf("passes: %s\n", line.c_str());
                    }
                    return 0;

@@ -234,15 +234,11 @@ Compiled compile(const onnx::ModelProto& m, const std::string& model_dir, const 
   if (o.world < 1 || o.rank < 0 || o.rank >= o.world) fail("internal: replica {} of a world of {}", o.rank, o.world);
   Compilation x{m, model_dir, o, {}};
   for (const Pass& p : compile_passes())
-    if (p.applies(o)) p.run(x);
+    if (p.applies(o)) {
+      p.run(x);
+      x.c.passes.push_back(p.name);
+    }
   return std::move(x.c);
-}
-
-std::vector<std::string> compile_pass_names(const CompileOptions& o) {
-  std::vector<std::string> names;
-  for (const Pass& p : compile_passes())
-    if (p.applies(o)) names.push_back(p.name);
-  return names;
 }
 
 Graph load_graph(const onnx::ModelProto& m, const std::string& model_dir, const ImportOptions& options) {

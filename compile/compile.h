@@ -62,14 +62,12 @@ struct Compiled {
   std::vector<size_t> order;   // positions in trainable in the order backward produces their gradients
   std::vector<Bucket> buckets;
   std::vector<std::pair<ValueId, std::string>> running_stats;  // BatchNormalization outputs -> initializer
+  std::vector<std::string> passes;  // the passes that made g, in order (`onnxdp graph --passes`)
 };
 
 // The graph replica `o.rank` of `o.world` runs. Outputs: train: the loss, the gradients, then the
 // running statistics; eval: prediction, loss; infer: the model's outputs under their own names.
 Compiled compile(const onnx::ModelProto& m, const std::string& model_dir, const CompileOptions& o);
-
-// The passes compile runs for a mode, by name, in order (what `onnxdp graph` and docs list).
-std::vector<std::string> compile_pass_names(const CompileOptions& o);
 
 // The import stage alone: parse, import, infer shapes with constant folding (the CPU kernels),
 // drop dead nodes, verify. The first pass of compile; tests use it for one-op graphs.

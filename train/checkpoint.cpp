@@ -153,28 +153,6 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Checkpoi
   return final_dir.string();
 }
 
-std::string latest_checkpoint(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return "";
-  int64_t best = -1;
-  std::string path;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::string n = e.path().filename().string();
-    if (n.rfind("checkpoint-", 0) != 0 || !e.is_directory()) continue;
-    int64_t s;
-    try {
-      size_t pos = 0;
-      s = std::stoll(n.substr(11), &pos);
-      if (pos != n.size() - 11) continue;
-    } catch (...) {
-      continue;
-    }
-    if (!fs::exists(e.path() / "trainer_state.json")) continue;
-    if (s > best) best = s, path = e.path().string();
-  }
-  return path;
-}
-
 std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
@@ -196,6 +174,11 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   std::vector<std::string> paths;
   for (auto& [step, path] : found) paths.push_back(std::move(path));
   return paths;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  const std::vector<std::string> found = checkpoints_newest_first(dir);
+  return found.empty() ? std::string() : found.front();
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

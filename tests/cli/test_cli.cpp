@@ -800,3 +800,20 @@ TEST_CASE("cli: a NaN in the training data stops the run at its step instead of 
   CHECK(r.rc == 1);
   CHECK(contains(r.err, "the loss is NaN at step 1"));
 }
+
+// `onnxdp graph --passes` lists the passes compile ran, in order: the training graph's include
+// autodiff and the gradient buckets, the forward graph `run` runs includes inference mode instead.
+TEST_CASE("cli: graph --passes lists the compile passes that made the graph") {
+  const std::string model = q(std::string(ONNXDP_SOURCE_DIR) + "/models/cnn/model.onnx");
+  TempDir tmp;
+  Result r = onnxdp_cli(tmp, "graph " + model + " --train --passes --out " + q(tmp.file("t.onnx")));
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "passes: import, fuse_gelu, running_stats, autocast, loss, trainability"));
+  CHECK(contains(r.out, "autodiff"));
+  CHECK(contains(r.out, "gradient_buckets"));
+  CHECK(!contains(r.out, "inference_mode"));
+  r = onnxdp_cli(tmp, "graph " + model + " --passes --out " + q(tmp.file("f.onnx")));
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "passes: import, fuse_gelu, inference_mode, remove_dead_nodes, autocast"));
+  CHECK(!contains(r.out, "autodiff"));
+}
