@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "compile/compile.h"
 #include "train/trainer.h"
+#include "graph/checked.h"
 #include "graph/graph.h"
 #include "importer/importer.h"
 #include "importer/onnx_io.h"
@@ -156,7 +157,7 @@ json inspect_model(const std::string& path, const TrainabilityOptions& trainabil
       }
       elements *= d;
     }
-    int64_t bytes = elements * onnx_elem_size(t.data_type());
+    int64_t bytes = checked_mul(elements, onnx_elem_size(t.data_type()), "an initializer's byte count");
     const InitializerRole* role = decision.find(t.name());
     const std::string reason = role ? role->reason : "";
     DType d;
@@ -171,8 +172,8 @@ json inspect_model(const std::string& path, const TrainabilityOptions& trainabil
     init_list.push_back(e);
     for (Sum* s : {&all, trains ? &trainable : &frozen}) {
       s->tensors += 1;
-      s->elements += elements;
-      s->bytes += bytes;
+      s->elements = checked_add(s->elements, elements, "the initializers' element count");
+      s->bytes = checked_add(s->bytes, bytes, "the initializers' byte count");
     }
   }
   json params = all.to_json();

@@ -71,14 +71,26 @@ ONNXDP_HD inline double pow(double x, double y) { return ::pow(x, y); }
 
 // ---- binary arithmetic ------------------------------------------------------------------------
 
+// Signed integers wrap as two's complement (numpy's results) without C++'s undefined overflow: the
+// sum, difference or product is taken in the unsigned type of the same width, then converted back
+// (modular since C++20). Other types: the plain operation.
+template <class T, bool = std::is_integral_v<T> && std::is_signed_v<T>> struct WrapType { using U = T; };
+template <class T> struct WrapType<T, true> { using U = std::make_unsigned_t<T>; };
+template <class T> struct Wrap {
+  using U = typename WrapType<T>::U;
+  static ONNXDP_HD T add(T a, T b) { return T(U(a) + U(b)); }
+  static ONNXDP_HD T sub(T a, T b) { return T(U(a) - U(b)); }
+  static ONNXDP_HD T mul(T a, T b) { return T(U(a) * U(b)); }
+};
+
 struct Add {
-  template <class T> ONNXDP_HD T operator()(T a, T b) const { return T(a + b); }
+  template <class T> ONNXDP_HD T operator()(T a, T b) const { return Wrap<T>::add(a, b); }
 };
 struct Sub {
-  template <class T> ONNXDP_HD T operator()(T a, T b) const { return T(a - b); }
+  template <class T> ONNXDP_HD T operator()(T a, T b) const { return Wrap<T>::sub(a, b); }
 };
 struct Mul {
-  template <class T> ONNXDP_HD T operator()(T a, T b) const { return T(a * b); }
+  template <class T> ONNXDP_HD T operator()(T a, T b) const { return Wrap<T>::mul(a, b); }
 };
 // Integer division truncates toward zero (C++, ONNX's test_div_int32_trunc). Division by zero and
 // the one overflowing case (lowest / -1) give 0 instead of trapping.
@@ -87,7 +99,7 @@ struct Div {
     if constexpr (std::is_integral_v<T>) {
       if (b == T(0)) return T(0);
       if constexpr (std::is_signed_v<T>)
-        if (b == T(-1)) return T(T(0) - a);
+        if (b == T(-1)) return Wrap<T>::sub(T(0), a);
     }
     return T(a / b);
   }
@@ -106,8 +118,8 @@ struct Pow {
       }
       T r = T(1), base = a;
       for (uint64_t e = uint64_t(b); e; e >>= 1) {
-        if (e & 1) r = T(r * base);
-        base = T(base * base);
+        if (e & 1) r = Wrap<T>::mul(r, base);
+        base = Wrap<T>::mul(base, base);
       }
       return r;
     } else if constexpr (std::is_same_v<T, float> && std::is_same_v<E, float>) {
@@ -170,12 +182,15 @@ struct Log {
   template <class T> ONNXDP_HD T operator()(T x) const { return m::log(x); }
 };
 struct Neg {
-  template <class T> ONNXDP_HD T operator()(T x) const { return T(-x); }
+  template <class T> ONNXDP_HD T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) return Wrap<T>::sub(T(0), x);  // lowest wraps to itself
+    else return T(-x);                                                   // -0.0 for 0.0
+  }
 };
 struct Abs {
   template <class T> ONNXDP_HD T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
-    else return x < T(0) ? T(-x) : x;
+    else return x < T(0) ? Wrap<T>::sub(T(0), x) : x;
   }
 };
 struct Reciprocal {

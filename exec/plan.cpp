@@ -78,7 +78,8 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
   std::vector<ValueId> order;
   for (size_t v = 0; v < nv; ++v)
     if (in_arena(v) && root[v] == ValueId(v)) order.push_back(ValueId(v));
-  auto bytes = [&](ValueId v) { return align_up(size_t(shape_numel(graph_.value(v).shape)) * dtype_size(graph_.value(v).dtype)); };
+  // tensor_bytes: at most 2^62 each, so a sum of a few cannot wrap; the arena's end is checked below.
+  auto bytes = [&](ValueId v) { return align_up(size_t(tensor_bytes(graph_.value(v).shape, graph_.value(v).dtype))); };
   std::stable_sort(order.begin(), order.end(), [&](ValueId a, ValueId b) {
     return born[size_t(a)] != born[size_t(b)] ? born[size_t(a)] < born[size_t(b)] : bytes(a) > bytes(b);
   });
@@ -96,12 +97,16 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
       if (off + size <= b) break;
       off = std::max(off, e);
     }
+    if (off > (size_t(1) << 62)) fail("the plan's activations need more than 2^62 bytes (at value '{}')", graph_.value(v).name);
     offset_[size_t(v)] = int64_t(off);
     placed.push_back({born[size_t(v)], dies[size_t(v)], off, size});
     arena_bytes_ = std::max(arena_bytes_, off + size);
   }
   for (size_t v = 0; v < nv; ++v)
     if (root[v] != ValueId(v)) offset_[v] = offset_[size_t(root[v])];
+  if (int64_t(arena_bytes_) > physical_memory_bytes())
+    fail("the model's activations need {:.1f} GiB, more than this machine's {:.1f} GiB of memory (a smaller batch?)",
+         double(arena_bytes_) / double(1 << 30), double(physical_memory_bytes()) / double(1 << 30));
   arena_ = Tensor(DType::u8, {int64_t(std::max<size_t>(arena_bytes_, 1))});
   if (!opts_.device) return;
 

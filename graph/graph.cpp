@@ -210,7 +210,18 @@ void infer_node(Graph& g, int node_index) {
     fail("{}: has {} outputs, the op gives {} to {}", n.describe(), nout, info.out_min, info.out_max);
   ShapeCtx ctx{g, n, {}};
   for (ValueId o : n.outputs) ctx.out.push_back(o == kNoValue ? nullptr : &g.value(o));
-  shape_rule(n.op)(ctx);
+  const std::string who = n.describe();
+  try {
+    shape_rule(n.op)(ctx);
+    // A rule's arithmetic is checked (graph/checked.h); what it promises must also be a shape a
+    // tensor can have, so that the planner and kernels multiply only dims of valid shapes.
+    for (size_t k = 0; k < ctx.out.size(); ++k)
+      if (ctx.out[k]) shape_numel(ctx.out[k]->shape);
+  } catch (const Error& e) {
+    // Errors of shared helpers (checked arithmetic, broadcasting, shape_numel) name the node too.
+    if (std::string_view(e.what()).starts_with(who)) throw;
+    throw Error(who + ": " + e.what());
+  }
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {

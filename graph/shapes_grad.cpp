@@ -3,6 +3,7 @@
 // its CPU kernel (exec/cpu/grad.cpp) relies on, so a malformed node fails here naming itself.
 #include <string>
 
+#include "graph/checked.h"
 #include "graph/graph.h"
 #include "graph/resize.h"
 #include "graph/shape_helpers.h"
@@ -52,16 +53,18 @@ int64_t pool_out_dim(const ShapeCtx& c, size_t i, int64_t in, size_t n) {
   const std::vector<int64_t> dil = ints_n(c, "dilations", n, 1, 1);
   const std::vector<int64_t> pads = ints_n(c, "pads", 2 * n, 0, 0);
   const std::string& ap = c.node.s("auto_pad");
-  const int64_t s = strides[i], span = (kernel[i] - 1) * dil[i] + 1;
-  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") return (in + s - 1) / s;
+  const int64_t s = strides[i], span = checked_add(checked_mul(kernel[i] - 1, dil[i], "the dilated kernel extent"), 1,
+                                                   "the dilated kernel extent");
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") return ceil_div(in, s);
   if (ap != "NOTSET" && ap != "VALID") c.fail("auto_pad '{}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID", ap);
   const bool explicit_pads = ap == "NOTSET";
   const int64_t pb = explicit_pads ? pads[i] : 0, pe = explicit_pads ? pads[i + n] : 0;
-  const int64_t room = in + pb + pe - span;
+  const int64_t room = checked_sub(checked_add(checked_add(in, pb, "the padded input size"), pe, "the padded input size"),
+                                   span, "the padded input size");
   if (room < 0) c.fail("spatial dim {} of size {} is smaller than the window extent {}", i, in, span);
   const bool ceil_mode = c.node.i("ceil_mode") != 0;
-  int64_t out = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
-  if (ceil_mode && (out - 1) * s >= in + pb) --out;
+  int64_t out = (ceil_mode ? ceil_div(room, s) : room / s) + 1;
+  if (ceil_mode && out - 1 >= ceil_div(in + pb, s)) --out;  // (out - 1) * s >= in + pb
   return out;
 }
 
@@ -126,7 +129,9 @@ void shape_ConvGradFilter(ShapeCtx& c) {
   const std::vector<int64_t> pads = ints_n(c, "pads", 2 * n, 0, 0);
   Shape w = {dy[1], x[1] / group};
   for (size_t i = 0; i < n; ++i) {
-    const int64_t room = x[i + 2] + pads[i] + pads[i + n] - ((k[i] - 1) * d[i] + 1);
+    const char* what = "the padded input size";
+    const int64_t room = checked_sub(checked_add(checked_add(x[i + 2], pads[i], what), pads[i + n], what),
+                                     checked_add(checked_mul(k[i] - 1, d[i], "the dilated kernel extent"), 1, what), what);
     if (room < 0 || room / s[i] + 1 != dy[i + 2])
       c.fail("dy {} does not match a convolution of x {} with kernel {}, strides {}, dilations {}, pads {}",
              shape_str(dy), shape_str(x), shape_str(k), shape_str(s), shape_str(d), shape_str(pads));

@@ -5,6 +5,7 @@
 // kernels take the output shape from here and only re-derive the leading pad of auto_pad modes.
 #include <initializer_list>
 
+#include "graph/checked.h"
 #include "graph/graph.h"
 
 namespace onnxdp {
@@ -48,7 +49,10 @@ AutoPad read_auto_pad(const ShapeCtx& c) {
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, pads;
   AutoPad auto_pad = AutoPad::notset;
-  int64_t span(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }  // dilated extent
+  int64_t span(size_t i) const {  // dilated extent (k - 1) * d + 1
+    return checked_add(checked_mul(kernel[i] - 1, dilations[i], "the dilated kernel extent"), 1,
+                       "the dilated kernel extent");
+  }
 };
 
 std::vector<int64_t> ints_of_len(const ShapeCtx& c, const char* attr, size_t n, int64_t dflt, int64_t min) {
@@ -85,17 +89,18 @@ int64_t window_out_dim(const ShapeCtx& c, const Window& w, size_t i, int64_t in,
   int64_t s = w.strides[i], span = w.span(i), out = 0;
   switch (w.auto_pad) {
     case AutoPad::same_upper:
-    case AutoPad::same_lower: out = (in + s - 1) / s; break;
+    case AutoPad::same_lower: out = ceil_div(in, s); break;
     case AutoPad::valid:
     case AutoPad::notset: {
       bool explicit_pads = w.auto_pad == AutoPad::notset;
       int64_t pb = explicit_pads ? w.pads[i] : 0, pe = explicit_pads ? w.pads[i + w.kernel.size()] : 0;
-      int64_t room = in + pb + pe - span;
+      int64_t room = checked_sub(checked_add(checked_add(in, pb, "the padded input size"), pe, "the padded input size"),
+                                 span, "the padded input size");
       if (room < 0)
         c.fail("spatial dim {} of size {} (padded {}) is smaller than the window extent {}", i, in, in + pb + pe, span);
-      out = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+      out = (ceil_mode ? ceil_div(room, s) : room / s) + 1;
       // With ceil_mode the last window must start inside the input or its leading pad.
-      if (ceil_mode && (out - 1) * s >= in + pb) --out;
+      if (ceil_mode && out - 1 >= ceil_div(in + pb, s)) --out;  // (out - 1) * s >= in + pb, without the product
       break;
     }
   }
@@ -163,7 +168,7 @@ void shape_Conv(ShapeCtx& c) {
     c.fail("input 1 (weights) has shape {}; for input {} expected rank {}", shape_str(wt), shape_str(x), x.size());
   if (group < 1 || x[1] % group != 0 || wt[0] % group != 0)
     c.fail("group {} must divide the input channels {} and the output channels {}", group, x[1], wt[0]);
-  if (wt[1] * group != x[1])
+  if (wt[1] != x[1] / group)
     c.fail("input 1 (weights) {} has {} channels per group; input 0 {} with group {} needs {}", shape_str(wt), wt[1],
            shape_str(x), group, x[1] / group);
   if (c.has(2) && c.shape(2) != Shape{wt[0]})
@@ -192,7 +197,7 @@ void shape_ConvTranspose(ShapeCtx& c) {
   if (group < 1 || x[1] % group != 0) c.fail("group {} must divide the input channels {}", group, x[1]);
   if (wt[0] != x[1])
     c.fail("input 1 (weights) {} has {} input channels, input 0 {} has {}", shape_str(wt), wt[0], shape_str(x), x[1]);
-  int64_t m = wt[1] * group;
+  int64_t m = checked_mul(wt[1], group, "the output channels (weights' dim 1 * group)");
   if (c.has(2) && c.shape(2) != Shape{m}) c.fail("input 2 (bias) has shape {}, expected [{}]", shape_str(c.shape(2)), m);
   std::vector<int64_t> k = spatial(wt);
   if (c.node.has("kernel_shape") && c.node.ints("kernel_shape") != k)
@@ -213,10 +218,12 @@ void shape_ConvTranspose(ShapeCtx& c) {
     for (size_t i = 0; i < n; ++i) {
       int64_t d = x[i + 2], o;
       if (w.auto_pad == AutoPad::same_upper || w.auto_pad == AutoPad::same_lower) {
-        o = d * w.strides[i];
+        o = checked_mul(d, w.strides[i], "the output size");
       } else {
-        int64_t pads = w.auto_pad == AutoPad::valid ? 0 : w.pads[i] + w.pads[i + n];
-        o = w.strides[i] * (d - 1) + out_pad[i] + w.span(i) - pads;
+        int64_t pads = w.auto_pad == AutoPad::valid ? 0 : checked_add(w.pads[i], w.pads[i + n], "the pads");
+        const char* what = "the output size (stride * (D - 1) + output_padding + dilated kernel - pads)";
+        o = checked_sub(checked_add(checked_add(checked_mul(w.strides[i], d - 1, what), out_pad[i], what), w.span(i), what),
+                        pads, what);
       }
       if (o < 1) c.fail("spatial dim {} of the output would be {}; the pads are larger than the output", i, o);
       out.push_back(o);

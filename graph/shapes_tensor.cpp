@@ -1,6 +1,7 @@
 // Shape rules of the tensor ops (see graph/op_table.h), and the helpers of graph/shape_helpers.h.
 #include <algorithm>
 
+#include "graph/checked.h"
 #include "graph/graph.h"
 #include "graph/resize.h"
 #include "graph/shape_helpers.h"
@@ -54,11 +55,12 @@ std::vector<SliceDim> slice_plan(const Shape& in, const std::vector<int64_t>& st
     if (step > 0) {
       s = std::clamp<int64_t>(s, 0, dim);
       e = std::clamp<int64_t>(e, 0, dim);
-      count = e > s ? (e - s + step - 1) / step : 0;
+      count = e > s ? ceil_div(e - s, step) : 0;
     } else {
       s = std::clamp<int64_t>(s, -1, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
-      count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+      // -INT64_MIN does not exist; any step at least as long as the dim takes one element.
+      count = s > e ? ceil_div(s - e, step == INT64_MIN ? INT64_MAX : -step) : 0;
     }
     plan[size_t(axis)] = {count > 0 ? s : 0, step, count};
   }
@@ -176,7 +178,7 @@ void shape_Reshape(ShapeCtx& c) {
     }
     if (d < 0) c.fail("target shape {} has the invalid dim {}", shape_str(spec), d);
     out[i] = d;
-    known *= d;
+    known = checked_mul(known, d, "the product of the target shape's dims");
   }
   const int64_t numel = shape_numel(in);
   if (infer >= 0) {
@@ -261,7 +263,7 @@ void shape_Concat(ShapeCtx& c) {
       if (d != axis && s[size_t(d)] != first[size_t(d)])
         c.fail("input {} has shape {}, input 0 {}: they differ in dim {}, not only in the axis {}", k, shape_str(s),
                shape_str(first), d, axis);
-    out[size_t(axis)] += s[size_t(axis)];
+    out[size_t(axis)] = checked_add(out[size_t(axis)], s[size_t(axis)], "the concatenated dim");
   }
   c.set(0, c.dtype(0), out);
 }
@@ -279,7 +281,7 @@ void shape_Split(ShapeCtx& c) {
     int64_t sum = 0;
     for (int64_t s : sizes) {
       if (s < 0) c.fail("split sizes {} include a negative size", shape_str(sizes));
-      sum += s;
+      sum = checked_add(sum, s, "the sum of the split sizes");
     }
     if (sum != dim) c.fail("split sizes {} add up to {}, the input has {} along axis {}", shape_str(sizes), sum, dim, axis);
   } else if (c.node.has("num_outputs")) {
@@ -287,7 +289,7 @@ void shape_Split(ShapeCtx& c) {
     const int64_t parts = c.node.i("num_outputs");
     if (parts != n) c.fail("num_outputs is {} but the node has {} outputs", parts, n);
     if (parts <= 0) c.fail("num_outputs must be positive, it is {}", parts);
-    const int64_t chunk = (dim + parts - 1) / parts;
+    const int64_t chunk = ceil_div(dim, parts);
     int64_t left = dim;
     for (int64_t k = 0; k < parts; ++k) {
       sizes.push_back(std::min(chunk, left));
@@ -357,7 +359,7 @@ void shape_Tile(ShapeCtx& c) {
   Shape out(in.size());
   for (size_t d = 0; d < in.size(); ++d) {
     if (reps[d] < 0) c.fail("repeats {} has a negative value", shape_str(reps));
-    out[d] = in[d] * reps[d];
+    out[d] = checked_mul(in[d], reps[d], "a tiled dim (dim * repeats)");
   }
   c.set(0, c.dtype(0), out);
 }
@@ -376,7 +378,7 @@ void shape_Pad(ShapeCtx& c) {
   Shape out(static_cast<size_t>(r));
   for (int64_t d = 0; d < r; ++d) {
     const int64_t b = amounts[size_t(d)], e = amounts[size_t(r + d)];
-    out[size_t(d)] = in[size_t(d)] + b + e;
+    out[size_t(d)] = checked_add(checked_add(in[size_t(d)], b, "a padded dim"), e, "a padded dim");
     if (out[size_t(d)] < 0) c.fail("pads {} remove more than the {} elements of dim {}", shape_str(pads), in[size_t(d)], d);
     if (mode != "constant" && in[size_t(d)] == 0 && (b > 0 || e > 0))
       c.fail("mode '{}' cannot pad dim {}, which is empty", mode, d);

@@ -1,5 +1,7 @@
 #include "graph/tensor.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -17,6 +19,20 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
+int64_t tensor_bytes(const Shape& s, DType t) {
+  const int64_t n = shape_numel(s), e = int64_t(dtype_size(t));
+  if (n > (int64_t(1) << 62) / e) fail("a {} tensor of shape {} has more than 2^62 bytes", dtype_name(t), shape_str(s));
+  return n * e;
+}
+
+int64_t physical_memory_bytes() {
+  static const int64_t bytes = [] {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : int64_t(1) << 62;
+  }();
+  return bytes;
+}
+
 std::string shape_str(const Shape& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -25,6 +41,10 @@ std::string shape_str(const Shape& s) {
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   numel_ = shape_numel(shape_);
+  const int64_t want = tensor_bytes(shape_, dtype_);
+  if (want > physical_memory_bytes())
+    fail("a {} tensor of shape {} needs {} bytes, more than this machine's memory ({} bytes)", dtype_name(dtype_),
+         shape_str(shape_), want, physical_memory_bytes());
   size_t bytes = nbytes();
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;

@@ -14,6 +14,12 @@ using Shape = std::vector<int64_t>;
 // Product of dims; throws Error on a negative dim or on overflow past 2^62 elements.
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3]"
+// Bytes of a tensor of shape s and dtype t; throws Error past 2^62 bytes (so that sums of a few
+// tensors' bytes, as the planner adds them, stay in range too).
+int64_t tensor_bytes(const Shape& s, DType t);
+// This machine's physical memory in bytes: no single host tensor may be larger (a model or file
+// declaring more is refused before anything is allocated).
+int64_t physical_memory_bytes();
 
 class Tensor {
  public:

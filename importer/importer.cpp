@@ -149,7 +149,7 @@ Attr convert_attr(const onnx::AttributeProto& a, const std::string& model_dir, c
   }
 }
 
-Shape static_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt) {
+Shape declared_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt) {
   auto it = opt.input_shapes.find(vi.name());
   if (it != opt.input_shapes.end()) return it->second;
   const auto& tt = vi.type().tensor_type();
@@ -165,6 +165,17 @@ Shape static_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt) {
       fail("graph input '{}' dim {} is symbolic ('{}'); onnxdp needs its size (from the data)", vi.name(), k,
            d.dim_param());
     }
+  }
+  return s;
+}
+
+// The graph input's shape, which must be one a tensor can have (dims multiply to at most 2^62).
+Shape static_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt) {
+  Shape s = declared_shape(vi, opt);
+  try {
+    shape_numel(s);
+  } catch (const Error& e) {
+    fail("graph input '{}': {}", vi.name(), e.what());
   }
   return s;
 }

@@ -31,6 +31,8 @@ namespace onnxdp {
 
 namespace {
 
+constexpr int64_t kMaxTimeSteps = 1 << 16;  // unrolled steps of one RNN / GRU / LSTM node
+
 enum class Cell { lstm, gru, rnn };
 
 struct Activation {
@@ -198,6 +200,11 @@ class Unroll {
     B_ = layout_ == 0 ? xs[1] : xs[0];
     const int64_t in = xs[2];
     if (T_ == 0) c_.fail("input X has shape {}: no time steps", shape_str(xs));
+    // Each step becomes a dozen nodes: a declared length of 2^31 would take the memory of the
+    // machine before any check of the data could refuse it.
+    if (T_ > kMaxTimeSteps)
+      c_.fail("input X has shape {}: {} time steps; onnxdp unrolls the recurrence over its steps and takes at most {}",
+              shape_str(xs), T_, kMaxTimeSteps);
     const Shape rs = c_.static_shape(c_.node.inputs[2], "R");
     const int64_t g = gates();
     if (rs.size() != 3 || rs[0] != dirs_ || rs[1] % g != 0 || rs[2] * g != rs[1])

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -71,6 +72,21 @@ inline CliResult onnxdp_cli(const TempDir& tmp, const std::string& args, const s
   r.out = read_text(out);
   r.err = read_text(err);
   return r;
+}
+
+// The ONNX backend node-test folder (onnx/backend/test/data/node of the pinned onnx package:
+// scripts/conformance-data), or ONNXDP_ONNX_NODE_TESTS when set; "" when it cannot be found.
+inline std::string node_test_dir() {
+  if (const char* e = std::getenv("ONNXDP_ONNX_NODE_TESTS")) return e;
+  std::string cmd = std::string(ONNXDP_SOURCE_DIR) + "/scripts/conformance-data 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  char buf[4096];
+  std::string out;
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  if (pclose(p) != 0) return "";
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
 }
 
 }  // namespace onnxdp::test

@@ -238,6 +238,9 @@ class Replica {
     data_ = load_dataset(data_path_, proto_, o_.label, need_label);
     if (o_.batch_size <= 0) fail("--batch-size must be positive");
     batch_ = std::min(o_.batch_size, data_.samples);
+    if (batch_ < o_.batch_size && !quiet_)  // not silently: the step is smaller than asked for
+      fmt::print(stderr, "onnxdp train: the batch size {} is more than the {} samples of '{}': each step takes all {}\n",
+                 o_.batch_size, data_.samples, data_path_, batch_);
     model_dir_ = fs::path(o_.model).parent_path().string();
     lo_.kind = o_.loss;
     lo_.label_name = o_.label;

@@ -24,7 +24,7 @@ void AllReduce_forward(KernelCtx& c) {
   const bool async = c.node.i("async") != 0;
   for (int k = 0; k < int(c.inputs.size()); ++k) {
     const TensorRef &x = c.in(k), &y = c.out(k);
-    if (x.data != y.data) std::memcpy(y.data, x.data, size_t(x.numel) * dtype_size(x.dtype));
+    if (x.data != y.data && x.numel) std::memcpy(y.data, x.data, size_t(x.numel) * dtype_size(x.dtype));
   }
   if (!c.run.comm) return;
   auto reduce = [&](void* data, int64_t n, DType t) {
@@ -41,7 +41,7 @@ void AllGather_forward(KernelCtx& c) {
   const size_t bytes = size_t(x.numel) * dtype_size(x.dtype);
   if (!c.run.comm) {
     if (x.numel != y.numel) c.fail("a world of one cannot gather {} rows from {}", y.dim(0), x.dim(0));
-    std::memcpy(y.data, x.data, bytes);
+    if (bytes) std::memcpy(y.data, x.data, bytes);
     return;
   }
   std::vector<std::vector<uint8_t>> all;
@@ -49,7 +49,7 @@ void AllGather_forward(KernelCtx& c) {
   size_t off = 0, total = size_t(y.numel) * dtype_size(y.dtype);
   for (const auto& part : all) {
     if (off + part.size() > total) c.fail("the replicas' shards hold more than the {} rows expected", y.dim(0));
-    std::memcpy(y.as<uint8_t>() + off, part.data(), part.size());
+    if (!part.empty()) std::memcpy(y.as<uint8_t>() + off, part.data(), part.size());  // a replica may hold no rows
     off += part.size();
   }
   if (off != total) c.fail("the replicas' shards hold fewer than the {} rows expected", y.dim(0));

@@ -4,6 +4,10 @@
 
 namespace onnxdp {
 
+namespace {
+constexpr int64_t kMaxFoldBytes = int64_t(256) << 20;
+}  // namespace
+
 void infer_and_fold(Graph& g, const NodeRunner& run) {
   std::vector<Node> kept;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
@@ -19,6 +23,10 @@ void infer_and_fold(Graph& g, const NodeRunner& run) {
     }
     // Training-mode Dropout draws fresh masks every step, never folded.
     if (n.op == Op::Dropout) known = false;
+    // Folding allocates the outputs now, whatever size the model declares: a constant bigger than
+    // kMaxFoldBytes stays a node and is computed when the plan runs, after the plan's memory check.
+    for (ValueId o : n.outputs)
+      if (o != kNoValue && tensor_bytes(g.value(o).shape, g.value(o).dtype) > kMaxFoldBytes) known = false;
     if (!known) {
       kept.push_back(std::move(n));
       continue;

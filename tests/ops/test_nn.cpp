@@ -15,8 +15,10 @@
 #include "importer/onnx_io.h"
 #include "compile/compile.h"
 #include "tests/ops/op_test_util.h"
+#include "tests/test_util.h"
 
 using namespace onnxdp;
+using onnxdp::test::node_test_dir;
 
 namespace {
 
@@ -625,19 +627,6 @@ TEST_CASE("nn: import of opset-9 BatchNormalization trains when it has running o
 // ---- ONNX backend node tests ---------------------------------------------------------------------
 
 namespace {
-
-// The node-test folder of the pinned onnx Python package, or "" when it cannot be found.
-std::string node_test_dir() {
-  std::string cmd = std::string(ONNXDP_SOURCE_DIR) + "/scripts/conformance-data 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "";
-  char buf[4096];
-  std::string out;
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  if (pclose(p) != 0) return "";
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
 
 // Runs one node-test case; "" when every output matches (rtol 1e-3, atol 1e-5, exact dtype/shape).
 std::string run_node_case(const std::filesystem::path& dir) {

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "tests/ops/op_test_util.h"
+#include "tests/test_util.h"
 #include "tests/backend/backend_ops.h"
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "compile/compile.h"
 
 namespace onnxdp::optest {
+using onnxdp::test::node_test_dir;
 
 // ---- helpers (declared in tests/ops/op_test_util.h) ------------------------------------------
 
@@ -195,18 +197,6 @@ struct NodeTestResult {
 };
 
 namespace fs = std::filesystem;
-
-std::string node_test_dir() {
-  if (const char* e = std::getenv("ONNXDP_ONNX_NODE_TESTS")) return e;
-  FILE* p = popen("python3 -c \"import onnx,os;print(os.path.dirname(onnx.__file__))\" 2>/dev/null", "r");
-  if (!p) return "";
-  char buf[4096] = {0};
-  std::string s = fgets(buf, sizeof buf, p) ? buf : "";
-  pclose(p);
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  if (s.empty()) return "";
-  return s + "/backend/test/data/node";
-}
 
 bool close_enough(const Tensor& got, const Tensor& want, std::string& why) {
   if (got.dtype() != want.dtype() || got.shape() != want.shape()) {

@@ -325,7 +325,7 @@ TEST_CASE("train: --mixed-precision fp16 stops with a clear error when gradients
   CHECK(fs::exists(o.output_dir));
   o.mixed_precision = "no";  // float32: the NaN gradient reaches the parameters, the next loss stops the run
   o.output_dir = (d / "run32").string();
-  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("nan at step 2"), Error);
+  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("the loss is NaN at step 2"), Error);
   o.mixed_precision = "fp16";
   o.output_dir = (d / "bad").string();
   o.loss_scale.init = 0;
