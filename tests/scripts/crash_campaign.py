@@ -19,18 +19,20 @@ Trials:
             just after a temporary checkpoint folder appears (inside a checkpoint write); the
             resumed run is itself killed again at random half of the time before the final resume.
   fallback  after a kill, the newest checkpoint gets a flipped byte: --resume must skip it, saying
-            why, and re-run its step without a second metrics line for it.
+            why, and re-run its step without a second metrics line for it; that resumed run may be
+            killed again (also while it writes a checkpoint over the damaged one).
   disk      the LD_PRELOAD library (tests/fault/enospc.c) fills the checkpoint folder's disk at
             byte k of checkpoint 3's write, k over its pages (4096 bytes apart): onnxdp must stop
             with an error naming the file and the full disk, checkpoints 1 and 2 unchanged, no
             checkpoint-3; then --resume without it finishes as the reference.
   fsync     fsync reports EIO / ENOSPC for the checkpoint folder: an error, no checkpoint written.
-  metrics   the output folder (metrics.jsonl, checkpoints and model) fills after a random number of
-            bytes: an error naming the file, then --resume finishes as the reference.
+  fill      a disk fills after a random count of bytes: the one holding everything, or the output
+            folder alone (checkpoints elsewhere) within the metrics lines or the model's export: an
+            error naming the file, then --resume finishes as the reference.
 
-Default: a sample (5 kills, 8 pages spread over the write, 1 fallback, 1 fsync, 2 metrics), for
-CTest. --full: 100 kills (counting the kills of resumed runs), every page, 10 fallbacks, 2 fsync
-faults and 10 metrics disk fills.
+Default: a sample (5 kills, 8 pages spread over the write, 1 fallback, 1 fsync fault, 3 fills),
+for CTest. --full: at least 100 kills in kill trials (the kills of resumed runs count), every page
+(4096 bytes apart, and the last byte), 10 fallbacks, 2 fsync faults and 12 fills.
 """
 import argparse
 import errno
@@ -118,8 +120,9 @@ class Reference:
         if [m["step"] for m in self.metrics] != list(range(1, STEPS + 1)):
             raise Failed("the reference's metrics do not list steps 1..N once each")
         self.model = digest(os.path.join(out, "model.onnx"))
-        # Bytes written into the output folder besides the checkpoints: metrics.jsonl, model.onnx.
-        self.output_bytes = sum(os.path.getsize(os.path.join(out, n)) for n in ("metrics.jsonl", "model.onnx"))
+        # Bytes written into the output folder besides the checkpoints: metrics.jsonl, then model.onnx.
+        self.metrics_bytes = os.path.getsize(os.path.join(out, "metrics.jsonl"))
+        self.output_bytes = self.metrics_bytes + os.path.getsize(os.path.join(out, "model.onnx"))
         found = checkpoints(out)
         if sorted(found) != list(range(1, STEPS + 1)):
             raise Failed(f"the reference wrote checkpoints {sorted(found)}")
@@ -180,6 +183,15 @@ def expected_resume(ref, ckpt_dir):
 
 def run_and_kill(cmd, env, rng, ref, ckpt_dir):
     """Starts cmd and SIGKILLs it at a random moment; returns where (None when it finished first)."""
+    def tmp_folders():  # (name, inode): a folder removed and made again is a new one
+        found = set()
+        for n in temporaries(ckpt_dir):
+            try:
+                found.add((n, os.stat(os.path.join(ckpt_dir, n)).st_ino))
+            except FileNotFoundError:
+                pass
+        return found
+    stale = tmp_folders()  # left by an earlier kill: not a write in progress
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.monotonic()
     if rng.random() < 0.5:  # anywhere in the run
@@ -190,7 +202,7 @@ def run_and_kill(cmd, env, rng, ref, ckpt_dir):
         pause = rng.choice([0, 0, rng.uniform(0, 0.002)])
         where = f"before checkpoint-{target}'s write was seen"
         while p.poll() is None and time.monotonic() - t0 < LIMIT_S:
-            tmp = [n for n in temporaries(ckpt_dir) if int(n.split("-")[1].split(".")[0]) >= target]
+            tmp = [n for n, ino in tmp_folders() - stale if int(n.split("-")[1].split(".")[0]) >= target]
             if tmp:
                 time.sleep(pause)
                 where = f"while writing {tmp[0]}" + (f" (+{pause * 1e3:.1f} ms)" if pause else "")
@@ -223,9 +235,13 @@ def kill_trial(onnxdp, ref, work, rng, kills_left, made, damage=False):
     out = os.path.join(work, "run")
     shutil.rmtree(out, ignore_errors=True)
     cmd, env = train(onnxdp, out)
-    wheres, damaged = [], set()
+    wheres, damaged, tries = [], set(), 0
     while len(wheres) < kills_left:
         where = run_and_kill(cmd, env, rng, ref, out)
+        if where is None and damage and not wheres and tries < 5:  # nothing to damage yet: start again
+            tries += 1
+            shutil.rmtree(out, ignore_errors=True)
+            continue
         if where is None:
             break
         made.append(where)
@@ -240,6 +256,7 @@ def kill_trial(onnxdp, ref, work, rng, kills_left, made, damage=False):
         if not damage and rng.random() < 0.5:
             break
     newest, skipped = expected_resume(ref, out)
+    cmd, env = train(onnxdp, out, resume=True)  # also after a run that ended before its kill
     check_end(ref, out, out, finish(cmd, env), newest, skipped)
     what = "; ".join(wheres) or "finished before the kill"
     return f"{len(wheres)} kill(s) ({what}), resumed from checkpoint-{newest}" + (
@@ -314,6 +331,7 @@ def main():
         made = []  # one entry per SIGKILL sent, failed trials included
         while len(made) < kills_wanted:
             trial("kill", lambda: kill_trial(onnxdp, ref, work, rng, min(3, kills_wanted - len(made)), made))
+        kill_trial_kills = len(made)
         for _ in range(10 if args.full else 1):
             trial("fallback", lambda: kill_trial(onnxdp, ref, work, rng, 2, made, damage=True))
 
@@ -338,23 +356,24 @@ def main():
                                           lambda e: "checkpoint-1.tmp" in e and os.strerror(code) in e)
                 return f"fsync {errno.errorcode[code]}: {err}"
             trial("fsync", one)
-        # A disk that fills after a random count of bytes: alternately the one holding everything
-        # (metrics.jsonl, model.onnx and the checkpoints) and the output folder alone
-        # (metrics.jsonl, model.onnx: checkpoints in --checkpoint-dir elsewhere).
-        for i in range(10 if args.full else 2):
-            whole = i % 2 == 0
-            budget = rng.randrange(0, sum(ref.sizes.values()) if whole else ref.output_bytes)
-            def one(budget=budget, whole=whole):
-                newest, err = fault_trial(onnxdp, lib, ref, work, {"ONNXDP_FAULT_BYTES": str(budget)},
-                                          (lambda out, ckpt: work) if whole else (lambda out, ckpt: out),
+        # A disk that fills after a random count of bytes, in turn: the one holding everything
+        # (metrics.jsonl, model.onnx and the checkpoints), the output folder alone (checkpoints in
+        # --checkpoint-dir elsewhere) within the metrics lines, and within the model's export.
+        kinds = [("everything", lambda out, ckpt: work, 0, sum(ref.sizes.values())),
+                 ("metrics lines", lambda out, ckpt: out, 0, ref.metrics_bytes),
+                 ("model export", lambda out, ckpt: out, ref.metrics_bytes, ref.output_bytes)]
+        for i in range(12 if args.full else 3):
+            name, fault_dir_of, lo, hi = kinds[i % 3]
+            budget = rng.randrange(lo, hi)
+            def one(budget=budget, name=name, fault_dir_of=fault_dir_of):
+                newest, err = fault_trial(onnxdp, lib, ref, work, {"ONNXDP_FAULT_BYTES": str(budget)}, fault_dir_of,
                                           names_full_disk(work))
-                where = "everything" if whole else "the output folder"
-                return f"{where}: disk full after {budget} bytes: resumed from checkpoint-{newest}: {err}"
-            trial("metrics", one)
+                return f"{name}: disk full after {budget} bytes: resumed from checkpoint-{newest}: {err}"
+            trial("fill", one)
 
     took = time.monotonic() - t_start
     print(f"\n{'full campaign' if args.full else 'sample'} (seed {args.seed}), {took:.0f} s, "
-          f"{len(made)} SIGKILLs in all:")
+          f"{len(made)} SIGKILLs ({kill_trial_kills} in kill trials):")
     for kind, (n, ok) in counts.items():
         print(f"  {kind:<9} {ok} of {n} trials passed")
     print(f"{sum(ok for _, ok in counts.values())} passed, {len(failures)} failed")
