@@ -658,9 +658,12 @@ class Replica {
         j["eval_loss"] = ev->loss;
         if (ev->accuracy >= 0) j["eval_accuracy"] = ev->accuracy;
       }
+      errno = 0;
       metrics_ << j.dump() << "\n";
       metrics_.flush();
-      if (!metrics_) fail("writing metrics file '{}' failed at step {}: {}", o_.metrics, step, std::strerror(errno));
+      if (!metrics_)
+        fail("writing metrics file '{}' failed at step {}: {}", o_.metrics, step,
+             errno ? std::strerror(errno) : "the disk is full or failing");
     }
     if (tensorboard_) {
       tensorboard_->scalar("train/loss", step, s.loss);
