@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -248,10 +249,12 @@ void export_model(const std::string& in_path, const std::string& out_path, const
       if (!data) fail("export: writing '{}' failed", data_tmp);
     }
     {
+      errno = 0;  // a failed write's reason (a full disk: ENOSPC) in the error
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      if (!f || !m.SerializeToOstream(&f)) fail("export: cannot write '{}'", tmp);
+      if (!f || !m.SerializeToOstream(&f))
+        fail("export: cannot write '{}'{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
       f.close();
-      if (!f) fail("export: writing '{}' failed", tmp);
+      if (!f) fail("export: writing '{}' failed{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
     }
     std::error_code ec;
     if (wrote_data) {

@@ -18,6 +18,9 @@ namespace onnxdp {
 namespace fs = std::filesystem;
 
 namespace {
+// Why a stream's write failed: errno of the failed write (ENOSPC: "No space left on device").
+std::string write_error() { return errno ? std::strerror(errno) : "the disk is full or failing"; }
+
 const char* st_dtype(DType t) {
   switch (t) {
     case DType::f32: return "F32";
@@ -48,14 +51,15 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   }
   std::string header = h.dump();
   while ((header.size() + 8) % 8) header += ' ';
+  errno = 0;
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail("cannot write '{}'", path);
+  if (!f) fail("cannot write '{}': {}", path, std::strerror(errno));
   uint64_t n = header.size();
   f.write(reinterpret_cast<const char*>(&n), 8);
   f.write(header.data(), std::streamsize(header.size()));
   for (const auto& [name, t] : tensors) f.write(static_cast<const char*>(t.data()), std::streamsize(t.nbytes()));
   f.flush();
-  if (!f) fail("writing '{}' failed (disk full?)", path);
+  if (!f) fail("writing '{}' failed: {}", path, write_error());
 }
 
 std::map<std::string, Tensor> read_safetensors(const std::string& path) {
@@ -122,14 +126,8 @@ void sync_path(const fs::path& path) {
 
 const char* const kTensorFiles[] = {"model.safetensors", "optimizer.safetensors"};
 
-}  // namespace
-
-std::string save_checkpoint(const std::string& dir, int64_t step, const Checkpoint& c) {
-  fs::create_directories(dir);
-  fs::path final_dir = fs::path(dir) / ("checkpoint-" + std::to_string(step));
-  fs::path tmp = fs::path(dir) / (".checkpoint-" + std::to_string(step) + ".tmp");
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+// The checkpoint's files into the temporary folder tmp, each on the disk before the next step.
+void write_checkpoint_files(const fs::path& tmp, const Checkpoint& c) {
   write_safetensors((tmp / "model.safetensors").string(), c.model);
   write_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer);
   nlohmann::json state = c.state;
@@ -140,13 +138,31 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Checkpoi
     state["files"][name] = {{"bytes", bytes}, {"fnv1a64", sum}};
   }
   {
+    errno = 0;
     std::ofstream f(tmp / "trainer_state.json", std::ios::trunc);
     f << state.dump(2) << "\n";
     f.flush();
-    if (!f) fail("writing '{}' failed (disk full?)", (tmp / "trainer_state.json").string());
+    if (!f) fail("writing '{}' failed: {}", (tmp / "trainer_state.json").string(), write_error());
   }
   sync_path(tmp / "trainer_state.json");
   sync_path(tmp);
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& dir, int64_t step, const Checkpoint& c) {
+  fs::create_directories(dir);
+  fs::path final_dir = fs::path(dir) / ("checkpoint-" + std::to_string(step));
+  fs::path tmp = fs::path(dir) / (".checkpoint-" + std::to_string(step) + ".tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    write_checkpoint_files(tmp, c);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // a failed write (a full disk) gives its space back; the older checkpoints stay
+    throw;
+  }
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   sync_path(dir);

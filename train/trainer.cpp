@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -364,16 +365,40 @@ class Replica {
     order_.resize(size_t(data_.samples));
     cursor_ = data_.samples;
     if (o_.resume) resume();
+    if (lead_ && !o_.metrics.empty()) open_metrics();
     result_.first_step = first_step_;
     state_->push();  // the device's copies start as the host's (after the broadcast and a resume)
     t_start_ = std::chrono::steady_clock::now();
   }
 
-  void open_outputs() {
-    if (lead_ && !o_.metrics.empty()) {
-      metrics_.open(o_.metrics, o_.resume ? std::ios::app : std::ios::trunc);
-      if (!metrics_) fail("cannot write metrics file '{}'", o_.metrics);
+  // A resumed run's metrics continue the file after the last step the checkpoint holds: the lines
+  // of steps to be run again (a kill between a step's line and its checkpoint, a fallback past a
+  // checkpoint that does not verify) and a partial line (a disk that filled) are cut off first.
+  void open_metrics() {
+    std::error_code ec;
+    if (o_.resume && fs::is_regular_file(o_.metrics, ec)) {  // not a pipe or a terminal: never read those
+      uint64_t keep = 0;  // bytes of the lines kept
+      if (std::ifstream old(o_.metrics, std::ios::binary); old) {
+        std::vector<char> line(size_t(1) << 20);  // onnxdp's lines are a few hundred bytes; longer is not one
+        // Stops at a line that is too long, or has no newline (fail, eof): a partial line.
+        while (old.getline(line.data(), std::streamsize(line.size())) && !old.eof()) {
+          const std::string_view text(line.data(), size_t(old.gcount() - 1));  // gcount counts the newline
+          const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+          if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+              j["step"].get<int64_t>() >= first_step_)
+            break;
+          keep += text.size() + 1;
+        }
+        old.close();
+        fs::resize_file(o_.metrics, keep, ec);
+        if (ec) fail("cannot write metrics file '{}': {}", o_.metrics, ec.message());
+      }
     }
+    metrics_.open(o_.metrics, o_.resume ? std::ios::app : std::ios::trunc);
+    if (!metrics_) fail("cannot write metrics file '{}': {}", o_.metrics, std::strerror(errno));
+  }
+
+  void open_outputs() {
     log_every_ = o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, total_steps_ / 10);
     if (lead_ && !o_.tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(o_.tensorboard_dir);
     if (quiet_) return;
@@ -510,7 +535,13 @@ class Replica {
       c.state["loss_scale"] = scaler_->scale();
       c.state["loss_scale_growth_tracker"] = scaler_->growth_tracker();
     }
-    last_checkpoint_ = save_checkpoint(o_.checkpoint_dir, step, c);
+    try {
+      last_checkpoint_ = save_checkpoint(o_.checkpoint_dir, step, c);
+    } catch (const Error& e) {
+      fail("the checkpoint of step {} was not written: {}. {}", step, e.what(),
+           no_checkpoint_or_last("The last good checkpoint is ") +
+               (last_checkpoint_.empty() ? "" : " (--resume continues from it)."));
+    }
   }
 
   std::string no_checkpoint_or_last(const char* lead_in) const {
@@ -630,8 +661,12 @@ class Replica {
         j["eval_loss"] = ev->loss;
         if (ev->accuracy >= 0) j["eval_accuracy"] = ev->accuracy;
       }
+      errno = 0;
       metrics_ << j.dump() << "\n";
       metrics_.flush();
+      if (!metrics_)
+        fail("writing metrics file '{}' failed at step {}: {}", o_.metrics, step,
+             errno ? std::strerror(errno) : "the disk is full or failing");
     }
     if (tensorboard_) {
       tensorboard_->scalar("train/loss", step, s.loss);

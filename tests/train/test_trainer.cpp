@@ -479,6 +479,65 @@ TEST_CASE("train: --resume falls back past a checkpoint that does not verify, an
   CHECK_THROWS_WITH_AS(train(resumed), doctest::Contains("no checkpoint in"), Error);
 }
 
+// A run killed after a step's metrics line but before its checkpoint was complete, and one whose
+// newest checkpoint does not verify, re-run steps on --resume: the metrics file then lists each
+// step once, in order, as an uninterrupted run's, without a partial line left by a full disk.
+TEST_CASE("train: --resume lists each step once in the metrics, after a kill or a fallback") {
+  fs::path d = scratch("resume_metrics");
+  auto base = [&](const std::string& name, int64_t steps) {
+    TrainOptions o;
+    o.model = model_path("mlp");
+    o.batch_size = 128;
+    o.steps = steps;
+    o.seed = 3;
+    o.quiet = true;
+    o.checkpoint_dir = (d / name).string();
+    o.checkpoint_every = 2;
+    o.metrics = (d / name / "metrics.jsonl").string();
+    fs::create_directories(d / name);
+    return o;
+  };
+  auto steps_and_losses = [](const fs::path& metrics) {
+    std::vector<std::pair<int64_t, double>> out;
+    std::ifstream f(metrics);
+    for (std::string line; std::getline(f, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);  // a partial line fails the test here
+      out.emplace_back(j.at("step").get<int64_t>(), j.at("loss").get<double>());
+    }
+    return out;
+  };
+  train(base("straight", 8));
+  const auto want = steps_and_losses(d / "straight" / "metrics.jsonl");
+  REQUIRE(want.size() == 8);
+  for (const std::string how : {"killed", "fallback"}) {
+    CAPTURE(how);
+    train(base(how, 6));  // checkpoints 2, 4, 6; metrics of steps 1..6
+    const fs::path run = d / how;
+    if (how == "killed") {
+      // Killed while checkpoint-6 was written (its temporary folder is all there is of it); and a
+      // partial metrics line after step 6's, as a disk that filled leaves.
+      fs::rename(run / "checkpoint-6", run / ".checkpoint-6.tmp");
+      std::ofstream(run / "metrics.jsonl", std::ios::app) << "{\"comm_wait_ms\":0.0,\"epo";
+    } else {
+      std::ofstream(run / "checkpoint-6" / "trainer_state.json", std::ios::trunc);  // does not verify
+    }
+    TrainOptions resumed = base(how, 8);
+    resumed.resume = true;
+    CHECK(train(resumed).first_step == 5);
+    CHECK(steps_and_losses(run / "metrics.jsonl") == want);
+  }
+}
+
+// A metrics line that cannot be written (a full disk: /dev/full) stops the run naming the file.
+TEST_CASE("train: a metrics file on a full disk is an error naming it") {
+  TrainOptions o;
+  o.model = model_path("mlp");
+  o.steps = 2;
+  o.quiet = true;
+  o.metrics = "/dev/full";
+  CHECK_THROWS_WITH_AS(train(o), doctest::Contains("metrics file '/dev/full'"), Error);
+}
+
 TEST_CASE("train: bad input gives a clear error before step 1") {
   fs::path d = scratch("bad");
   TrainOptions o;
