@@ -242,7 +242,7 @@ class Replica {
     lo_.kind = o_.loss;
     lo_.label_name = o_.label;
     lo_.class_axis = o_.class_axis;
-    if (need_label) lo_.label_dtype = data_.arrays.at(o_.label).dtype();
+    if (need_label) lo_.label_dtype = data_.arrays.at(o_.label).dtype;
     for (const auto& [name, t] : data_.arrays) batch_inputs_.push_back(name);  // graph inputs and the label
     if (o_.grad_accum < 1) fail("--grad-accum must be at least 1 (got {})", o_.grad_accum);
     // Held-out data is checked before step 1, not after the training.
@@ -358,7 +358,7 @@ class Replica {
     base_lr_ = opt_->options().lr;
     if (o_.mixed_precision == "fp16") scaler_.emplace(o_.loss_scale);
     open_outputs();
-    order_.resize(size_t(data_.samples));
+    order_ = std::make_unique<SampleOrder>(data_, o_.shuffle, o_.seed);
     cursor_ = data_.samples;
     if (o_.resume) resume();
     result_.first_step = first_step_;
@@ -380,6 +380,13 @@ class Replica {
                trainable_.size(), trainable_numel_, result_.frozen.size(), data_.samples, batch_,
                K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps_);
     for (const std::string& note : export_notes_) fmt::print("onnxdp train: {}\n", note);
+    // The data's memory: mapped files are read per batch (a batch's pages, given back after it);
+    // only a deflated .npz is held whole.
+    if (data_.shards.size() > 1 || data_.mapped_bytes() > 0)
+      fmt::print("onnxdp train: data {}: {} file{}{}, {:.1f} MiB mapped and read per batch, {:.1f} MiB held in memory\n",
+                 data_path_, data_.shards.size(), data_.shards.size() == 1 ? "" : "s",
+                 data_.seq_len > 0 ? fmt::format(" of tokens in windows of {} + 1", data_.seq_len) : std::string(),
+                 mib(data_.mapped_bytes()), mib(data_.held_bytes()));
     // The full step's plan: what runs where, and the memory it holds.
     const std::string host = device_ ? plans_.begin()->second.plan->host_ops() : std::string();
     fmt::print("onnxdp train: {} holds {:.1f} MiB per replica (activations{} {:.1f}, parameters + gradients + "
@@ -406,13 +413,7 @@ class Replica {
   }
   static double mib(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
-  void shuffle_for(int64_t ep) {
-    std::iota(order_.begin(), order_.end(), 0);
-    if (o_.shuffle) {
-      std::mt19937_64 rng(o_.seed * 1000003ull + uint64_t(ep));
-      std::shuffle(order_.begin(), order_.end(), rng);
-    }
-  }
+  void shuffle_for(int64_t ep) { order_->set_epoch(ep); }
 
   // The step's global rows: the next full step, or what is left of the epoch (a new epoch
   // reshuffles).
@@ -564,8 +565,12 @@ class Replica {
                         float loss_scale) {
     const bool last = start + mrows == step_rows;
     TrainPlan& tp = plan_for(mrows, step_rows, last);
-    std::vector<int64_t> idx(order_.begin() + cursor_ + start, order_.begin() + cursor_ + start + mrows);
-    std::map<std::string, Tensor> inputs = take_rows(data_, idx);
+    // The graph's inputs hold the micro-batch's global rows; this replica reads only its own (its
+    // Scatter's), the others stay zero.
+    const int64_t own = shard_offset(mrows, world_, rank_), own_rows = shard_rows(mrows, world_)[size_t(rank_)];
+    std::vector<int64_t> idx(size_t(mrows), 0);
+    for (int64_t i = own; i < own + own_rows; ++i) idx[size_t(i)] = order_->at(cursor_ + start + i);
+    std::map<std::string, Tensor> inputs = take_rows(data_, idx, own, own + own_rows);
     if (o_.grad_accum > 1) {  // the sums so far are in the flat gradient buffer: zero before the first micro-batch
       if (start == 0) state_->zero_grads();
       inputs["grad_accum/loss"] = Tensor::scalar_f32(start == 0 ? 0.f : loss_so_far);
@@ -756,7 +761,7 @@ class Replica {
   std::optional<LossScaler> scaler_;  // --mixed-precision fp16
   // the run's position
   int64_t full_step_ = 0, total_steps_ = 0, first_step_ = 1, epoch_ = -1, cursor_ = 0, samples_seen_ = 0;
-  std::vector<int64_t> order_;  // the epoch's sample order
+  std::unique_ptr<SampleOrder> order_;  // the epoch's sample order
   std::string last_checkpoint_;
   // outputs
   std::ofstream metrics_;
@@ -860,9 +865,18 @@ TrainOptions resolve_outputs(TrainOptions o) {
     if (o.save.empty()) o.save = (d / "model.onnx").string();
   }
   // Nothing written may be a file the run reads (--output-dir set to the model's own folder, say).
-  check_outputs_apart({{metrics_role, o.metrics}, {save_role, o.save}},
-                      {{"the model", o.model}, {"--data", training_data_path(o)}, {"--eval-data", o.eval_data},
-                       {"--config", o.config_file}});
+  std::vector<NamedPath> inputs = {{"the model", o.model}, {"--data", training_data_path(o)},
+                                   {"--eval-data", o.eval_data}, {"--config", o.config_file}};
+  for (const std::string& spec : {training_data_path(o), o.eval_data}) {  // every shard of a folder or glob
+    if (spec.empty()) continue;
+    std::vector<std::string> shards;
+    try {
+      shards = expand_data_paths(spec);
+    } catch (const Error&) {  // the data's load names what is wrong
+    }
+    for (const std::string& f : shards) inputs.push_back({spec == o.eval_data ? "--eval-data" : "--data", f});
+  }
+  check_outputs_apart({{metrics_role, o.metrics}, {save_role, o.save}}, inputs);
   if (!o.output_dir.empty()) {
     const fs::path d = o.output_dir;
     std::error_code ec;
