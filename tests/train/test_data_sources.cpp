@@ -342,45 +342,39 @@ TEST_CASE("data: a tiny LM trains on token shards; stopped and resumed it sees t
     o.model = sample_model("tiny_lm");
     o.data = tmp.file("train_*.bin");
     o.eval_data = tmp.file("val_000.bin");
-    o.batch_size = 16;  // 120 windows: 8 steps an epoch; 12 steps cross into the second
-    o.steps = 12;
+    o.batch_size = 16;  // 120 windows: 8 steps an epoch (the 8th of 8 rows); 14 steps cross into the second
+    o.steps = 14;
     o.seed = 11;
     o.quiet = true;
     o.optimizer.lr = 3e-3;
     o.checkpoint_dir = tmp.file(run);
-    o.checkpoint_every = 6;
+    o.checkpoint_every = 5;
     return o;
   };
   const TrainResult straight = train(base("a"));
-  REQUIRE(straight.losses.size() == 12);
+  REQUIRE(straight.losses.size() == 14);
   CHECK(straight.losses.back() < straight.losses.front());
   CHECK(straight.evaluated);
   CHECK(straight.eval_loss > 0);
-  TrainOptions first = base("b");
-  first.steps = 12;
-  first.checkpoint_every = 5;  // a checkpoint mid-epoch: step 5 of 8
-  {
-    TrainOptions stop = first;
-    stop.steps = 12;
-    // Stop after step 5 as a kill would: the run of 12 steps is cut by training only 5 of them
-    // with the same schedule (the constant lr does not depend on the total).
-    stop.steps = 5;
-    train(stop);
-  }
+  // Stopped after step 10 (mid second epoch, its checkpoint written), as a kill would leave it:
+  // the run of 14 steps cut short (the constant lr does not depend on the total).
+  TrainOptions stop = base("b");
+  stop.steps = 10;
+  train(stop);
   TrainOptions resumed = base("b");
   resumed.resume = true;
   const TrainResult r = train(resumed);
-  CHECK(r.first_step == 6);
-  REQUIRE(r.losses.size() == 7);
-  for (size_t i = 0; i < 7; ++i) {
+  CHECK(r.first_step == 11);
+  REQUIRE(r.losses.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
-    CHECK(r.losses[i] == straight.losses[5 + i]);
+    CHECK(r.losses[i] == straight.losses[10 + i]);
   }
   // Two replicas (each reading its rows) train as one.
   TrainOptions two = base("c");
   two.devices = "cpu:2";
   two.checkpoint_dir.clear();
   const TrainResult t = train(two);
-  REQUIRE(t.losses.size() == 12);
-  for (size_t i = 0; i < 12; ++i) CHECK(t.losses[i] == doctest::Approx(straight.losses[i]).epsilon(1e-5));
+  REQUIRE(t.losses.size() == 14);
+  for (size_t i = 0; i < 14; ++i) CHECK(t.losses[i] == doctest::Approx(straight.losses[i]).epsilon(1e-5));
 }
