@@ -207,13 +207,14 @@ ImportOptions shapes_for(const Dataset& d, int64_t batch) {
   return io;
 }
 
-void check_class_labels(Dataset& d, const std::string& path, const std::string& label, int64_t classes) {
+void check_class_labels(Dataset& d, const std::string& path, const std::string& label, int64_t classes,
+                        uint64_t limit) {
   const ArrayInfo& a = d.arrays.at(label);
   if (a.dtype != DType::i64 && a.dtype != DType::i32)
     fail("data '{}': label array '{}' is {}; --loss cross_entropy takes class indices (int64 or int32)", path, label,
          dtype_name(a.dtype));
   const size_t row = a.row_bytes();
-  if (uint64_t(d.samples) * row > (uint64_t(256) << 20)) {  // too many to read before step 1: checked per batch
+  if (uint64_t(d.samples) * row > limit) {  // too many to read before step 1: checked per batch
     d.classes = classes;
     d.label = label;
     return;

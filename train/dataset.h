@@ -46,9 +46,10 @@ std::map<std::string, Tensor> take_rows(const Dataset& d, const std::vector<int6
 
 // cross_entropy: every value of the label array in [0, classes), else an error naming the data,
 // the position, the value and the class count (a label out of range would otherwise select no
-// class and train on a loss of 0 for that position). Labels up to 256 MiB are checked here,
-// before step 1; beyond, each batch's as it is read (d.classes).
-void check_class_labels(Dataset& d, const std::string& path, const std::string& label, int64_t classes);
+// class and train on a loss of 0 for that position). Labels up to `limit` bytes (256 MiB) are
+// checked here, before step 1; beyond, each batch's as it is read (d.classes).
+void check_class_labels(Dataset& d, const std::string& path, const std::string& label, int64_t classes,
+                        uint64_t limit = uint64_t(256) << 20);
 
 // Import options for batches of `batch` rows of d: every array's shape with axis 0 = batch.
 ImportOptions shapes_for(const Dataset& d, int64_t batch);
@@ -61,6 +62,7 @@ class SampleOrder {
  public:
   SampleOrder(const Dataset& d, bool shuffle, uint64_t seed);
   void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
   int64_t at(int64_t position);  // the sample at `position` (0 .. samples) of the epoch
 
  private:

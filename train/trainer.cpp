@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -359,6 +360,7 @@ class Replica {
     if (o_.mixed_precision == "fp16") scaler_.emplace(o_.loss_scale);
     open_outputs();
     order_ = std::make_unique<SampleOrder>(data_, o_.shuffle, o_.seed);
+    ahead_order_ = std::make_unique<SampleOrder>(data_, o_.shuffle, o_.seed);
     cursor_ = data_.samples;
     if (o_.resume) resume();
     result_.first_step = first_step_;
@@ -415,17 +417,70 @@ class Replica {
 
   void shuffle_for(int64_t ep) { order_->set_epoch(ep); }
 
-  // The step's global rows: the next full step, or what is left of the epoch (a new epoch
-  // reshuffles).
-  int64_t next_rows() {
-    int64_t left = data_.samples - cursor_;
+  // A micro-batch's place in the data: the epoch, the position of its first row in the epoch's
+  // order, its global rows.
+  struct BatchPlace {
+    int64_t epoch = -1, position = 0, rows = 0;
+    bool operator==(const BatchPlace&) const = default;
+  };
+
+  // The step after one that ended at `cursor` of `epoch`: the next full step, or what is left of
+  // the epoch (a new epoch, from position 0, when nothing or, with --drop-last, too little is left).
+  BatchPlace step_after(int64_t epoch, int64_t cursor) const {
+    int64_t left = data_.samples - cursor;
     if (left <= 0 || (o_.drop_last && left < full_step_)) {
-      ++epoch_;
-      cursor_ = 0;
-      shuffle_for(epoch_);
+      ++epoch;
+      cursor = 0;
       left = data_.samples;
     }
-    return std::min(full_step_, left);
+    return {epoch, cursor, std::min(full_step_, left)};
+  }
+
+  // The step's global rows (a new epoch reshuffles).
+  int64_t next_rows() {
+    const BatchPlace p = step_after(epoch_, cursor_);
+    if (p.epoch != epoch_) {
+      epoch_ = p.epoch;
+      cursor_ = p.position;
+      shuffle_for(epoch_);
+    }
+    return p.rows;
+  }
+
+  // The rows of the micro-batch at `p` that this replica reads (its Scatter's share), from
+  // `order`; the others stay zero.
+  std::map<std::string, Tensor> read_batch(SampleOrder& order, const BatchPlace& p) const {
+    const int64_t own = shard_offset(p.rows, world_, rank_), own_rows = shard_rows(p.rows, world_)[size_t(rank_)];
+    if (order.epoch() != p.epoch) order.set_epoch(p.epoch);
+    std::vector<int64_t> idx(size_t(p.rows), 0);
+    for (int64_t i = own; i < own + own_rows; ++i) idx[size_t(i)] = order.at(p.position + i);
+    return take_rows(data_, idx, own, own + own_rows);
+  }
+
+  // The micro-batch's rows: read ahead while the one before ran, or now. Then the next one's
+  // read starts in the background (train/dataset.h's reads are const: the step's thread and the
+  // reader share the maps), so a step waits on the data only when reading is slower than it.
+  std::map<std::string, Tensor> batch_at(int64_t step, int64_t start, int64_t mrows, int64_t step_rows) {
+    const BatchPlace here{epoch_, cursor_ + start, mrows};
+    std::map<std::string, Tensor> rows;
+    if (ahead_.valid() && ahead_place_ == here) {
+      rows = ahead_.get();  // an error of the read surfaces here
+      ++result_.batches_read_ahead;
+    } else {
+      ahead_ = {};  // (never another place: the steps follow step_after)
+      rows = read_batch(*order_, here);
+    }
+    BatchPlace next;
+    if (start + mrows < step_rows) next = {epoch_, here.position + mrows, std::min(batch_, step_rows - start - mrows)};
+    else if (step < total_steps_) {
+      next = step_after(epoch_, cursor_ + step_rows);
+      next.rows = std::min(batch_, next.rows);
+    }
+    if (next.rows > 0) {
+      ahead_place_ = next;
+      ahead_ = std::async(std::launch::async, [this, next] { return read_batch(*ahead_order_, next); });
+    }
+    return rows;
   }
 
   // --- checkpoints: the master tensors, the optimizer state under torch.optim's names, the state ---
@@ -565,12 +620,8 @@ class Replica {
                         float loss_scale) {
     const bool last = start + mrows == step_rows;
     TrainPlan& tp = plan_for(mrows, step_rows, last);
-    // The graph's inputs hold the micro-batch's global rows; this replica reads only its own (its
-    // Scatter's), the others stay zero.
-    const int64_t own = shard_offset(mrows, world_, rank_), own_rows = shard_rows(mrows, world_)[size_t(rank_)];
-    std::vector<int64_t> idx(size_t(mrows), 0);
-    for (int64_t i = own; i < own + own_rows; ++i) idx[size_t(i)] = order_->at(cursor_ + start + i);
-    std::map<std::string, Tensor> inputs = take_rows(data_, idx, own, own + own_rows);
+    // The graph's inputs hold the micro-batch's global rows; this replica reads only its own.
+    std::map<std::string, Tensor> inputs = batch_at(step, start, mrows, step_rows);
     if (o_.grad_accum > 1) {  // the sums so far are in the flat gradient buffer: zero before the first micro-batch
       if (start == 0) state_->zero_grads();
       inputs["grad_accum/loss"] = Tensor::scalar_f32(start == 0 ? 0.f : loss_so_far);
@@ -761,7 +812,10 @@ class Replica {
   std::optional<LossScaler> scaler_;  // --mixed-precision fp16
   // the run's position
   int64_t full_step_ = 0, total_steps_ = 0, first_step_ = 1, epoch_ = -1, cursor_ = 0, samples_seen_ = 0;
-  std::unique_ptr<SampleOrder> order_;  // the epoch's sample order
+  std::unique_ptr<SampleOrder> order_;        // the epoch's sample order
+  std::unique_ptr<SampleOrder> ahead_order_;  // the reader's (it may be an epoch ahead)
+  std::future<std::map<std::string, Tensor>> ahead_;  // the next micro-batch, being read
+  BatchPlace ahead_place_;
   std::string last_checkpoint_;
   // outputs
   std::ofstream metrics_;

@@ -353,6 +353,7 @@ TEST_CASE("data: a tiny LM trains on token shards; stopped and resumed it sees t
   };
   const TrainResult straight = train(base("a"));
   REQUIRE(straight.losses.size() == 14);
+  CHECK(straight.batches_read_ahead == 13);  // every step's rows but the first's were read while the step before ran
   CHECK(straight.losses.back() < straight.losses.front());
   CHECK(straight.evaluated);
   CHECK(straight.eval_loss > 0);
@@ -365,6 +366,7 @@ TEST_CASE("data: a tiny LM trains on token shards; stopped and resumed it sees t
   resumed.resume = true;
   const TrainResult r = train(resumed);
   CHECK(r.first_step == 11);
+  CHECK(r.batches_read_ahead == 3);
   REQUIRE(r.losses.size() == 4);
   for (size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
@@ -377,4 +379,31 @@ TEST_CASE("data: a tiny LM trains on token shards; stopped and resumed it sees t
   const TrainResult t = train(two);
   REQUIRE(t.losses.size() == 14);
   for (size_t i = 0; i < 14; ++i) CHECK(t.losses[i] == doctest::Approx(straight.losses[i]).epsilon(1e-5));
+}
+
+TEST_CASE("data: the background reader follows micro-batches and epochs; a bad label it reads stops the step that uses it") {
+  TempDir tmp("onnxdp_data");
+  auto tokens = counting_tokens(0, 16 * 30 + 1);  // 30 windows
+  write_token_shard(tmp.file("a.bin"), tokens);
+  TrainOptions o;
+  o.model = sample_model("tiny_lm");
+  o.data = tmp.file("a.bin");
+  o.batch_size = 4;
+  o.grad_accum = 3;  // steps of 12 rows: 12, 12, 6, then the next epoch
+  o.steps = 5;
+  o.quiet = true;
+  const TrainResult r = train(o);
+  CHECK(r.batches_read_ahead == 3 + 3 + 2 + 3 + 3 - 1);
+  // A bad token: label element 4 of window 29 (tokens 465 .. 480). Checked before step 1 here;
+  // labels past the limit are checked as each batch is read, naming the same place.
+  tokens[16 * 29 + 5] = 33;
+  write_token_shard(tmp.file("a.bin"), tokens);
+  CHECK(contains(error_of([&] { train(o); }), "holds 33 at sample 29 (element 4)"));
+  const onnx::ModelProto lm = load_model_proto(sample_model("tiny_lm"));
+  Dataset d = load_dataset(tmp.file("a.bin"), lm, "label", true);
+  check_class_labels(d, d.path, "label", 32, 0);  // a limit of 0 bytes: every batch checks its own
+  CHECK(d.classes == 32);
+  CHECK_NOTHROW(take_rows(d, {0, 28}));
+  CHECK(contains(error_of([&] { take_rows(d, {0, 29}); }), "holds 33 at sample 29 (element 4)"));
+  CHECK_NOTHROW(take_rows(d, {0, 29}, 0, 1));  // another replica's row is not read, nor checked
 }
