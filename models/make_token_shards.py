@@ -18,6 +18,7 @@ val_000.bin, the rest to train_000.bin, train_001.bin, ... of `--shard-tokens` t
 Only the Python standard library is used (numpy is the text's source, not imported).
 """
 import argparse
+import array
 import importlib.metadata
 import os
 import re
@@ -71,7 +72,10 @@ def write_shard(path, tokens):
     header[0], header[1], header[2] = MAGIC, VERSION, len(tokens)
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+        words = array.array("H", tokens)
+        if sys.byteorder == "big":
+            words.byteswap()  # the format is little-endian
+        f.write(words.tobytes())
 
 
 def main():
@@ -80,8 +84,9 @@ def main():
     ap.add_argument("--package", default="numpy", help="the installed Python package whose license text is the corpus")
     ap.add_argument("--shard-tokens", type=int, default=8192, help="tokens per training shard")
     ap.add_argument("--val-tokens", type=int, default=2048, help="tokens held out in val_000.bin")
+    ap.add_argument("--repeat", type=int, default=1, help="the text this many times over (a large corpus for memory tests)")
     a = ap.parse_args()
-    tokens = tokenize(package_text(a.package))
+    tokens = tokenize(package_text(a.package)) * max(1, a.repeat)
     if len(tokens) < a.val_tokens + 2 * 17:
         sys.exit(f"make_token_shards: the text gives {len(tokens)} tokens, too few for {a.val_tokens} held out")
     os.makedirs(a.out, exist_ok=True)
