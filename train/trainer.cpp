@@ -762,6 +762,14 @@ class Replica {
                megabytes(double(r.peak_bytes)), device_ ? " and constants" : "", plans_.size(),
                plans_.size() == 1 ? "" : "s", megabytes(double(plans_bytes())), megabytes(double(state_->bytes())),
                megabytes(double(ru.ru_maxrss) * 1024));
+    if (data_.shards.size() > 1 || data_.mapped_bytes() > 0) {  // what the data costs: a batch and the one read ahead
+      size_t row = 0;
+      for (const auto& [name, a] : data_.arrays) row += a.row_bytes();
+      fmt::print("data: {} mapped, read a micro-batch at a time ({} per replica, and one more read ahead); {} held in "
+                 "memory\n", megabytes(double(data_.mapped_bytes())),
+                 megabytes(double(row * size_t(shard_rows(batch_, world_)[size_t(rank_)]))),
+                 megabytes(double(data_.held_bytes())));
+    }
     if (device_) fmt::print("{} of {} plans replay a recorded CUDA graph\n", r.replayed_plans, plans_.size());
     if (scaler_)
       fmt::print("float16 loss scaling: {} of {} steps skipped (gradients not finite), loss scale now {}\n",

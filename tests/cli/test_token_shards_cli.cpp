@@ -47,6 +47,7 @@ TEST_CASE("cli: train a sample LM on token shards made from a package's text; ki
   CliResult a = onnxdp_cli(tmp, "train " + common + " --eval-data " + q(corpus + "/val_000.bin") + " --output-dir " + q(tmp.file("a")));
   REQUIRE_MESSAGE(a.rc == 0, a.err);
   CHECK(contains(a.out, "files of tokens in windows of 16 + 1"));
+  CHECK(contains(a.out, "MB mapped, read a micro-batch at a time"));  // the summary's data memory
   CHECK(contains(a.out, "eval on " + corpus + "/val_000.bin: loss"));
   const auto straight = losses_by_step(tmp.file("a/metrics.jsonl"));
   REQUIRE(straight.size() == 400);

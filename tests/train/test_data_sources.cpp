@@ -237,7 +237,8 @@ TEST_CASE("data: llm.c token shards are windows of T + 1 tokens: the input and t
 TEST_CASE("data: the epoch order is a permutation drawn from seed and epoch, shard by shard") {
   TempDir tmp("onnxdp_data");
   const onnx::ModelProto lm = load_model_proto(sample_model("tiny_lm"));
-  for (int k = 0; k < 4; ++k) write_token_shard(tmp.file("s" + std::to_string(k) + ".bin"), counting_tokens(k, 16 * (5 + k) + 1));
+  const char* names[] = {"s0.bin", "s1.bin", "s2.bin", "s3.bin"};
+  for (int k = 0; k < 4; ++k) write_token_shard(tmp.file(names[k]), counting_tokens(k, 16 * (5 + k) + 1));
   Dataset d = load_dataset(tmp.file("s*.bin"), lm, "label", true);
   REQUIRE(d.samples == 5 + 6 + 7 + 8);
   auto epoch = [&](uint64_t seed, int64_t ep, bool shuffle) {
