@@ -325,7 +325,10 @@ class Replica {
   // Every replica must run the same training graph: compared before step 1.
   void check_same_graph(const Compiled& c) {
     if (!comm_) return;
-    std::string mine = hyper_parameters(o_) + training_fingerprint(c.g, c.buckets);
+    // The data too: every rank reads its own rows of the same order, so the files must agree.
+    std::string mine = hyper_parameters(o_) +
+                       fmt::format("data: {} samples in {} files\n", data_.samples, data_.shards.size()) +
+                       training_fingerprint(c.g, c.buckets);
     std::vector<std::vector<uint8_t>> all;
     comm_->all_gather_bytes(mine.data(), mine.size(), all);
     for (size_t r = 0; r < all.size(); ++r) {
