@@ -231,13 +231,14 @@ void check_class_labels(Dataset& d, const std::string& path, const std::string& 
   }
 }
 
-SampleOrder::SampleOrder(const Dataset& d, bool shuffle, uint64_t seed) : d_(d), shuffle_(shuffle), seed_(seed) {
+SampleOrder::SampleOrder(const Dataset& d, bool shuffle, uint64_t seed, int64_t block_rows)
+    : d_(d), shuffle_(shuffle), seed_(seed), block_rows_(std::max<int64_t>(1, block_rows)) {
   set_epoch(0);
 }
 
 void SampleOrder::set_epoch(int64_t epoch) {
   epoch_ = epoch;
-  cached_ = -1;
+  cached_ = cached_block_ = blocks_of_ = -1;
   shard_order_.resize(d_.shards.size());
   std::iota(shard_order_.begin(), shard_order_.end(), 0);
   if (shuffle_ && shard_order_.size() > 1) {
@@ -251,15 +252,35 @@ void SampleOrder::set_epoch(int64_t epoch) {
 int64_t SampleOrder::at(int64_t position) {
   const size_t k = size_t(std::upper_bound(start_.begin(), start_.end(), position) - start_.begin()) - 1;
   const int64_t s = shard_order_[k], local = position - start_[k];
-  if (!shuffle_) return d_.first[size_t(s)] + local;
-  if (cached_ != s) {  // shard 0's draw is the whole data's draw when there is one file
-    rows_.resize(size_t(d_.shards[size_t(s)]->rows()));
+  const int64_t first = d_.first[size_t(s)], rows = d_.shards[size_t(s)]->rows();
+  if (!shuffle_) return first + local;
+  // Shard 0's draw is the whole data's draw when there is one file.
+  const uint64_t shard_seed = seed_ * 1000003ull + uint64_t(epoch_) + uint64_t(s) * 0x9E3779B97F4A7C15ull;
+  int64_t block = 0, in_block = local;
+  if (rows > block_rows_) {  // a large shard: its blocks in a drawn order, then each block's rows
+    if (blocks_of_ != s) {
+      const int64_t n = (rows + block_rows_ - 1) / block_rows_;
+      blocks_.resize(size_t(n));
+      std::iota(blocks_.begin(), blocks_.end(), 0);
+      std::mt19937_64 rng(shard_seed ^ 0x424c4f434bull);  // "BLOCK"
+      std::shuffle(blocks_.begin(), blocks_.end(), rng);
+      block_start_ = {0};
+      for (int64_t b : blocks_) block_start_.push_back(block_start_.back() + std::min(block_rows_, rows - b * block_rows_));
+      blocks_of_ = s;
+    }
+    const size_t j = size_t(std::upper_bound(block_start_.begin(), block_start_.end(), local) - block_start_.begin()) - 1;
+    block = blocks_[j];
+    in_block = local - block_start_[j];
+  }
+  if (cached_ != s || cached_block_ != block) {
+    rows_.resize(size_t(std::min(block_rows_, rows - block * block_rows_)));
     std::iota(rows_.begin(), rows_.end(), 0);
-    std::mt19937_64 rng(seed_ * 1000003ull + uint64_t(epoch_) + uint64_t(s) * 0x9E3779B97F4A7C15ull);
+    std::mt19937_64 rng(shard_seed + uint64_t(block) * 0xD1B54A32D192ED03ull);
     std::shuffle(rows_.begin(), rows_.end(), rng);
     cached_ = s;
+    cached_block_ = block;
   }
-  return d_.first[size_t(s)] + rows_[size_t(local)];
+  return first + block * block_rows_ + rows_[size_t(in_block)];
 }
 
 }  // namespace onnxdp

@@ -55,12 +55,14 @@ void check_class_labels(Dataset& d, const std::string& path, const std::string& 
 ImportOptions shapes_for(const Dataset& d, int64_t batch);
 
 // An epoch's order of the samples. Shuffled: the shards in an order drawn from (seed, epoch),
-// each shard's rows in an order drawn from (seed, epoch, shard); one file is one shuffle of all
-// its rows. Not shuffled: the data's own order. It holds one shard's row order at a time (8
-// bytes per row of that shard), whatever the number of shards.
+// each shard's rows in an order drawn from (seed, epoch, shard), the shards one after another;
+// one file of up to block_rows rows is one shuffle of all its rows (the order onnxdp drew before
+// shards). A shard of more rows is read as blocks of block_rows rows: the blocks in an order drawn
+// from (seed, epoch, shard), each block's rows shuffled. It holds one block's row order at a time
+// (8 bytes a row) and a shard's block order, whatever the data's size.
 class SampleOrder {
  public:
-  SampleOrder(const Dataset& d, bool shuffle, uint64_t seed);
+  SampleOrder(const Dataset& d, bool shuffle, uint64_t seed, int64_t block_rows = int64_t(1) << 20);
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return epoch_; }
   int64_t at(int64_t position);  // the sample at `position` (0 .. samples) of the epoch
@@ -69,10 +71,14 @@ class SampleOrder {
   const Dataset& d_;
   bool shuffle_;
   uint64_t seed_;
+  int64_t block_rows_;
   int64_t epoch_ = 0;
   std::vector<int64_t> shard_order_;  // shards in the epoch's order
   std::vector<int64_t> start_;        // the position where each of them starts
-  int64_t cached_ = -1;               // the shard whose row order rows_ holds
+  int64_t blocks_of_ = -1;            // the shard whose block order blocks_ holds
+  std::vector<int64_t> blocks_;       // its blocks in their order
+  std::vector<int64_t> block_start_;  // the shard-local position where each of them starts
+  int64_t cached_ = -1, cached_block_ = -1;  // the shard and block whose row order rows_ holds
   std::vector<int64_t> rows_;
 };
 

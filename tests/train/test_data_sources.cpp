@@ -275,6 +275,29 @@ TEST_CASE("data: the epoch order is a permutation drawn from seed and epoch, sha
     shard_orders.insert(seq);
   }
   CHECK(shard_orders.size() > 1);
+  // Shards larger than a block (7 rows here) are read as blocks in a drawn order, each block's
+  // rows shuffled: still every sample once, each block's rows together.
+  auto blocked = [&](int64_t ep) {
+    SampleOrder o(d, true, 3, 7);
+    o.set_epoch(ep);
+    std::vector<int64_t> v;
+    for (int64_t p = 0; p < d.samples; ++p) v.push_back(o.at(p));
+    return v;
+  };
+  const auto bl = blocked(1);
+  CHECK(bl == blocked(1));
+  CHECK(bl != blocked(2));
+  sorted = bl;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == all);
+  int64_t block_runs = 0, last = -1;  // maximal runs of one (shard, block of 7 rows)
+  for (int64_t s : bl) {
+    const int64_t k = int64_t(std::upper_bound(d.first.begin(), d.first.end(), s) - d.first.begin()) - 1;
+    const int64_t key = k * 100 + (s - d.first[size_t(k)]) / 7;
+    block_runs += key != last;
+    last = key;
+  }
+  CHECK(block_runs == 1 + 1 + 1 + 2);  // shards of 5, 6, 7 rows are one block each; 8 rows are 7 + 1
   // One file keeps the order onnxdp drew before shards existed: std::shuffle of 0..n-1 with
   // mt19937_64(seed * 1000003 + epoch), so runs and checkpoints of earlier versions go on alike.
   const onnx::ModelProto mlp = load_model_proto(sample_model("mlp"));
