@@ -9,13 +9,15 @@
 namespace onnxdp::cli {
 
 Command add_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train an ONNX model on .npz data");
+  auto* cmd = app.add_subcommand("train", "Train an ONNX model on .npz, .npy or token-shard data");
   auto o = std::make_shared<TrainOptions>();
   auto loss = std::make_shared<std::string>("cross_entropy");
   auto optimizer = std::make_shared<std::string>("adamw");
   auto schedule = std::make_shared<std::string>("constant");
   cmd->add_option("model", o->model, "The .onnx model")->required();
-  cmd->add_option("--data", o->data, "Training data (.npz; default: the .npz beside the model)");
+  cmd->add_option("--data", o->data,
+                  "Training data: .npz, .npy, a folder or 'glob*' of shards, llm.c token shards 'train_*.bin' "
+                  "(default: the .npz beside the model)");
   cmd->add_option("--label", o->label, "Name of the target array in the data")->capture_default_str();
   cmd->add_option("--loss", *loss, "cross_entropy | mse | bce_with_logits | l1 | none")->capture_default_str();
   cmd->add_option("--class-axis", o->class_axis, "cross_entropy: axis of the classes (-1: last; 1: ONNX-style [N, C, ...])")
@@ -57,7 +59,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "Write checkpoint-STEP/ folders here (default: OUTPUT_DIR)");
   cmd->add_option("--checkpoint-every,--save-steps", o->checkpoint_every, "Steps between checkpoints (0: at the end only)");
   cmd->add_flag("--resume", o->resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
-  cmd->add_option("--eval-data", o->eval_data, "Evaluate on this .npz after training (loss, accuracy)");
+  cmd->add_option("--eval-data", o->eval_data, "Evaluate on this data after training (loss, accuracy); as --data");
   cmd->add_option("--eval-every,--eval-steps", o->eval_every, "Also evaluate every N steps (needs --eval-data)");
   cmd->add_option("--devices", o->devices, "auto (every GPU, else the CPU), cpu, cpu:N (N replicas; under mpirun N per process), cuda (every GPU; under mpirun one per process) or cuda:0,1,...")
       ->capture_default_str();

@@ -44,9 +44,10 @@ Evaluator::Result Evaluator::run(const std::map<std::string, Tensor>& parameters
     EvalPlan& e = plan_for(b, parameters);
     std::vector<int64_t> idx(static_cast<size_t>(b));
     std::iota(idx.begin(), idx.end(), start);
-    e.plan->execute(take_rows(data_, idx), {});
+    const std::map<std::string, Tensor> batch = take_rows(data_, idx);
+    e.plan->execute(batch, {});
     loss_sum += double(e.plan->ref(e.loss).as<float>()[0]) * double(b);
-    if (classifier) correct_positions += correct(e.plan->ref(e.prediction), start, b, &positions);
+    if (classifier) correct_positions += correct(e.plan->ref(e.prediction), batch.at(o_.label), &positions);
   }
   Result res;
   res.loss = loss_sum / double(data_.samples);
@@ -54,14 +55,13 @@ Evaluator::Result Evaluator::run(const std::map<std::string, Tensor>& parameters
   return res;
 }
 
-int64_t Evaluator::correct(const TensorRef& logits, int64_t start, int64_t b, int64_t* positions) {
-  if (labels_.empty()) labels_ = data_.arrays.at(o_.label).to_i64();
+int64_t Evaluator::correct(const TensorRef& logits, const Tensor& labels, int64_t* positions) {
+  const std::vector<int64_t> label = labels.to_i64();
   const int64_t r = logits.rank();
   const int64_t axis = o_.class_axis < 0 ? r - 1 : o_.class_axis;
   int64_t C = logits.dim(int(axis)), inner = 1;
   for (int64_t k = axis + 1; k < r; ++k) inner *= logits.dim(int(k));
   const int64_t outer = logits.numel / (C * inner);
-  const int64_t per_sample = outer * inner / b;
   const float* x = logits.as<float>();
   int64_t hits = 0;
   for (int64_t q = 0; q < outer; ++q)
@@ -69,7 +69,7 @@ int64_t Evaluator::correct(const TensorRef& logits, int64_t start, int64_t b, in
       int64_t best = 0;
       for (int64_t c = 1; c < C; ++c)
         if (x[(q * C + c) * inner + in] > x[(q * C + best) * inner + in]) best = c;
-      hits += best == labels_[size_t(start * per_sample + q * inner + in)];
+      hits += best == label[size_t(q * inner + in)];
       ++*positions;
     }
   return hits;

@@ -25,7 +25,7 @@ class Evaluator {
     double loss = 0, accuracy = -1;  // accuracy < 0: not a classifier
   };
   // cross_entropy: the held-out labels in [0, classes) (train/dataset.h), checked before step 1.
-  void check_labels(int64_t classes) const { check_class_labels(data_, path_, o_.label, classes); }
+  void check_labels(int64_t classes) { check_class_labels(data_, path_, o_.label, classes); }
   // parameters: the trainer's tensors by initializer name (the plans read their bytes).
   Result run(const std::map<std::string, Tensor>& parameters);
 
@@ -35,8 +35,8 @@ class Evaluator {
     ValueId prediction = kNoValue, loss = kNoValue;
   };
   EvalPlan& plan_for(int64_t rows, const std::map<std::string, Tensor>& parameters);
-  // Counts the positions of rows [start, start + rows) whose largest logit is the label.
-  int64_t correct(const TensorRef& logits, int64_t start, int64_t rows, int64_t* positions);
+  // Counts the positions of a batch whose largest logit is the label (`labels`: the batch's).
+  int64_t correct(const TensorRef& logits, const Tensor& labels, int64_t* positions);
 
   std::string path_;
   const onnx::ModelProto& proto_;
@@ -44,7 +44,6 @@ class Evaluator {
   LossOptions lo_;
   const TrainOptions& o_;
   Dataset data_;
-  std::vector<int64_t> labels_;
   std::shared_ptr<DeviceBackend> device_;
   std::map<int64_t, EvalPlan> plans_;
 };

@@ -412,4 +412,40 @@ void write_npz(const std::string& path, const std::map<std::string, Tensor>& arr
   }
 }
 
+NpyLayout parse_npy_layout(const uint8_t* bytes, size_t avail, const std::string& where) {
+  if (avail < 10 || std::memcmp(bytes, kMagic, 6) != 0) fail("{}: not a .npy file (bad magic bytes)", where);
+  const int major = bytes[6], minor = bytes[7];
+  size_t prefix = 0, header_len = 0;
+  if (major == 1) {
+    prefix = 10;
+    header_len = size_t(bytes[8]) | size_t(bytes[9]) << 8;
+  } else if ((major == 2 || major == 3) && avail >= 12) {
+    prefix = 12;
+    header_len = size_t(bytes[8]) | size_t(bytes[9]) << 8 | size_t(bytes[10]) << 16 | size_t(bytes[11]) << 24;
+  } else {
+    fail("{}: .npy format version {}.{} is not supported (onnxdp reads 1.0, 2.0, 3.0)", where, major, minor);
+  }
+  if (header_len > kMaxHeader) fail("{}: .npy header of {} bytes is too large", where, header_len);
+  if (prefix + header_len > avail)
+    fail("{}: truncated: its .npy header needs {} bytes, there are {}", where, prefix + header_len, avail);
+  NpyHeader h = HeaderParser(std::string(reinterpret_cast<const char*>(bytes) + prefix, header_len), where).parse();
+  if (h.fortran_order)
+    fail("{}: array is in Fortran order; onnxdp reads C order (save np.ascontiguousarray(a))", where);
+  NpyLayout l{dtype_from_descr(h.descr, where), h.shape, prefix + header_len};
+  int64_t numel;
+  try {
+    numel = shape_numel(h.shape);
+  } catch (const Error&) {
+    fail("{}: shape {} has more than 2^62 elements", where, shape_str(h.shape));
+  }
+  const size_t esize = dtype_size(l.dtype);
+  if (numel > int64_t(kMaxDim / int64_t(esize))) fail("{}: shape {} is too large", where, shape_str(h.shape));
+  const uint64_t data_bytes = uint64_t(numel) * esize;
+  if (avail - l.data_offset != data_bytes)
+    fail("{}: header says {} {} ({} bytes of data), but {} bytes follow its {}-byte header{}", where, h.descr,
+         shape_str(h.shape), data_bytes, avail - l.data_offset, l.data_offset,
+         avail - l.data_offset < data_bytes ? " (truncated)" : "");
+  return l;
+}
+
 }  // namespace onnxdp

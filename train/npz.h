@@ -23,4 +23,14 @@ void write_npz(const std::string& path, const std::map<std::string, Tensor>& arr
 // The .npy descr of a dtype ("<f4", "|b1" ...); throws Error for bf16.
 std::string npy_descr(DType t);
 
+// A .npy file's layout, from its first `avail` bytes (the whole file or member): dtype, shape and
+// where the data starts, with read_npz's checks (version, header, dtype, C order, and the data
+// filling exactly the rest of the `avail` bytes). For arrays read in place (train/data_files.h).
+struct NpyLayout {
+  DType dtype = DType::f32;
+  Shape shape;
+  size_t data_offset = 0;
+};
+NpyLayout parse_npy_layout(const uint8_t* bytes, size_t avail, const std::string& where);
+
 }  // namespace onnxdp

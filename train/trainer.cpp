@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -246,7 +247,7 @@ class Replica {
     lo_.kind = o_.loss;
     lo_.label_name = o_.label;
     lo_.class_axis = o_.class_axis;
-    if (need_label) lo_.label_dtype = data_.arrays.at(o_.label).dtype();
+    if (need_label) lo_.label_dtype = data_.arrays.at(o_.label).dtype;
     for (const auto& [name, t] : data_.arrays) batch_inputs_.push_back(name);  // graph inputs and the label
     if (o_.grad_accum < 1) fail("--grad-accum must be at least 1 (got {})", o_.grad_accum);
     // Held-out data is checked before step 1, not after the training.
@@ -328,7 +329,10 @@ class Replica {
   // Every replica must run the same training graph: compared before step 1.
   void check_same_graph(const Compiled& c) {
     if (!comm_) return;
-    std::string mine = hyper_parameters(o_) + training_fingerprint(c.g, c.buckets);
+    // The data too: every rank reads its own rows of the same order, so the files must agree.
+    std::string mine = hyper_parameters(o_) +
+                       fmt::format("data: {} samples in {} files\n", data_.samples, data_.shards.size()) +
+                       training_fingerprint(c.g, c.buckets);
     std::vector<std::vector<uint8_t>> all;
     comm_->all_gather_bytes(mine.data(), mine.size(), all);
     for (size_t r = 0; r < all.size(); ++r) {
@@ -362,7 +366,8 @@ class Replica {
     base_lr_ = opt_->options().lr;
     if (o_.mixed_precision == "fp16") scaler_.emplace(o_.loss_scale);
     open_outputs();
-    order_.resize(size_t(data_.samples));
+    order_ = std::make_unique<SampleOrder>(data_, o_.shuffle, o_.seed);
+    ahead_order_ = std::make_unique<SampleOrder>(data_, o_.shuffle, o_.seed);
     cursor_ = data_.samples;
     if (o_.resume) resume();
     if (lead_ && !o_.metrics.empty()) open_metrics();
@@ -408,6 +413,13 @@ class Replica {
                trainable_.size(), trainable_numel_, result_.frozen.size(), data_.samples, batch_,
                K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps_);
     for (const std::string& note : export_notes_) fmt::print("onnxdp train: {}\n", note);
+    // The data's memory: mapped files are read per batch (a batch's pages, given back after it);
+    // only a deflated .npz is held whole.
+    if (data_.shards.size() > 1 || data_.mapped_bytes() > 0)
+      fmt::print("onnxdp train: data {}: {} file{}{}, {:.1f} MiB mapped and read per batch, {:.1f} MiB held in memory\n",
+                 data_path_, data_.shards.size(), data_.shards.size() == 1 ? "" : "s",
+                 data_.seq_len > 0 ? fmt::format(" of tokens in windows of {} + 1", data_.seq_len) : std::string(),
+                 mib(data_.mapped_bytes()), mib(data_.held_bytes()));
     // The full step's plan: what runs where, and the memory it holds.
     const std::string host = device_ ? plans_.begin()->second.plan->host_ops() : std::string();
     fmt::print("onnxdp train: {} holds {:.1f} MiB per replica (activations{} {:.1f}, parameters + gradients + "
@@ -434,25 +446,72 @@ class Replica {
   }
   static double mib(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
-  void shuffle_for(int64_t ep) {
-    std::iota(order_.begin(), order_.end(), 0);
-    if (o_.shuffle) {
-      std::mt19937_64 rng(o_.seed * 1000003ull + uint64_t(ep));
-      std::shuffle(order_.begin(), order_.end(), rng);
-    }
-  }
+  void shuffle_for(int64_t ep) { order_->set_epoch(ep); }
 
-  // The step's global rows: the next full step, or what is left of the epoch (a new epoch
-  // reshuffles).
-  int64_t next_rows() {
-    int64_t left = data_.samples - cursor_;
+  // A micro-batch's place in the data: the epoch, the position of its first row in the epoch's
+  // order, its global rows.
+  struct BatchPlace {
+    int64_t epoch = -1, position = 0, rows = 0;
+    bool operator==(const BatchPlace&) const = default;
+  };
+
+  // The step after one that ended at `cursor` of `epoch`: the next full step, or what is left of
+  // the epoch (a new epoch, from position 0, when nothing or, with --drop-last, too little is left).
+  BatchPlace step_after(int64_t epoch, int64_t cursor) const {
+    int64_t left = data_.samples - cursor;
     if (left <= 0 || (o_.drop_last && left < full_step_)) {
-      ++epoch_;
-      cursor_ = 0;
-      shuffle_for(epoch_);
+      ++epoch;
+      cursor = 0;
       left = data_.samples;
     }
-    return std::min(full_step_, left);
+    return {epoch, cursor, std::min(full_step_, left)};
+  }
+
+  // The step's global rows (a new epoch reshuffles).
+  int64_t next_rows() {
+    const BatchPlace p = step_after(epoch_, cursor_);
+    if (p.epoch != epoch_) {
+      epoch_ = p.epoch;
+      cursor_ = p.position;
+      shuffle_for(epoch_);
+    }
+    return p.rows;
+  }
+
+  // The rows of the micro-batch at `p` that this replica reads (its Scatter's share), from
+  // `order`; the others stay zero.
+  std::map<std::string, Tensor> read_batch(SampleOrder& order, const BatchPlace& p) const {
+    const int64_t own = shard_offset(p.rows, world_, rank_), own_rows = shard_rows(p.rows, world_)[size_t(rank_)];
+    if (order.epoch() != p.epoch) order.set_epoch(p.epoch);
+    std::vector<int64_t> idx(size_t(p.rows), 0);
+    for (int64_t i = own; i < own + own_rows; ++i) idx[size_t(i)] = order.at(p.position + i);
+    return take_rows(data_, idx, own, own + own_rows);
+  }
+
+  // The micro-batch's rows: read ahead while the one before ran, or now. Then the next one's
+  // read starts in the background (train/dataset.h's reads are const: the step's thread and the
+  // reader share the maps), so a step waits on the data only when reading is slower than it.
+  std::map<std::string, Tensor> batch_at(int64_t step, int64_t start, int64_t mrows, int64_t step_rows) {
+    const BatchPlace here{epoch_, cursor_ + start, mrows};
+    std::map<std::string, Tensor> rows;
+    if (ahead_.valid() && ahead_place_ == here) {
+      rows = ahead_.get();  // an error of the read surfaces here
+      ++result_.batches_read_ahead;
+    } else {
+      ahead_ = {};  // (never another place: the steps follow step_after)
+      rows = read_batch(*order_, here);
+    }
+    BatchPlace next;
+    if (start + mrows < step_rows) next = {epoch_, here.position + mrows, std::min(batch_, step_rows - start - mrows)};
+    else if (step < total_steps_) {
+      next = step_after(epoch_, cursor_ + step_rows);
+      next.rows = std::min(batch_, next.rows);
+    }
+    if (next.rows > 0) {
+      ahead_place_ = next;
+      ahead_ = std::async(std::launch::async, [this, next] { return read_batch(*ahead_order_, next); });
+    }
+    return rows;
   }
 
   // --- checkpoints: the master tensors, the optimizer state under torch.optim's names, the state ---
@@ -598,8 +657,8 @@ class Replica {
                         float loss_scale) {
     const bool last = start + mrows == step_rows;
     TrainPlan& tp = plan_for(mrows, step_rows, last);
-    std::vector<int64_t> idx(order_.begin() + cursor_ + start, order_.begin() + cursor_ + start + mrows);
-    std::map<std::string, Tensor> inputs = take_rows(data_, idx);
+    // The graph's inputs hold the micro-batch's global rows; this replica reads only its own.
+    std::map<std::string, Tensor> inputs = batch_at(step, start, mrows, step_rows);
     if (o_.grad_accum > 1) {  // the sums so far are in the flat gradient buffer: zero before the first micro-batch
       if (start == 0) state_->zero_grads();
       inputs["grad_accum/loss"] = Tensor::scalar_f32(start == 0 ? 0.f : loss_so_far);
@@ -744,6 +803,14 @@ class Replica {
                megabytes(double(r.peak_bytes)), device_ ? " and constants" : "", plans_.size(),
                plans_.size() == 1 ? "" : "s", megabytes(double(plans_bytes())), megabytes(double(state_->bytes())),
                megabytes(double(ru.ru_maxrss) * 1024));
+    if (data_.shards.size() > 1 || data_.mapped_bytes() > 0) {  // what the data costs: a batch and the one read ahead
+      size_t row = 0;
+      for (const auto& [name, a] : data_.arrays) row += a.row_bytes();
+      fmt::print("data: {} mapped, read a micro-batch at a time ({} per replica, and one more read ahead); {} held in "
+                 "memory\n", megabytes(double(data_.mapped_bytes())),
+                 megabytes(double(row * size_t(shard_rows(batch_, world_)[size_t(rank_)]))),
+                 megabytes(double(data_.held_bytes())));
+    }
     if (device_) fmt::print("{} of {} plans replay a recorded CUDA graph\n", r.replayed_plans, plans_.size());
     if (scaler_)
       fmt::print("float16 loss scaling: {} of {} steps skipped (gradients not finite), loss scale now {}\n",
@@ -794,7 +861,10 @@ class Replica {
   std::optional<LossScaler> scaler_;  // --mixed-precision fp16
   // the run's position
   int64_t full_step_ = 0, total_steps_ = 0, first_step_ = 1, epoch_ = -1, cursor_ = 0, samples_seen_ = 0;
-  std::vector<int64_t> order_;  // the epoch's sample order
+  std::unique_ptr<SampleOrder> order_;        // the epoch's sample order
+  std::unique_ptr<SampleOrder> ahead_order_;  // the reader's (it may be an epoch ahead)
+  std::future<std::map<std::string, Tensor>> ahead_;  // the next micro-batch, being read
+  BatchPlace ahead_place_;
   std::string last_checkpoint_;
   // outputs
   std::ofstream metrics_;
@@ -898,9 +968,18 @@ TrainOptions resolve_outputs(TrainOptions o) {
     if (o.save.empty()) o.save = (d / "model.onnx").string();
   }
   // Nothing written may be a file the run reads (--output-dir set to the model's own folder, say).
-  check_outputs_apart({{metrics_role, o.metrics}, {save_role, o.save}},
-                      {{"the model", o.model}, {"--data", training_data_path(o)}, {"--eval-data", o.eval_data},
-                       {"--config", o.config_file}});
+  std::vector<NamedPath> inputs = {{"the model", o.model}, {"--data", training_data_path(o)},
+                                   {"--eval-data", o.eval_data}, {"--config", o.config_file}};
+  for (const std::string& spec : {training_data_path(o), o.eval_data}) {  // every shard of a folder or glob
+    if (spec.empty()) continue;
+    std::vector<std::string> shards;
+    try {
+      shards = expand_data_paths(spec);
+    } catch (const Error&) {  // the data's load names what is wrong
+    }
+    for (const std::string& f : shards) inputs.push_back({spec == o.eval_data ? "--eval-data" : "--data", f});
+  }
+  check_outputs_apart({{metrics_role, o.metrics}, {save_role, o.save}}, inputs);
   if (!o.output_dir.empty()) {
     const fs::path d = o.output_dir;
     std::error_code ec;

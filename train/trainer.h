@@ -82,6 +82,7 @@ struct TrainResult {
   // get_scale() after update()), and how many steps were skipped for non-finite gradients.
   std::vector<float> loss_scales;
   int64_t skipped_steps = 0;
+  int64_t batches_read_ahead = 0;  // micro-batches whose rows the background reader had read (all but the first)
 };
 
 TrainResult train(const TrainOptions& options);
