@@ -27,6 +27,7 @@
 #include "exec/flat_state.h"
 #include "exec/plan.h"
 #include "exec/profile.h"
+#include "graph/checked.h"
 #include "importer/export_metadata.h"
 #include "importer/onnx_io.h"
 #include "importer/trainability.h"
@@ -231,7 +232,8 @@ class Replica {
     lead_ = rank_ == 0;
     quiet_ = o_.quiet || !lead_;
     if (device_) device_->connect(comm_);  // every replica at once, before any plan
-    if (o_.per_device_batch_size > 0) o_.batch_size = o_.per_device_batch_size * world_;
+    if (o_.per_device_batch_size > 0)
+      o_.batch_size = checked_mul(o_.per_device_batch_size, world_, "--per-device-train-batch-size times the replicas");
     proto_ = load_model_proto(o_.model, &export_notes_);
     for (const std::string& w : export_warnings(proto_)) export_notes_.push_back("warning: " + w);
     for (const std::string& n : decide_trainability(proto_, {o_.freeze, o_.trainable}).notes) export_notes_.push_back(n);
@@ -348,7 +350,8 @@ class Replica {
 
   // --- start: the full step's plan, replicas made equal, optimizer, outputs, resume ---
   void start() {
-    full_step_ = std::min(o_.grad_accum * batch_, data_.samples);  // rows of a whole optimizer step
+    // Rows of a whole optimizer step (grad_accum * batch_, at most the data; no product that wraps).
+    full_step_ = o_.grad_accum > data_.samples / batch_ ? data_.samples : o_.grad_accum * batch_;
     TrainPlan& full = plan_for(last_micro(full_step_), full_step_, true);
     // Gradient buckets that are one range of the flat buffer: one all-reduce call each.
     result_.contiguous_buckets = full.plan->contiguous_all_reduces(full.bucket_nodes);
@@ -408,7 +411,7 @@ class Replica {
     if (lead_ && !o_.tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(o_.tensorboard_dir);
     if (quiet_) return;
     progress_ = std::make_unique<ProgressReporter>(total_steps_, o_.progress_bar && isatty(fileno(stdout)), log_every_);
-    const int64_t K = o_.grad_accum;
+    const int64_t K = ceil_div(full_step_, batch_);  // micro-batches of a full step (--grad-accum, at most the data)
     fmt::print("onnxdp train: {} trainable tensors ({} parameters), {} frozen; {} samples, batch {}{}, {} steps\n",
                trainable_.size(), trainable_numel_, result_.frozen.size(), data_.samples, batch_,
                K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps_);

@@ -713,6 +713,19 @@ TEST_CASE("cli: out-of-range option values are errors naming the option, never r
                                  q(tmp.file("out2")));
   CHECK(r.rc == 1);
   CHECK(contains(r.err, "--lr -1"));
+  // Products of options that do not fit in 64 bits: the option named, not a wrapped batch of 0 or
+  // a negative one ("a micro-batch of 0 rows", "--batch-size must be positive" before).
+  const std::string data = q(std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/eval.npz");
+  r = onnxdp_cli(tmp, "train " + model + " --data " + data + " --per-device-train-batch-size 4611686018427387904 "
+                      "--devices cpu:4 --steps 1 --quiet --output-dir " + q(tmp.file("out3")));
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err, "--per-device-train-batch-size times the replicas does not fit in 64 bits"));
+  // --grad-accum past the data: one step takes every sample (as with any count past it).
+  r = onnxdp_cli(tmp, "train " + model + " --data " + data + " --grad-accum 9223372036854775807 --batch-size 64 "
+                      "--steps 1 --output-dir " + q(tmp.file("out4")));
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "batch 64 x 5 micro-batches per step"));
 }
 
 // cross_entropy labels outside [0, classes) are an error before step 1 naming the data, the
