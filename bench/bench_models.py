@@ -36,6 +36,10 @@ def _tokens(vocab, context):
 # GPT-small: d_model 256, 4 layers, 8 heads, context 128, vocab 512 (untied head, pre-LN, GELU).
 GPT_SMALL = dict(vocab=512, context=128, d_model=256, n_head=8, n_layer=4)
 
+# GPT-2-small's shape (the scale benchmark, bench/load.py): vocab 50257, context 1024, d_model 768,
+# 12 layers, 12 heads; the head is untied (163 M parameters). Only when named: it is slow on a CPU.
+GPT2_SMALL = dict(vocab=50257, context=1024, d_model=768, n_head=12, n_layer=12)
+
 # name: builder, seed, exporter, input name, data maker, default batch, default N (steps).
 # Default N is larger for the tiny models so that the 3N steps the timing rests on last long
 # enough to stand out of process start-up noise.
@@ -52,6 +56,8 @@ MODELS = {
                     data=_tokens(mm.VOCAB, mm.CONTEXT), batch=64, steps=20),
     "gpt_small": dict(build=lambda: mm.TinyLM(**GPT_SMALL), seed=7, export="legacy", input="tokens",
                       data=_tokens(GPT_SMALL["vocab"], GPT_SMALL["context"]), batch=8, steps=3),
+    "gpt2_small": dict(build=lambda: mm.TinyLM(**GPT2_SMALL), seed=8, export="legacy", input="tokens",
+                       data=_tokens(GPT2_SMALL["vocab"], GPT2_SMALL["context"]), batch=1, steps=2),
 }
 
 

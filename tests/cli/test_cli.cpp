@@ -116,7 +116,7 @@ TEST_CASE("cli: --version prints the version and the CUDA line") {
   CHECK((contains(r.out, "CUDA: built") || contains(r.out, "CUDA: not built")));
 }
 
-TEST_CASE("cli: no subcommand prints help; a usage error exits 2") {
+TEST_CASE("cli: no subcommand prints help, a usage error exits 2") {
   TempDir tmp;
   Result r = onnxdp_cli(tmp, "");
   CHECK(r.rc == 0);
@@ -647,7 +647,7 @@ TEST_CASE("inference_mode: used running-stat outputs read the unchanged statisti
   t.check_producers();
 }
 
-TEST_CASE("inference_mode: Dropout at a graph output becomes Identity; a used mask keeps the node") {
+TEST_CASE("inference_mode: Dropout at a graph output becomes Identity, a used mask keeps the node") {
   SUBCASE("output") {
     TrainingGraph t;
     t.g.outputs = {t.z};

@@ -32,7 +32,7 @@ std::map<int64_t, double> losses_by_step(const std::string& metrics) {
 
 }  // namespace
 
-TEST_CASE("cli: train a sample LM on token shards made from a package's text; kill -9 and --resume") {
+TEST_CASE("cli: train a sample LM on token shards made from a package's text, kill -9 and --resume") {
   TempDir tmp;
   const std::string corpus = tmp.file("corpus");
   const std::string make = "python3 " + q(kSource + "/models/make_token_shards.py") + " --out " + q(corpus) +

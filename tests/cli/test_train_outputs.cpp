@@ -36,7 +36,7 @@ std::vector<double> losses(const std::string& metrics) {
 
 }  // namespace
 
-TEST_CASE("cli: train --output-dir holds metrics, TensorBoard events, checkpoint and model; never overwritten") {
+TEST_CASE("cli: train --output-dir holds metrics, TensorBoard events, checkpoint and model, never overwritten") {
   TempDir tmp;
   const std::string out = tmp.file("run");
   const std::string base = "train " + q(kModels + "/mlp/model.onnx") + " --batch-size 64 --eval-data " +

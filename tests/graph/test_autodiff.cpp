@@ -110,7 +110,7 @@ TEST_CASE("autodiff: HardSigmoid and HardSwish on both flat parts and the slope,
   gradcheck(m, m.node(Op::Mod, {a, b}, {{"fmod", Attr(int64_t(1))}}));
 }
 
-TEST_CASE("autodiff: PRelu's slope, per channel, summed over the rest; Sign's gradient is 0") {
+TEST_CASE("autodiff: PRelu's slope, per channel, summed over the rest, Sign's gradient is 0") {
   Case c;
   ValueId x = c.param("x", {2, 3, 4}, 0.2, 1.5, true);
   ValueId slope = c.param("slope", {3, 1}, 0.1, 0.5);

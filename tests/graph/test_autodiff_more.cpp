@@ -230,7 +230,7 @@ TEST_CASE("autodiff more: GatherND, repeated and negative tuples add up, batch_d
   gradcheck(c, c.node(Op::Mul, {y, y}));
 }
 
-TEST_CASE("autodiff more: ScatterND none and add, gradients of data and updates; mul refuses") {
+TEST_CASE("autodiff more: ScatterND none and add, gradients of data and updates, mul refuses") {
   for (const char* reduction : {"none", "add"}) {
     CAPTURE(reduction);
     Case c;

@@ -95,7 +95,7 @@ void check_same(const std::map<std::string, Tensor>& a, const std::map<std::stri
 
 }  // namespace
 
-TEST_CASE("fold_transposes: products take transposes as flags; the rest stays; same values") {
+TEST_CASE("fold_transposes: products take transposes as flags, the rest stays, same values") {
   Graph g = sample();
   const size_t nodes = g.nodes.size();
   // wt (both readers folded), dw (into its Gemm), t1 (composed), x2t (into mm2), kt and pt.

@@ -67,7 +67,7 @@ std::map<std::string, Tensor> feeds(const Graph& g) {
 
 }  // namespace
 
-TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedGemm; the rest stays") {
+TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedGemm, the rest stays") {
   Graph g = sample();
   const size_t nodes = g.nodes.size();
   CHECK(fuse_epilogues(g) == 3);
@@ -152,7 +152,7 @@ Graph linear_sample() {
 
 }  // namespace
 
-TEST_CASE("fuse_epilogues: MatMul + bias Add (+ Relu) becomes one FusedMatMul; the rest stays") {
+TEST_CASE("fuse_epilogues: MatMul + bias Add (+ Relu) becomes one FusedMatMul, the rest stays") {
   Graph g = linear_sample();
   const size_t nodes = g.nodes.size();
   CHECK(fuse_epilogues(g) == 3);  // add1, relu1, add2

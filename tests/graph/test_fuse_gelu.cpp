@@ -111,7 +111,7 @@ TEST_CASE("fuse_gelu: both spellings become Gelu, near misses stay, values stay"
 #endif
 }
 
-TEST_CASE("fuse_gelu: tiny_lm's GELUs are one Gelu each; its gradient is one GeluGrad, on the device too") {
+TEST_CASE("fuse_gelu: tiny_lm's GELUs are one Gelu each, its gradient is one GeluGrad, on the device too") {
   Graph g = load_graph(std::string(ONNXDP_SOURCE_DIR) + "/models/tiny_lm/model.onnx");
   const int erfs = count_ops(g, Op::Erf);
   REQUIRE(erfs == 2);

@@ -117,7 +117,7 @@ TEST_CASE("export ties: random tensors the legacy exporter deduplicated train ap
   CHECK(count_op(m.graph(), "Identity") == 0);
 }
 
-TEST_CASE("export ties: one module called twice folds its weight twice; the legacy exporter's Identity between the folds stays") {
+TEST_CASE("export ties: one module called twice folds its weight twice, the legacy exporter's Identity between the folds stays") {
   // self.a(tanh(self.a(x))): the exporter folds a.weight's transpose once per call and
   // deduplicates the second fold into an Identity of the first. PyTorch trains one a.weight.
   onnx::ModelProto m;
@@ -216,7 +216,7 @@ TEST_CASE("export ties: a legacy file's folded transpose of a weight is computed
   CHECK(tie_transposed_copies(m, "").empty());
 }
 
-TEST_CASE("export ties: batched weights tie on their last two axes; a graph input listing goes too") {
+TEST_CASE("export ties: batched weights tie on their last two axes, a graph input listing goes too") {
   onnx::ModelProto m;
   m.set_producer_name("pytorch");
   onnx::GraphProto* g = m.mutable_graph();
@@ -316,7 +316,7 @@ TEST_CASE("export ties: the exported program's signature lists parameters the fi
   CHECK(exported_program_inputs(onnx::ModelProto{}).empty());
 }
 
-TEST_CASE("export ties: a tensor folded from a parameter the file lost trains; one folded from a buffer does not") {
+TEST_CASE("export ties: a tensor folded from a parameter the file lost trains, one folded from a buffer does not") {
   // hf_gpt2_dynamo's embedding_1 = wpe.weight gathered at positions 0..15; no node names wpe.
   auto model = [](const std::string& signature) {
     onnx::ModelProto m;

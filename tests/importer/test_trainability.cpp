@@ -167,7 +167,7 @@ TEST_CASE("trainability: constants by position: mean divisor, attention mask, Po
   CHECK(reason(t, "lin.weight") == "trains");
 }
 
-TEST_CASE("trainability: a frequency table under Sin / Cos of positions is constant; Sin of data is not") {
+TEST_CASE("trainability: a frequency table under Sin / Cos of positions is constant, Sin of data is not") {
   onnx::ModelProto m = base_model();
   onnx::GraphProto* g = m.mutable_graph();
   // positions: Range over the batch's row count, as float; inv_freq [4] times them -> Cos / Sin.
@@ -283,7 +283,7 @@ TEST_CASE("restore: the dynamo exporter's dropped zero biases come back on their
   }
 }
 
-TEST_CASE("restore: a Linear on 3-D input that lost its Add gets one; what cannot be restored is a warning") {
+TEST_CASE("restore: a Linear on 3-D input that lost its Add gets one, what cannot be restored is a warning") {
   onnx::ModelProto m = base_model();
   onnx::GraphProto* g = m.mutable_graph();
   g->mutable_initializer(0)->set_name("val_3");  // lin.weight, stored transposed [in 4, out 4]

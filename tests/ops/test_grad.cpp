@@ -261,7 +261,7 @@ TEST_CASE("grad ops: GatherGrad adds repeated indices, negative indices count fr
   CHECK_THROWS_WITH_AS(run_op(Op::GatherGrad, {e, i64({1, 3, 0}), i64({3, 2})}, 1), doctest::Contains("out of range"), Error);
 }
 
-TEST_CASE("grad ops: GatherNDGrad adds dy's slices where GatherND read them; repeats add, batch_dims") {
+TEST_CASE("grad ops: GatherNDGrad adds dy's slices where GatherND read them, repeats add, batch_dims") {
   // data [3, 2, 2], tuples (1, 0), (-2, 0), (2, 1): slices [2] (the first two the same slice)
   Tensor dy = pattern({3, 2}, 0.3);
   const double* v = dy.as<double>();

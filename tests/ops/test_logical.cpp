@@ -82,7 +82,7 @@ TEST_CASE("logical: LessOrEqual and GreaterOrEqual are false against NaN, unlike
   CHECK_THROWS_WITH_AS(run(Op::LessOrEqual, {&p, &p}), doctest::Contains("bool"), Error);
 }
 
-TEST_CASE("logical: And, Or, Xor broadcast their truth tables; numbers are refused") {
+TEST_CASE("logical: And, Or, Xor broadcast their truth tables, numbers are refused") {
   Tensor p = boolean({2, 1}, {true, false}), q = boolean({2}, {true, false});
   CHECK(bools(run(Op::And, {&p, &q})) == std::vector<int>{1, 0, 0, 0});
   CHECK(bools(run(Op::Or, {&p, &q})) == std::vector<int>{1, 1, 1, 0});

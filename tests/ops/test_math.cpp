@@ -361,7 +361,7 @@ TEST_CASE("math: unary float ops match torch") {
   check_close(run(Op::Reciprocal, {&p}), {5}, {4.0, 1.0, 0.5, 0.1111111119389534, 999.9999389648438});
 }
 
-TEST_CASE("math: Mod: integers take the divisor's sign (fmod=0) or the dividend's (fmod=1); floats need fmod=1") {
+TEST_CASE("math: Mod: integers take the divisor's sign (fmod=0) or the dividend's (fmod=1), floats need fmod=1") {
   // np.mod and np.fmod of [-4, 7, 5, 4, -7, 8] by [2, -3, 8, -2, 3, 5] (ONNX's mixed-sign cases)
   Tensor a = make<int64_t>(DType::i64, {6}, {-4, 7, 5, 4, -7, 8}), b = make<int64_t>(DType::i64, {6}, {2, -3, 8, -2, 3, 5});
   CHECK(run(Op::Mod, {&a, &b}).to_i64() == std::vector<int64_t>{0, -2, 5, 0, 2, 3});
@@ -549,7 +549,7 @@ TEST_CASE("math: Gemm: trans flags, alpha, beta, broadcast C") {
   CHECK_THROWS_WITH_AS(run(Op::Gemm, {&a, &a}), doctest::Contains("inner dims"), Error);
 }
 
-TEST_CASE("math: FusedGemm is Gemm then Relu; its activation must be Relu") {
+TEST_CASE("math: FusedGemm is Gemm then Relu, its activation must be Relu") {
   Tensor as = f32({3, 2}, {1, 4, 2, 5, 3, 6});
   Tensor bs = f32({4, 3}, {1, 2, 0.5f, 0, 1, 0.5f, -1, 0, 1, 2, -1, 1});
   Tensor col = f32({2, 1}, {1, -2});

@@ -330,7 +330,7 @@ TEST_CASE("nn: MaxPool with dilations, and on uint8") {
   CHECK(z[0].to_i64() == Ints{250, 250});
 }
 
-TEST_CASE("nn: AveragePool count_include_pad 0 and 1 with ceil_mode; SAME_LOWER") {
+TEST_CASE("nn: AveragePool count_include_pad 0 and 1 with ceil_mode, SAME_LOWER") {
   std::map<std::string, Attr> a = {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
                                    {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t(1)}};
   auto y = run_op(Op::AveragePool, {pattern({1, 1, 5, 5}, .4)}, 1, a);

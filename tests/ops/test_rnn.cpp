@@ -180,7 +180,7 @@ TEST_CASE("rnn: only Y_h named: the node's Y is dropped, Y_h keeps its ONNX name
   check_near(plan.run({{"x0", c.inputs[0]}}).at("y1"), {1, 2, 2}, rnn_expected::kGruB_Yh);
 }
 
-TEST_CASE("rnn: gradients through time match finite differences (LSTM, GRU, RNN; both directions, states, lengths)") {
+TEST_CASE("rnn: gradients through time match finite differences (LSTM, GRU, RNN, both directions, states, lengths)") {
   SUBCASE("LSTM bidirectional, batch first, lengths, states, peepholes") { gradcheck_case(lstm_a(DType::f64)); }
   SUBCASE("GRU reverse, lengths, initial_h") { gradcheck_case(gru_b(DType::f64)); }
   SUBCASE("GRU bidirectional, linear_before_reset") { gradcheck_case(gru_c(DType::f64)); }

@@ -636,7 +636,7 @@ TEST_CASE("GatherND picks slices or elements by index tuples, batch_dims, negati
             .find("batch_dims needs opset 12") != std::string::npos);
 }
 
-TEST_CASE("ScatterND writes slices in index order, every reduction; repeated tuples under none keep the last") {
+TEST_CASE("ScatterND writes slices in index order, every reduction, repeated tuples under none keep the last") {
   const Tensor d = arange(DType::f32, {4, 3});  // 0 .. 11
   const Tensor idx = make(DType::i64, {3, 1}, {1, 3, 1});  // row 1 twice
   const Tensor upd = make(DType::f32, {3, 3}, {10, -11, 4, -20, 21, 9, 30, 0, -32});

@@ -87,7 +87,7 @@ long rss_kib() {
 
 }  // namespace
 
-TEST_CASE("data: .npy files and a stored .npz are mapped, a deflated .npz is held; rows read back") {
+TEST_CASE("data: .npy files and a stored .npz are mapped, a deflated .npz is held, rows read back") {
   TempDir tmp("onnxdp_data");
   const onnx::ModelProto mlp = load_model_proto(sample_model("mlp"));
   auto rows = mlp_rows(0, 20);
@@ -125,7 +125,7 @@ TEST_CASE("data: .npy files and a stored .npz are mapped, a deflated .npz is hel
   CHECK(contains(cut, "(truncated)"));
 }
 
-TEST_CASE("data: a folder or a glob of shards is one dataset, rows in file-name order; shards must agree") {
+TEST_CASE("data: a folder or a glob of shards is one dataset, rows in file-name order, shards must agree") {
   TempDir tmp("onnxdp_data");
   const onnx::ModelProto mlp = load_model_proto(sample_model("mlp"));
   fs::create_directory(tmp.path / "shards");
@@ -349,7 +349,7 @@ TEST_CASE("data: a mapped file much larger than a batch is read with the memory 
   CHECK(grown < 16 * 1024);  // every row was read: without the release the 96 MiB stay resident (checked: 98380 KiB)
 }
 
-TEST_CASE("data: a tiny LM trains on token shards; stopped and resumed it sees the same batches") {
+TEST_CASE("data: a tiny LM trains on token shards, stopped and resumed it sees the same batches") {
   TempDir tmp("onnxdp_data");
   std::mt19937 gen(5);
   for (int k = 0; k < 3; ++k) {  // arithmetic progressions mod 32 with random starts and strides
@@ -405,7 +405,7 @@ TEST_CASE("data: a tiny LM trains on token shards; stopped and resumed it sees t
   for (size_t i = 0; i < 14; ++i) CHECK(t.losses[i] == doctest::Approx(straight.losses[i]).epsilon(1e-5));
 }
 
-TEST_CASE("data: the background reader follows micro-batches and epochs; a bad label it reads stops the step that uses it") {
+TEST_CASE("data: the background reader follows micro-batches and epochs, a bad label it reads stops the step that uses it") {
   TempDir tmp("onnxdp_data");
   auto tokens = counting_tokens(0, 16 * 30 + 1);  // 30 windows
   write_token_shard(tmp.file("a.bin"), tokens);

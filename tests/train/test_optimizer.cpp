@@ -76,7 +76,7 @@ TEST_CASE("optimizer: max grad norm clips like clip_grad_norm_") {
 // --mixed-precision fp16's update: gradients that arrive times the loss scale give torch.optim's
 // parameters (the adamw row above), and a step with an inf gradient, undone, changes nothing:
 // neither the parameters, nor the moments, nor Adam's step count (its bias correction).
-TEST_CASE("optimizer: scaled gradients unscale to torch's update; a non-finite step is skipped and not counted") {
+TEST_CASE("optimizer: scaled gradients unscale to torch's update, a non-finite step is skipped and not counted") {
   const OptimizerOptions o = make(OptimizerKind::adamw, 0.01f, 0.01f);
   Optimizer opt(o, 3);
   std::vector<float> p = {0.5f, -1.0f, 2.0f};

@@ -304,7 +304,7 @@ void write_sqrt_model(const std::string& path) {
 }
 }  // namespace
 
-TEST_CASE("train: --mixed-precision fp16 stops with a clear error when gradients stay non-finite; bad scaler options") {
+TEST_CASE("train: --mixed-precision fp16 stops with a clear error when gradients stay non-finite, bad scaler options") {
   fs::path d = scratch("fp16_nan");
   TrainOptions o;
   o.model = (d / "m.onnx").string();
