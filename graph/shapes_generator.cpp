@@ -41,9 +41,13 @@ void shape_Range(ShapeCtx& c) {
     const int64_t start = c.constant(0)->to_i64()[0], limit = c.constant(1)->to_i64()[0],
                   delta = c.constant(2)->to_i64()[0];
     if (delta == 0) c.fail("delta must not be 0");
-    const int64_t span = limit - start;
-    // ceil(span / delta) with C++'s truncating division.
-    n = span / delta + ((span % delta != 0) && ((span < 0) == (delta < 0)) ? 1 : 0);
+    // ceil(span / delta) with C++'s truncating division, in 128 bits: limit - start and
+    // INT64_MIN / -1 do not fit in 64.
+    const __int128 span = __int128(limit) - start;
+    const __int128 q = span / delta + ((span % delta != 0) && ((span < 0) == (delta < 0)) ? 1 : 0);
+    if (q > (__int128(1) << 62))
+      c.fail("the range start {}, limit {}, delta {} has more than 2^62 elements", start, limit, delta);
+    n = q < 0 ? 0 : int64_t(q);
   } else {
     const double start = c.constant(0)->to_f64()[0], limit = c.constant(1)->to_f64()[0],
                  delta = c.constant(2)->to_f64()[0];

@@ -1,6 +1,7 @@
 // CPU kernels of the generator ops (see graph/op_table.h).
 #include <cstring>
 
+#include "exec/functors.h"
 #include "exec/kernel.h"
 #include "graph/shape_helpers.h"
 
@@ -38,7 +39,9 @@ void Range_forward(KernelCtx& c) {
       for (int64_t i = 0; i < out.numel; ++i) o[i] = E::from_f64(s + double(i) * d);
     } else {
       const int64_t s = E::to_i64(start), d = E::to_i64(delta);
-      for (int64_t i = 0; i < out.numel; ++i) o[i] = E::from_i64(s + i * d);
+      // start + i * delta lies in [start, limit) but i * delta alone may not fit: wrapping
+      // arithmetic gives the exact value (fn::Wrap).
+      for (int64_t i = 0; i < out.numel; ++i) o[i] = E::from_i64(fn::Wrap<int64_t>::add(s, fn::Wrap<int64_t>::mul(i, d)));
     }
   });
 }

@@ -40,8 +40,8 @@ std::string node_error(Op op, const std::vector<Shape>& inputs, std::vector<std:
                        std::map<std::string, Attr> attrs) {
   Graph g;
   std::vector<ValueId> ins;
-  for (size_t k = 0; k < inputs.size(); ++k) ins.push_back(add_input(g, "x" + std::to_string(k), inputs[k]));
-  for (size_t k = 0; k < constants.size(); ++k) ins.push_back(ints(g, ("c" + std::to_string(k)).c_str(), constants[k]));
+  for (size_t k = 0; k < inputs.size(); ++k) ins.push_back(add_input(g, fmt::format("x{}", k), inputs[k]));
+  for (size_t k = 0; k < constants.size(); ++k) ins.push_back(ints(g, fmt::format("c{}", k).c_str(), constants[k]));
   return error_of([&] { g.add_node(op, "n", ins, {"y"}, std::move(attrs)); });
 }
 
@@ -86,6 +86,15 @@ TEST_CASE("hostile sizes: shape rules refuse what does not fit instead of wrappi
   // A shape a tensor cannot have ([2^40, 2^40]), promised by Expand: refused naming the node.
   e = node_error(Op::Expand, {{1, 1}}, {{int64_t(1) << 40, int64_t(1) << 40}}, {});
   CHECK(contains(e, "node n (Expand)"));
+  CHECK(contains(e, "more than 2^62 elements"));
+  // Range: limit - start past int64 wrapped to a negative span, a silently empty range; now the 2
+  // elements -2^62, 0.
+  {
+    Graph r;
+    int n = r.add_node(Op::Range, "r", {ints(r, "s", {-k2to62}), ints(r, "l", {k2to62}), ints(r, "d", {k2to62})}, {"y"});
+    CHECK(r.value(r.nodes[size_t(n)].outputs[0]).shape == Shape{2});
+  }
+  e = node_error(Op::Range, {}, {{0}, {INT64_MAX}, {1}}, {});
   CHECK(contains(e, "more than 2^62 elements"));
   // Slice with step INT64_MIN (whose negation does not exist): one element.
   Graph g;
