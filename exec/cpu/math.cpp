@@ -330,10 +330,10 @@ void CumSum_forward(KernelCtx& c) {
         A v;
         if constexpr (E::kind == ElemKind::floating) v = E::to_f64(src[j]);
         else v = E::to_i64(src[j]);
-        if (!exclusive) acc += v;
+        if (!exclusive) acc = fn::Wrap<A>::add(acc, v);  // integers wrap as numpy's cumsum
         if constexpr (E::kind == ElemKind::floating) dst[j] = E::from_f64(acc);
         else dst[j] = E::from_i64(acc);
-        if (exclusive) acc += v;
+        if (exclusive) acc = fn::Wrap<A>::add(acc, v);
       }
     });
   });

@@ -63,7 +63,10 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
     if constexpr (K == ReduceKind::prod) {
       if constexpr (E::kind == ElemKind::floating) return a * b;
       else return int64_t(uint64_t(a) * uint64_t(b));  // wraps (defined) as the element type would
-    } else if constexpr (!kExtremum<K>) return a + b;
+    } else if constexpr (!kExtremum<K>) {
+      if constexpr (E::kind == ElemKind::floating) return a + b;
+      else return int64_t(uint64_t(a) + uint64_t(b));  // wraps (defined), as numpy's int64 sum
+    }
     else if constexpr (K == ReduceKind::max) return (b > a || b != b) ? b : a;  // NaN wins (floats)
     else return (b < a || b != b) ? b : a;
   };
