@@ -239,6 +239,11 @@ struct GeluGrad {
     return dy * (cdf + x * pdf);
   }
 };
+// Relu's gradient from its output y, as PyTorch's threshold_backward: y <= 0 ? 0 : dy. A NaN y
+// (from a NaN x) fails the test and passes dy; a NaN dy passes where y > 0.
+struct ReluGrad {
+  template <class T> ONNXDP_HD T operator()(T dy, T y) const { return y <= T(0) ? T(0) : dy; }
+};
 // tanh form: with u = sqrt(2/pi) (x + 0.044715 x^3), t = tanh(u),
 // d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 struct GeluTanhGrad {

@@ -102,13 +102,10 @@ void grad_Reciprocal(GradCtx& c) {  // y = 1/x: dx = -dy * y^2
   c.add(0, c.emit(Op::Neg, {c.emit(Op::Mul, {c.dy(), y2})}));
 }
 
-// dy where y > 0, i.e. x > 0 (PyTorch: 0 at x == 0). From the output, as PyTorch's
-// threshold_backward: x is then read by Relu alone, so a producer may take Relu into its own
-// kernel (graph/passes/fuse_epilogues.cpp).
-void grad_Relu(GradCtx& c) {
-  ValueId zero = c.scalar(0, dt(c));
-  c.add(0, c.emit(Op::Where, {c.emit(Op::Greater, {c.out_id(0), zero}), c.dy(), zero}));
-}
+// dy where y > 0, i.e. x > 0 (PyTorch: 0 at x == 0): one ReluGrad node. From the output, as
+// PyTorch's threshold_backward: x is then read by Relu alone, so a producer may take Relu into
+// its own kernel (graph/passes/fuse_epilogues.cpp).
+void grad_Relu(GradCtx& c) { c.add(0, c.emit(Op::ReluGrad, {c.dy(), c.out_id(0)})); }
 
 void grad_LeakyRelu(GradCtx& c) {
   ValueId zero = c.scalar(0, dt(c));

@@ -205,6 +205,9 @@
   /* GeluGrad (dy, x) -> dx = dy * Gelu'(x), `approximate` none or tanh: PyTorch's             */ \
   /* gelu_backward formulas, one pass (exec/functors.h).                                      */ \
   X(GeluGrad,                   grad,       2, 2, 1, 1, "approximate:s=none")                       \
+  /* ReluGrad (dy, y) -> dx = dy where y > 0, else 0, y Relu's output: PyTorch's                */ \
+  /* threshold_backward (y <= 0 ? 0 : dy, so a NaN y passes dy), one pass (exec/functors.h).   */ \
+  X(ReluGrad,                   grad,       2, 2, 1, 1, "")                                         \
   /* SoftmaxGrad (dy, y) -> dx = y * (dy - sum(dy * y, axis)), y Softmax's output;            */ \
   /* LogSoftmaxGrad (dy, y) -> dx = dy - exp(y) * sum(dy, axis), y LogSoftmax's output. One    */ \
   /* pass for the sums, one for dx.                                                           */ \
@@ -225,7 +228,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 113
+#define ONNXDP_OP_COUNT 114
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

@@ -277,16 +277,27 @@ void shape_NegativeLogLikelihoodLossGrad(ShapeCtx& c) {
   c.set(0, t, xs);
 }
 
-// dy, x of one float dtype (16-bit too) and shape -> dx like x.
-void shape_GeluGrad(ShapeCtx& c) {
+namespace {
+// An activation's gradient (dy, v): v (the activation's input or output, named `v`) and dy of one
+// float dtype (16-bit too) and shape -> dx like v.
+void shape_activation_grad(ShapeCtx& c, const char* v) {
   const DType t = c.dtype(1);
-  if (!dtype_is_float(t)) c.fail("input 1 (x) is {}; GeluGrad takes floats", dtype_name(t));
-  if (c.dtype(0) != t) c.fail("input 0 (dy) is {}, input 1 (x) is {}", dtype_name(c.dtype(0)), dtype_name(t));
-  if (c.shape(0) != c.shape(1)) c.fail("dy {} and x {} differ in shape", shape_str(c.shape(0)), shape_str(c.shape(1)));
-  const std::string& a = c.node.s("approximate");
-  if (a != "none" && a != "tanh") c.fail("approximate '{}' is not none or tanh", a);
+  if (!dtype_is_float(t)) c.fail("input 1 ({}) is {}; {} takes floats", v, dtype_name(t), op_name(c.node.op));
+  if (c.dtype(0) != t) c.fail("input 0 (dy) is {}, input 1 ({}) is {}", dtype_name(c.dtype(0)), v, dtype_name(t));
+  if (c.shape(0) != c.shape(1)) c.fail("dy {} and {} {} differ in shape", shape_str(c.shape(0)), v, shape_str(c.shape(1)));
   c.set(0, t, c.shape(1));
 }
+}  // namespace
+
+// dy, x of one float dtype (16-bit too) and shape -> dx like x.
+void shape_GeluGrad(ShapeCtx& c) {
+  const std::string& a = c.node.s("approximate");
+  if (a != "none" && a != "tanh") c.fail("approximate '{}' is not none or tanh", a);
+  shape_activation_grad(c, "x");
+}
+
+// dy, y (Relu's output) of one float dtype (16-bit too) and shape -> dx like y.
+void shape_ReluGrad(ShapeCtx& c) { shape_activation_grad(c, "y"); }
 
 // dy, y of one dtype (float32, float64) and shape, axis within its rank -> dx like y.
 void shape_softmax_grad(ShapeCtx& c) {

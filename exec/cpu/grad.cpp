@@ -566,6 +566,20 @@ void GeluGrad_forward(KernelCtx& c) {
 }
 
 namespace {
+// dy, y and dx of one shape (the shape rule's): one flat loop, which vectorizes.
+template <class T>
+void relu_grad(KernelCtx& c) {
+  broadcast_map<T, T, T>(c.out(0), fn::ReluGrad{}, c.in(0), c.in(1));
+}
+}  // namespace
+
+// 16-bit floats through float: exact, the result is dy or 0.
+void ReluGrad_forward(KernelCtx& c) {
+  if (is_16bit_float(c.in(1).dtype)) return in_float(c, relu_grad<float>);
+  dispatch_float(c, c.in(1).dtype, [&]<class T>() { relu_grad<T>(c); });
+}
+
+namespace {
 // dy, y and dx viewed as [outer, n, inner], the softmax along n; rows lo..hi of the outer dim.
 // Softmax: s = sum(dy * y), dx = y * (dy - s); LogSoftmax: s = sum(dy), dx = dy - exp(y) * s. The
 // sum is a double, rounded to T once, as the ReduceSum of the unfused chain.

@@ -61,6 +61,7 @@
   X(Mish,             unary_float,     fn::Mish{})                  \
   X(Softsign,         unary_float,     fn::Softsign{})              \
   X(GeluGrad,         binary_float,    fn::GeluGrad{})              \
+  X(ReluGrad,         binary_float,    fn::ReluGrad{})              \
   X(Equal,            compare,         fn::Equal{})                 \
   X(Less,             compare,         fn::Less{})                  \
   X(Greater,          compare,         fn::Greater{})               \

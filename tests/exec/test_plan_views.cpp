@@ -1,7 +1,7 @@
 // Views in the memory plan (exec/plan.h): a Reshape / Flatten / Squeeze / Unsqueeze / Identity
 // output is its input's bytes, the node runs nothing, and the shared bytes stay untouched while
 // either value is read, on the CPU and on the emulated CUDA device; a bound output (the trainer's
-// gradient buffer) still gets its copy.
+// gradient buffer) still gets its copy. ReluGrad's dx in place of its dy.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -98,4 +98,43 @@ TEST_CASE("plan: a reshape whose output lives in the caller's memory copies into
   for (int64_t j = 0; j < 24; ++j) CHECK(s_buf[size_t(j)] == std::max(x.as<float>()[j], 0.0f));
   const std::vector<float> want = expected(x);
   for (int64_t j = 0; j < 24; ++j) CHECK(y.at("y").as<float>()[j] == want[size_t(j)]);
+}
+
+TEST_CASE("plan: ReluGrad writes dx over y's or dy's bytes when nothing reads them after it") {
+  // x [8, 8] (fed) -> y = Relu(x), d = Neg(x) (form 3: d is x itself, fed); dx = ReluGrad(d, y)
+  // = d where x > 0, else 0. What reads y and d after ReluGrad decides where dx may live:
+  //   0: nothing (z = Exp(dx)): y's bytes;  1: y (z = dx + y): d's;  2: both (z = (dx + d) + y):
+  //   bytes of its own;  3: y, and d is fed (z = dx + y): its own (the caller's feed stays).
+  Tensor x(DType::f32, {8, 8});
+  for (int64_t j = 0; j < 64; ++j) x.as<float>()[j] = float(std::sin(0.9 * double(j)) * 3);
+  std::vector<std::shared_ptr<DeviceBackend>> devices = {nullptr};
+#if defined(ONNXDP_HAVE_CUDA)
+  devices.push_back(make_device_backend(DeviceKind::cuda_emulated, 0));
+#endif
+  for (const auto& dev : devices)
+    for (int form = 0; form < 4; ++form) {
+      CAPTURE(dev ? dev->name() : std::string("cpu"));
+      CAPTURE(form);
+      Graph g;
+      ValueId xi = add_input(g, "x", {8, 8});
+      ValueId y = out(g, g.add_node(Op::Relu, "relu", {xi}, {"y"}));
+      ValueId d = form == 3 ? xi : out(g, g.add_node(Op::Neg, "neg", {xi}, {"d"}));
+      ValueId dx = out(g, g.add_node(Op::ReluGrad, "relu_grad", {d, y}, {"dx"}));
+      ValueId z;
+      if (form == 0) z = out(g, g.add_node(Op::Exp, "exp", {dx}, {"z"}));
+      else if (form == 2) z = out(g, g.add_node(Op::Add, "add_y", {out(g, g.add_node(Op::Add, "add_d", {dx, d}, {"s"})), y}, {"z"}));
+      else z = out(g, g.add_node(Op::Add, "add_y", {dx, y}, {"z"}));
+      g.outputs = {z};
+      verify(g);
+      Plan p(std::move(g), PlanOptions{.device = dev});
+      auto r = p.run({{"x", x}});
+      for (int64_t j = 0; j < 64; ++j) {
+        const float v = x.as<float>()[j], relu = std::max(v, 0.0f), dv = form == 3 ? v : -v;
+        const float want_dx = v > 0 ? dv : 0.0f;
+        const float want = form == 0 ? fn::m::exp(want_dx) : form == 2 ? (want_dx + dv) + relu : want_dx + relu;
+        CHECK(r.at("z").as<float>()[j] == want);
+      }
+      CHECK((p.ref(dx).data == p.ref(y).data) == (form == 0));
+      CHECK((p.ref(dx).data == p.ref(d).data) == (form == 1));
+    }
 }

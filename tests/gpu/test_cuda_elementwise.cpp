@@ -192,6 +192,9 @@ std::vector<OpCase> elementwise_cases() {
       for (const auto& shape : shape_sets(1))
         cs.push_back(op_case(Case{Op::GeluGrad, {t, t}, {shape[0], shape[0]}, Domain::any,
                                   {{"approximate", Attr(std::string(approximate))}}}));
+  // ReluGrad (dy, y of dy's shape): y of either sign, so both branches run.
+  for (DType t : kFloats)
+    for (const auto& shape : shape_sets(1)) cs.push_back(op_case(Case{Op::ReluGrad, {t, t}, {shape[0], shape[0]}}));
   return cs;
 }
 

@@ -92,6 +92,43 @@ TEST_CASE("autodiff: unary math") {
   }
 }
 
+TEST_CASE("autodiff: Relu's gradient is one ReluGrad node on (dy, y); a NaN x passes dy, as PyTorch") {
+  // loss = sum(Relu(x) * R): dx = R where x > 0 or x is NaN (PyTorch: relu keeps NaN, and
+  // threshold_backward zeroes only where y <= 0), else 0; R has no zeros.
+  Case c;
+  ValueId x = c.param("x", {6});
+  const double nan = std::nan("");
+  const std::vector<double> xs = {-1.5, 0, 2, nan, 0.25, -0.0}, rs = {0.5, -0.75, 1.25, -2, 3, 4};
+  for (int64_t i = 0; i < 6; ++i) c.set(c.g.value(x).data, i, xs[size_t(i)]);
+  Tensor r(DType::f64, {6});
+  for (int64_t i = 0; i < 6; ++i) r.as<double>()[i] = rs[size_t(i)];
+  ValueId y = c.node(Op::Relu, {x});
+  ValueId loss = c.node(Op::ReduceSum, {c.node(Op::Mul, {y, c.constant(r, "R")})}, {{"keepdims", Attr(int64_t(0))}});
+  const int before = int(c.g.nodes.size());
+  ValueId dx = autodiff(c.g, loss, {x})[0];
+  int relu_grads = 0;
+  for (size_t k = size_t(before); k < c.g.nodes.size(); ++k) {
+    const Node& n = c.g.nodes[k];
+    CHECK_MESSAGE(n.op != Op::Greater, n.describe());
+    CHECK_MESSAGE(n.op != Op::Where, n.describe());
+    if (n.op == Op::ReluGrad) {
+      ++relu_grads;
+      CHECK(n.inputs.at(1) == y);  // from the output: x is read by Relu alone
+    }
+  }
+  CHECK(relu_grads == 1);
+  c.g.outputs = {dx};
+  verify(c.g);
+  const std::string name = c.g.value(dx).name;
+  const std::vector<double> got = Plan(c.g).run({}).at(name).to_f64();
+  const std::vector<double> want = {0, 0, 1.25, -2, 3, 0};
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i] == want[i]);
+  }
+}
+
 TEST_CASE("autodiff: Gelu's tanh form (one GeluGrad node, as the exact form)") {
   Case c;
   ValueId x = c.param("x", {3, 5}, 0.1, 2.5, true);

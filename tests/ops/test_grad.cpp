@@ -406,6 +406,48 @@ TEST_CASE("grad ops: SoftmaxGrad on many rows (threads) equals a plain double lo
   }
 }
 
+TEST_CASE("grad ops: ReluGrad is PyTorch's threshold_backward from the output, NaN and -0 included") {
+  // Expected values worked out by hand from threshold_backward's rule (PyTorch's ReLU backward,
+  // threshold 0, applied to the output y): dx = y <= 0 ? 0 : dy. So y = 0 and -0 give +0; y > 0
+  // passes dy as it is (NaN, -inf; a small y, subnormal in float16); a NaN y (torch.relu keeps a
+  // NaN x) is not <= 0 and passes dy too, where Where(Greater(y, 0), dy, 0) would have given 0.
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  const std::vector<double> y = {-1, 0, -0.0, 2, 1e-6, nan, 3, 0.5, nan, -inf, inf};
+  const std::vector<double> dy = {5, 6, 7, 8, 9, 10, nan, -inf, nan, 1, -2};
+  const std::vector<double> want = {0, 0, 0, 8, 9, 10, nan, -inf, nan, 0, -2};
+  for (DType t : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    auto make = [&](const std::vector<double>& v) {
+      Tensor r(t, {int64_t(v.size())});
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (t == DType::f64) r.as<double>()[i] = v[i];
+        else if (t == DType::f32) r.as<float>()[i] = float(v[i]);
+        else static_cast<uint16_t*>(r.data())[i] = f32_to_half(t, float(v[i]));
+      }
+      return r;
+    };
+    const Tensor dx = run_op(Op::ReluGrad, {make(dy), make(y)}, 1)[0];
+    REQUIRE(dx.dtype() == t);
+    const std::vector<double> got = dx.to_f64();
+    for (size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      if (std::isnan(want[i])) {
+        CHECK(std::isnan(got[i]));
+      } else {
+        CHECK(got[i] == want[i]);
+        CHECK(std::signbit(got[i]) == std::signbit(want[i]));  // the zeros are +0
+      }
+    }
+  }
+  // Shape rule: one float dtype and shape, the node named.
+  CHECK_THROWS_WITH_AS(run_op(Op::ReluGrad, {pattern({2, 3}, 0), pattern({3, 2}, 0)}, 1),
+                       doctest::Contains("node node (ReluGrad)"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::ReluGrad, {pattern({2}, 0), pattern({2}, 0, 1, DType::f32)}, 1),
+                       doctest::Contains("input 0 (dy) is f64, input 1 (y) is f32"), Error);
+  CHECK_THROWS_WITH_AS(run_op(Op::ReluGrad, {i64({1, 2}), i64({1, 2})}, 1),
+                       doctest::Contains("input 1 (y) is i64; ReluGrad takes floats"), Error);
+}
+
 TEST_CASE("grad ops: shape rules reject inconsistent nodes, naming them") {
   // dy of the wrong size for the convolution it claims to come from
   CHECK_THROWS_WITH_AS(run_op(Op::ConvGradFilter, {pattern({1, 2, 5, 5}, 0), pattern({1, 3, 4, 4}, 0)}, 1,
