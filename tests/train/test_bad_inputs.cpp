@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "train/checkpoint.h"
 #include "train/npz.h"
 #include "train/plot.h"
 #include "tests/test_util.h"
@@ -32,7 +33,13 @@ struct BadInput {
 std::vector<BadInput> bad_inputs() {
   auto npz = [](const std::string& p) { read_npz(p); };
   auto metrics = [](const std::string& p) { read_metrics_log(p); };
+  auto checkpoint = [](const std::string& p) { load_checkpoint(p); };
   return {
+      {"checkpoint_shape_past_offsets", checkpoint,
+       {"tensor 'W' is F32 [2305843009213693952] but its data_offsets [0, 8] span 8 bytes"}},
+      {"checkpoint_float_dimension", checkpoint, {"bad entry for 'W'", "shape holds a value that is not a dimension"}},
+      {"checkpoint_files_bytes_string", checkpoint, {"records no checksum of model.safetensors"}},
+      {"checkpoint_files_not_object", checkpoint, {"records no checksum of model.safetensors"}},
       {"npz_bzip2_bomb.npz", npz, {"455 bytes inflate to 300 MiB", "zip bomb", "np.savez"}},
       {"metrics_number_overflow.jsonl", metrics, {"line 2: not JSON", "2e308"}},
   };
