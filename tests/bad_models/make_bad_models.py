@@ -167,6 +167,14 @@ def main():
     save(make_model([claim, numpy_helper.from_array(B, "b")]), "claims_8gib_float_data.onnx")
     ext_case("ext_claims_16gib.onnx", "ext_weights.bin", length=None, dims=(1 << 32,))
 
+    # A dynamo export whose dropped Conv bias onnxdp restores as zeros of the weight's output
+    # channels: the weight's dims claim 2^30 of them, so the restored bias alone would be 4 GiB,
+    # allocated before the weight's data (1536 bytes) was compared with its dims.
+    vit = onnx.load(os.path.join(HERE, "..", "fixtures", "trainability", "dynamo_vit.onnx"))
+    w = next(t for t in vit.graph.initializer if t.name == "patch.weight")
+    w.dims[0] = 1 << 30
+    save(vit, "restored_bias_claims_4gib.onnx")
+
     # An initializer with dims and a type but no data at all.
     empty = TensorProto()
     empty.name, empty.data_type = "W", TensorProto.FLOAT
