@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -238,6 +239,14 @@ Checkpoint load_checkpoint(const std::string& path) {
   integer("epoch", -1);
   integer("cursor", 0);
   integer("optimizer_steps", 0);
+  // fp16 runs' loss scale, read as a float: a positive finite float (a double past float's range
+  // would be undefined behaviour to convert), with its growth tracker.
+  if (c.state.contains("loss_scale")) {
+    const nlohmann::json& scale = c.state["loss_scale"];
+    if (!scale.is_number() || !(scale.get<double>() > 0 && scale.get<double>() <= double(FLT_MAX)))
+      fail("checkpoint '{}': trainer_state.json's 'loss_scale' is {}, not a positive float", path, scale.dump());
+    integer("loss_scale_growth_tracker", 0);
+  }
   if (c.state.contains("files")) {
     const nlohmann::json& files = c.state["files"];
     for (const char* name : kTensorFiles) {

@@ -87,6 +87,11 @@ def main():
     checkpoint("checkpoint_files_not_object", dict(STATE, files=5),
                safetensors({"W": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, W))
 
+    # fp16's loss scale past float's range (and a string): converting it was undefined behaviour,
+    # and a string escaped as nlohmann's type_error.
+    checkpoint("checkpoint_loss_scale_past_float", dict(STATE, loss_scale=1e300, loss_scale_growth_tracker=0),
+               safetensors({"W": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, W))
+
     print("wrote", sorted(f for f in os.listdir(HERE) if not f.endswith(".py")))
 
 

@@ -40,6 +40,7 @@ std::vector<BadInput> bad_inputs() {
       {"checkpoint_float_dimension", checkpoint, {"bad entry for 'W'", "shape holds a value that is not a dimension"}},
       {"checkpoint_files_bytes_string", checkpoint, {"records no checksum of model.safetensors"}},
       {"checkpoint_files_not_object", checkpoint, {"records no checksum of model.safetensors"}},
+      {"checkpoint_loss_scale_past_float", checkpoint, {"'loss_scale' is 1e+300, not a positive float"}},
       {"npz_bzip2_bomb.npz", npz, {"455 bytes inflate to 300 MiB", "zip bomb", "np.savez"}},
       {"metrics_number_overflow.jsonl", metrics, {"line 2: not JSON", "2e308"}},
   };
