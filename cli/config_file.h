@@ -24,12 +24,18 @@
 #include <string>
 
 #include "graph/error.h"
+#include "graph/input_file.h"
 
 namespace onnxdp::cli {
 
 inline void apply_config_file(CLI::App& sub, const std::string& path) {
   std::vector<std::pair<CLI::Option*, std::string>> applied;  // option, the key that set it
   std::vector<CLI::ConfigItem> items;
+  // CLI11 reads to the end of the file: a regular file of at most 16 MiB (a config is a few
+  // lines), checked first, so that /dev/zero or a pipe is an error instead of a read without end.
+  uint64_t size = 0;
+  if (const std::string why = input_file_problem(path, 16 * kMiB, "config files", &size); !why.empty())
+    fail("config '{}': cannot read it: {}", path, why);
   try {
     items = CLI::ConfigTOML().from_file(path);
   } catch (const CLI::Error& e) {

@@ -370,24 +370,38 @@ std::vector<std::string> restore_dropped_parameters(onnx::ModelProto& m) {
                                       bias.empty() ? tok.substr(2) : bias, n.name(), op, why));
         continue;
       }
-      // Its length: the node's output channels / features.
+      // Its length: the node's output channels / features. The weight's dims are the file's claim,
+      // not yet checked against its data, and the zeros are allocated here: a bias past 2^26
+      // elements (256 MiB), or of dims that are not positive, is no layer's and is not restored.
+      constexpr int64_t kMaxRestored = int64_t(1) << 26;
+      const int64_t group = op == "ConvTranspose" ? int_attr(n, "group", 1) : 1;
+      bool real = group >= 1 && group <= kMaxRestored;
+      for (int64_t d : wdims) real = real && d >= 1 && d <= kMaxRestored;
       int64_t len = 0;
-      if (op == "Conv") len = wdims[0];
-      else if (op == "ConvTranspose") len = wdims[1] * int_attr(n, "group", 1);
+      if (!real) len = 0;
+      else if (op == "Conv") len = wdims[0];
+      else if (op == "ConvTranspose") len = wdims[1] * group;
       else if (op == "Gemm") len = int_attr(n, "transB", 0) ? wdims[0] : wdims[1];
       else len = wdims.back();  // MatMul's [in, out]; LayerNormalization takes the scale's shape
+      std::vector<int64_t> dims = op == "LayerNormalization" ? wdims : std::vector<int64_t>{len};
+      int64_t count = 1;
+      for (int64_t d : dims) {
+        real = real && d <= kMaxRestored / count;
+        if (real) count *= d;
+      }
+      if (!real) {
+        notes.push_back(fmt::format("warning: parameter '{}' of the exported module (node '{}', {}) is not in the "
+                                    "file and onnxdp does not restore it: its weight's dims are not a layer's "
+                                    "(more than 2^26 elements, or not positive)", bias, n.name(), op));
+        continue;
+      }
       std::string name = bias;
       for (int k = 2; names.count(name); ++k) name = bias + "_" + std::to_string(k);
       names.insert(name);
       onnx::TensorProto* t = gp.add_initializer();
       t->set_name(name);
       t->set_data_type(onnx::TensorProto::FLOAT);
-      std::vector<int64_t> dims = op == "LayerNormalization" ? wdims : std::vector<int64_t>{len};
-      int64_t count = 1;
-      for (int64_t d : dims) {
-        t->add_dims(d);
-        count *= d;
-      }
+      for (int64_t d : dims) t->add_dims(d);
       t->set_raw_data(std::string(size_t(count) * 4, '\0'));
       onnx::NodeProto* node = gp.mutable_node(i);
       if (add_after) {

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "graph/error.h"
+#include "graph/input_file.h"
 
 namespace onnxdp {
 
@@ -18,14 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) fail("{} '{}' does not exist or is not a regular file", what, path);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open {} '{}'", what, path);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return s;
-}
+// Protobuf cannot parse messages past 2 GiB: a model or tensor file larger than that is refused
+// before it is read.
+constexpr uint64_t kMaxProtoFile = uint64_t(2) << 30;
 
 // Validates an external-data location relative to model_dir and returns the full path.
 std::string external_path(const std::string& location, const std::string& model_dir, const std::string& tensor) {
@@ -69,8 +65,7 @@ int64_t parse_i64(const std::string& s, const std::string& tensor, const char* k
 }  // namespace
 
 onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::string>* notes) {
-  std::string bytes = read_file(path, "model file");
-  if (bytes.size() > (size_t(2) << 30)) fail("model file '{}' is larger than protobuf's 2 GiB limit", path);
+  std::string bytes = read_input_file(path, "model file", kMaxProtoFile, "ONNX model files (protobuf's limit)");
   onnx::ModelProto m;
   if (!m.ParseFromString(bytes))
     fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
@@ -104,7 +99,9 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_di
   const size_t esize = dtype_size(dt);
   if (numel > int64_t((size_t(1) << 40) / esize)) fail("tensor '{}' of shape {} is larger than 1 TiB", name, shape_str(shape));
   const size_t want = size_t(numel) * esize;
-  Tensor out(dt, shape);
+  // Every source of the bytes is checked against what the shape needs BEFORE the tensor is
+  // allocated: a few bytes of dims may claim terabytes, and only the data that is really there
+  // may decide how much memory a model takes.
   auto size_mismatch = [&](size_t got, const char* where) {
     fail("tensor '{}': {} holds {} bytes, but {} {} needs {}", name, where, got, dtype_name(dt), shape_str(shape), want);
   };
@@ -124,6 +121,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_di
     if (length > fsize - offset)
       fail("tensor '{}': external data offset {} + length {} is past the end of '{}' ({} bytes)", name, offset, length, location, fsize);
     if (size_t(length) != want) size_mismatch(size_t(length), "its external data");
+    Tensor out(dt, shape);
     std::ifstream f(full, std::ios::binary);
     f.seekg(offset);
     if (want && !f.read(static_cast<char*>(out.data()), std::streamsize(want)))
@@ -133,40 +131,36 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_di
 
   if (t.has_raw_data()) {
     if (t.raw_data().size() != want) size_mismatch(t.raw_data().size(), "raw_data");
+    Tensor out(dt, shape);
     if (want) std::memcpy(out.data(), t.raw_data().data(), want);
     return out;
   }
-  auto check_count = [&](int64_t got, const char* field) {
-    if (got != numel)
-      fail("tensor '{}': {} has {} values, but shape {} needs {}", name, field, got, shape_str(shape), numel);
-  };
+  // The typed field that holds this dtype's values, and its count.
+  int64_t count = 0;
+  const char* field = "int32_data";
   switch (dt) {
-    case DType::f32:
-      check_count(t.float_data_size(), "float_data");
-      for (int64_t i = 0; i < numel; ++i) out.as<float>()[i] = t.float_data(int(i));
+    case DType::f32: count = t.float_data_size(), field = "float_data"; break;
+    case DType::f64: count = t.double_data_size(), field = "double_data"; break;
+    case DType::i64: count = t.int64_data_size(), field = "int64_data"; break;
+    case DType::i32: case DType::i8: case DType::u8: case DType::boolean: case DType::f16: case DType::bf16:
+      count = t.int32_data_size();
       break;
-    case DType::f64:
-      check_count(t.double_data_size(), "double_data");
-      for (int64_t i = 0; i < numel; ++i) out.as<double>()[i] = t.double_data(int(i));
-      break;
-    case DType::i64:
-      check_count(t.int64_data_size(), "int64_data");
-      for (int64_t i = 0; i < numel; ++i) out.as<int64_t>()[i] = t.int64_data(int(i));
-      break;
-    case DType::i32:
-      check_count(t.int32_data_size(), "int32_data");
-      for (int64_t i = 0; i < numel; ++i) out.as<int32_t>()[i] = t.int32_data(int(i));
-      break;
-    case DType::i8: case DType::u8: case DType::boolean: case DType::f16: case DType::bf16:
-      check_count(t.int32_data_size(), "int32_data");
-      for (int64_t i = 0; i < numel; ++i) {
-        int32_t v = t.int32_data(int(i));
-        if (dt == DType::i8) out.as<int8_t>()[i] = int8_t(v);
-        else if (dt == DType::u8) out.as<uint8_t>()[i] = uint8_t(v);
-        else if (dt == DType::boolean) out.as<bool>()[i] = v != 0;
-        else out.as<uint16_t>()[i] = uint16_t(v);
-      }
-      break;
+  }
+  if (count != numel)
+    fail("tensor '{}': {} has {} values, but shape {} needs {}", name, field, count, shape_str(shape), numel);
+  Tensor out(dt, shape);
+  for (int64_t i = 0; i < numel; ++i) {
+    const int k = int(i);  // numel == count, a protobuf repeated field's int size
+    switch (dt) {
+      case DType::f32: out.as<float>()[i] = t.float_data(k); break;
+      case DType::f64: out.as<double>()[i] = t.double_data(k); break;
+      case DType::i64: out.as<int64_t>()[i] = t.int64_data(k); break;
+      case DType::i32: out.as<int32_t>()[i] = t.int32_data(k); break;
+      case DType::i8: out.as<int8_t>()[i] = int8_t(t.int32_data(k)); break;
+      case DType::u8: out.as<uint8_t>()[i] = uint8_t(t.int32_data(k)); break;
+      case DType::boolean: out.as<bool>()[i] = t.int32_data(k) != 0; break;
+      case DType::f16: case DType::bf16: out.as<uint16_t>()[i] = uint16_t(t.int32_data(k)); break;
+    }
   }
   return out;
 }
@@ -185,7 +179,7 @@ void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
 }
 
 Tensor load_tensor_pb(const std::string& path, std::string* name) {
-  std::string bytes = read_file(path, "tensor file");
+  std::string bytes = read_input_file(path, "tensor file", kMaxProtoFile, "TensorProto files (protobuf's limit)");
   onnx::TensorProto t;
   if (!t.ParseFromString(bytes)) fail("tensor file '{}' is not a valid TensorProto", path);
   if (name) *name = t.name();

@@ -137,7 +137,8 @@ class Unroll {
       c_.fail("has {} inputs, the op takes at most {}", c_.node.inputs.size(), max_inputs());
     if (!c_.node.has_input(0) || !c_.node.has_input(1) || !c_.node.has_input(2))
       c_.fail("needs its inputs X, W and R");
-    for (const auto& [a, v] : c_.node.attrs) {
+    for (const auto& attr : c_.node.attrs) {
+      const std::string& a = attr.first;  // a name, not a structured binding: lambdas capture it (clang 14)
       static const char* known[] = {"hidden_size", "direction", "layout", "clip", "linear_before_reset", "input_forget",
                                     "activation_alpha", "activation_beta"};
       if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return a == k; }) == std::end(known))

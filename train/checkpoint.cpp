@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <cerrno>
 
 #include "graph/error.h"
+#include "graph/input_file.h"
 
 namespace onnxdp {
 
@@ -62,36 +64,71 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   if (!f) fail("writing '{}' failed: {}", path, write_error());
 }
 
+// The safetensors format caps its JSON header at 100 MB; onnxdp's headers are a few KiB.
+constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
 std::map<std::string, Tensor> read_safetensors(const std::string& path) {
+  // Checkpoint tensors are as large as the model: the file's size is the limit that matters, and
+  // every size below is checked against it before anything is allocated.
+  const uint64_t size = input_file_size(path, "safetensors file", UINT64_MAX, "safetensors files");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open '{}'", path);
   uint64_t n = 0;
-  f.seekg(0, std::ios::end);
-  uint64_t size = uint64_t(f.tellg());
-  f.seekg(0);
-  if (size < 8 || !f.read(reinterpret_cast<char*>(&n), 8) || n > size - 8) fail("'{}' is not a safetensors file", path);
+  if (size < 8 || !f.read(reinterpret_cast<char*>(&n), 8) || n > size - 8)
+    fail("'{}' is not a safetensors file (its header length does not fit in its {} bytes)", path, size);
+  if (n > kMaxSafetensorsHeader) fail("'{}': safetensors header of {} bytes is past the format's 100 MB", path, n);
   std::string header(size_t(n), '\0');
-  f.read(header.data(), std::streamsize(n));
+  if (!f.read(header.data(), std::streamsize(n))) fail("'{}': reading its {}-byte header failed", path, n);
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(header);
   } catch (const std::exception& e) {
     fail("'{}': bad safetensors header: {}", path, e.what());
   }
+  if (!h.is_object()) fail("'{}': bad safetensors header: not a JSON object", path);
   std::map<std::string, Tensor> out;
-  const uint64_t base = 8 + n;
-  for (auto& [name, e] : h.items()) {
+  const uint64_t base = 8 + n, data_bytes = size - base;
+  for (auto& item : h.items()) {
+    const std::string name = item.key();
+    const nlohmann::json& e = item.value();
     if (name == "__metadata__") continue;
-    try {
-      Tensor t(st_dtype_from(e.at("dtype").get<std::string>(), path), e.at("shape").get<Shape>());
-      uint64_t b = e.at("data_offsets").at(0).get<uint64_t>(), en = e.at("data_offsets").at(1).get<uint64_t>();
-      if (en < b || en - b != t.nbytes() || base + en > size) fail("'{}': tensor '{}' has bad offsets", path, name);
-      f.seekg(std::streamoff(base + b));
-      f.read(static_cast<char*>(t.data()), std::streamsize(t.nbytes()));
-      out[name] = std::move(t);
-    } catch (const nlohmann::json::exception& ex) {
-      fail("'{}': bad entry for '{}': {}", path, name, ex.what());
+    DType dt;
+    Shape shape;
+    uint64_t b = 0, en = 0;
+    // Types are checked before any get<>: nlohmann converts a float or a negative number to an
+    // integer type silently (and a float out of its range is undefined behaviour).
+    auto bad_entry = [&](const char* why) { fail("'{}': bad entry for '{}': {}", path, name, why); };
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+      bad_entry("not an object with dtype, shape and data_offsets");
+    if (!e["dtype"].is_string()) bad_entry("dtype is not a string");
+    dt = st_dtype_from(e["dtype"].get<std::string>(), path);
+    if (!e["shape"].is_array()) bad_entry("shape is not an array");
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(INT64_MAX)) bad_entry("shape holds a value that is not a dimension");
+      shape.push_back(d.get<int64_t>());
     }
+    const auto& offsets = e["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+      bad_entry("data_offsets is not two non-negative integers");
+    b = offsets[0].get<uint64_t>();
+    en = offsets[1].get<uint64_t>();
+    int64_t numel;
+    try {
+      numel = shape_numel(shape);  // negative dims and more than 2^62 elements are errors
+    } catch (const Error& ex) {
+      fail("'{}': tensor '{}': {}", path, name, ex.what());
+    }
+    // The bytes the shape needs must be the bytes its offsets span, inside the file.
+    if (en < b || en > data_bytes)
+      fail("'{}': tensor '{}' has data_offsets [{}, {}] outside the file's {} data bytes", path, name, b, en, data_bytes);
+    if (uint64_t(numel) > (en - b) / dtype_size(dt) || en - b != uint64_t(numel) * dtype_size(dt))
+      fail("'{}': tensor '{}' is {} {} but its data_offsets [{}, {}] span {} bytes", path, name, st_dtype(dt),
+           shape_str(shape), b, en, en - b);
+    Tensor t(dt, shape);
+    f.seekg(std::streamoff(base + b));
+    if (!f.read(static_cast<char*>(t.data()), std::streamsize(t.nbytes())))
+      fail("'{}': reading tensor '{}' failed", path, name);
+    out[name] = std::move(t);
   }
   return out;
 }
@@ -201,9 +238,10 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint c;
   const fs::path dir(path);
   {
-    std::ifstream f(dir / "trainer_state.json");
+    // A few hundred bytes when onnxdp writes it; 16 MiB leaves room for any state to come.
+    const std::string text = read_input_file((dir / "trainer_state.json").string(), "checkpoint state file", 16 * kMiB, "trainer_state.json files");
     try {
-      c.state = nlohmann::json::parse(f);
+      c.state = nlohmann::json::parse(text);
     } catch (const std::exception& e) {
       fail("checkpoint '{}': bad trainer_state.json: {}", path, e.what());
     }
@@ -217,17 +255,31 @@ Checkpoint load_checkpoint(const std::string& path) {
   integer("epoch", -1);
   integer("cursor", 0);
   integer("optimizer_steps", 0);
+  // fp16 runs' loss scale, read as a float: a positive finite float (a double past float's range
+  // would be undefined behaviour to convert), with its growth tracker.
+  if (c.state.contains("loss_scale")) {
+    const nlohmann::json& scale = c.state["loss_scale"];
+    if (!scale.is_number() || !(scale.get<double>() > 0 && scale.get<double>() <= double(FLT_MAX)))
+      fail("checkpoint '{}': trainer_state.json's 'loss_scale' is {}, not a positive float", path, scale.dump());
+    integer("loss_scale_growth_tracker", 0);
+  }
   if (c.state.contains("files")) {
+    const nlohmann::json& files = c.state["files"];
     for (const char* name : kTensorFiles) {
-      const nlohmann::json& want = c.state["files"][name];
-      if (!want.is_object() || !want.contains("bytes") || !want.contains("fnv1a64"))
+      if (!files.is_object() || !files.contains(name) || !files[name].is_object() || !files[name].contains("bytes") ||
+          !files[name]["bytes"].is_number_unsigned() || !files[name].contains("fnv1a64") ||
+          !files[name]["fnv1a64"].is_string())
         fail("checkpoint '{}': trainer_state.json records no checksum of {}", path, name);
-      uint64_t bytes = 0;
+      const uint64_t want_bytes = files[name]["bytes"].get<uint64_t>();
+      const std::string want_sum = files[name]["fnv1a64"].get<std::string>();
       if (!fs::exists(dir / name)) fail("checkpoint '{}': {} is missing", path, name);
-      const std::string sum = file_checksum(dir / name, &bytes);
-      if (bytes != want["bytes"].get<uint64_t>() || sum != want["fnv1a64"].get<std::string>())
+      // A regular file of the recorded size, before its bytes are read.
+      const uint64_t size = input_file_size((dir / name).string(), "checkpoint tensor file", UINT64_MAX, "checkpoint tensor files");
+      uint64_t bytes = size;
+      const std::string sum = size == want_bytes ? file_checksum(dir / name, &bytes) : std::string("not computed");
+      if (bytes != want_bytes || sum != want_sum)
         fail("checkpoint '{}': {} is not the file that was written ({} bytes, checksum {}; recorded {} bytes, {})", path,
-             name, bytes, sum, want["bytes"].get<uint64_t>(), want["fnv1a64"].get<std::string>());
+             name, bytes, sum, want_bytes, want_sum);
     }
   }
   c.model = read_safetensors((dir / "model.safetensors").string());

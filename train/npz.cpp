@@ -3,8 +3,10 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -307,6 +309,32 @@ std::string header_for(const Tensor& t, size_t* prefix_len) {
   return out + dict;
 }
 
+// What an .npz may inflate to, all members together: it must fit in physical memory (every array is
+// held at once), and be at most kMaxInflation times the archive's own size or kInflationFloor,
+// whichever is larger. Stored members (np.savez) are never larger than the file. Real numeric data
+// deflates 1x to 10x (floats, token ids); only long runs of one byte value reach deflate's ceiling
+// of about 1032x, so a whole archive past 100x is nearly all one repeated value: a zip bomb, not a
+// data set (a data set's mostly-constant arrays, such as masks or token type ids, sit beside arrays
+// that do not compress so). The floor lets small archives of constant arrays through. An archive
+// refused here that is real data is read when saved uncompressed, with np.savez.
+constexpr uint64_t kMaxInflation = 100;
+constexpr uint64_t kInflationFloor = uint64_t(256) << 20;
+
+void check_inflated_size(const std::string& path, uint64_t inflated, uint64_t file_bytes) {
+  const uint64_t mib = uint64_t(1) << 20;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const uint64_t memory = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
+  if (inflated > memory)
+    fail("npz file '{}': its arrays take {} MiB, more than this machine's {} MiB of memory", path, inflated / mib,
+         memory / mib);
+  const uint64_t limit = std::max(kInflationFloor, file_bytes > UINT64_MAX / kMaxInflation ? UINT64_MAX
+                                                                                           : file_bytes * kMaxInflation);
+  if (inflated > limit)
+    fail("npz file '{}': its {} bytes inflate to {} MiB, more than {}x its size (and more than {} MiB): a zip bomb "
+         "rather than data; if the arrays are real, save them uncompressed with np.savez",
+         path, file_bytes, inflated / mib, kMaxInflation, kInflationFloor / mib);
+}
+
 }  // namespace
 
 std::string npy_descr(DType t) {
@@ -333,13 +361,31 @@ std::map<std::string, Tensor> read_npz(const std::string& path) {
   if (!za) fail("npz file '{}' is not a readable zip archive: {}", path, zip_error_message(code));
   zip_int64_t n = zip_get_num_entries(za.get(), 0);
   if (n < 0) fail("npz file '{}': cannot list the archive: {}", path, zip_strerror(za.get()));
-
-  std::map<std::string, Tensor> out;
-  for (zip_int64_t i = 0; i < n; ++i) {
+  auto stat_member = [&](zip_int64_t i) {
     zip_stat_t st;
     zip_stat_init(&st);
     if (zip_stat_index(za.get(), zip_uint64_t(i), 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME))
       fail("npz file '{}': cannot read member {}: {}", path, i, zip_strerror(za.get()));
+    return st;
+  };
+
+  // Every member is held in memory: what the directory says they inflate to (each member's .npy
+  // header must then match it exactly, and no member is inflated past it) is checked against the
+  // limits before a byte is inflated.
+  const uint64_t file_bytes = fs::file_size(path, ec);
+  uint64_t inflated = 0;
+  for (zip_int64_t i = 0; i < n; ++i) {
+    const zip_stat_t st = stat_member(i);
+    if ((st.valid & ZIP_STAT_COMP_SIZE) && st.comp_size > file_bytes)
+      fail("npz file '{}': the directory says member '{}' has {} compressed bytes, but the file has {}: corrupt archive",
+           path, st.name, st.comp_size, file_bytes);
+    if (st.valid & ZIP_STAT_SIZE) inflated = st.size > UINT64_MAX - inflated ? UINT64_MAX : inflated + st.size;
+  }
+  check_inflated_size(path, inflated, file_bytes);
+
+  std::map<std::string, Tensor> out;
+  for (zip_int64_t i = 0; i < n; ++i) {
+    const zip_stat_t st = stat_member(i);
     std::string member = st.name;
     if (!member.empty() && member.back() == '/') continue;  // a directory entry
     if (member.size() < 5 || member.compare(member.size() - 4, 4, ".npy") != 0)

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/error.h"
+#include "graph/input_file.h"
 
 namespace onnxdp {
 
@@ -150,6 +151,12 @@ MetricsLog read_metrics_log(const std::string& run_dir_or_jsonl) {
   MetricsLog log;
   log.path = fs::is_directory(run_dir_or_jsonl) ? (fs::path(run_dir_or_jsonl) / "metrics.jsonl").string()
                                                 : run_dir_or_jsonl;
+  // Read line by line to its end: a regular file, at most 4 GiB (a line per step is ~200 bytes:
+  // 20 million steps), checked first, so that /dev/zero or a pipe is an error instead of a read
+  // without end.
+  uint64_t size = 0;
+  if (const std::string why = input_file_problem(log.path, 4 * kGiB, "metrics logs", &size); !why.empty())
+    fail("cannot read metrics '{}': {}", log.path, why);
   std::ifstream f(log.path);
   if (!f) fail("cannot read metrics '{}': {}", log.path, std::strerror(errno));
   std::string line;
@@ -160,7 +167,7 @@ MetricsLog read_metrics_log(const std::string& run_dir_or_jsonl) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number past a double
       fail("metrics '{}' line {}: not JSON ({})", log.path, line_no, e.what());
     }
     if (!j.is_object()) fail("metrics '{}' line {}: not a JSON object", log.path, line_no);

@@ -153,6 +153,28 @@ def main():
     big.raw_data = b"\0" * 8
     save(make_model([big, numpy_helper.from_array(B, "b")]), "dims_overflow.onnx")
 
+    # Dims that claim gigabytes the file does not hold: onnxdp must compare the data with the claim
+    # before it allocates the claim (test_bad_models.cpp runs these under a memory limit).
+    claim = TensorProto()
+    claim.name, claim.data_type = "W", TensorProto.FLOAT
+    claim.dims.extend([1 << 32])  # 16 GiB of float32
+    claim.raw_data = b"\0" * 8
+    save(make_model([claim, numpy_helper.from_array(B, "b")]), "claims_16gib_raw_data.onnx")
+    claim = TensorProto()
+    claim.name, claim.data_type = "W", TensorProto.FLOAT
+    claim.dims.extend([1 << 31])  # 8 GiB of float32 in float_data, which holds 2 values
+    claim.float_data.extend([1.0, 2.0])
+    save(make_model([claim, numpy_helper.from_array(B, "b")]), "claims_8gib_float_data.onnx")
+    ext_case("ext_claims_16gib.onnx", "ext_weights.bin", length=None, dims=(1 << 32,))
+
+    # A dynamo export whose dropped Conv bias onnxdp restores as zeros of the weight's output
+    # channels: the weight's dims claim 2^30 of them, so the restored bias alone would be 4 GiB,
+    # allocated before the weight's data (1536 bytes) was compared with its dims.
+    vit = onnx.load(os.path.join(HERE, "..", "fixtures", "trainability", "dynamo_vit.onnx"))
+    w = next(t for t in vit.graph.initializer if t.name == "patch.weight")
+    w.dims[0] = 1 << 30
+    save(vit, "restored_bias_claims_4gib.onnx")
+
     # An initializer with dims and a type but no data at all.
     empty = TensorProto()
     empty.name, empty.data_type = "W", TensorProto.FLOAT

@@ -240,3 +240,42 @@ TEST_CASE("bad models: onnxdp run exits non-zero naming the culprit, without a s
 TEST_CASE("bad models: onnxdp inspect exits non-zero naming the culprit, without a signal") {
   check_cli_on_corpus("inspect");
 }
+
+// Dims that claim gigabytes the file does not hold (the data is a few bytes): the loader compares
+// the data with the claim before it allocates anything. Run under a 4 GiB address-space limit
+// (ASan builds, which reserve terabytes of address space: ASan's allocation limit), a loader that
+// allocated the claim first fails with "out of memory" instead of naming the data that is short.
+TEST_CASE("bad models: a tensor's claimed size is checked against its data before it is allocated") {
+  struct Claim {
+    const char* file;
+    std::vector<std::string> culprits;
+  };
+  const std::vector<Claim> claims = {
+      {"claims_16gib_raw_data.onnx", {"'W'", "raw_data holds 8 bytes", "[4294967296] needs 17179869184"}},
+      {"claims_8gib_float_data.onnx", {"'W'", "float_data has 2 values", "[2147483648] needs 2147483648"}},
+      {"ext_claims_16gib.onnx", {"'W'", "external data holds 24 bytes", "needs 17179869184"}},
+      // The dropped bias restore_dropped_parameters would add: 2^30 float32 zeros from the weight's dims.
+      {"restored_bias_claims_4gib.onnx",
+       {"'patch.weight'", "raw_data holds 1536 bytes", "[1073741824, 3, 4, 4] needs 206158430208"}},
+  };
+#if defined(__SANITIZE_ADDRESS__)
+  const std::string limit = "export ASAN_OPTIONS=\"$ASAN_OPTIONS:max_allocation_size_mb=4096:allocator_may_return_null=1\"; ";
+#else
+  const std::string limit = "ulimit -v 4194304 && ";
+#endif
+  for (const Claim& c : claims) {
+    const std::string file = c.file;
+    CAPTURE(file);
+    const std::string cmd = limit + "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MALLOC_ARENA_MAX=2 exec '" +
+                            std::string(ONNXDP_BINARY) + "' inspect '" + corpus(c.file).string() + "'";
+    std::string out;
+    const int st = run_process({"/bin/bash", "-c", cmd}, &out);
+    CAPTURE(out);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 1);
+    for (const std::string& s : c.culprits) {
+      CAPTURE(s);
+      CHECK(out.find(s) != std::string::npos);
+    }
+  }
+}
