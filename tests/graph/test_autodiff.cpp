@@ -92,7 +92,7 @@ TEST_CASE("autodiff: unary math") {
   }
 }
 
-TEST_CASE("autodiff: Relu's gradient is one ReluGrad node on (dy, y); a NaN x passes dy, as PyTorch") {
+TEST_CASE("autodiff: Relu's gradient is one ReluGrad node on (dy, y), a NaN x passes dy, as PyTorch") {
   // loss = sum(Relu(x) * R): dx = R where x > 0 or x is NaN (PyTorch: relu keeps NaN, and
   // threshold_backward zeroes only where y <= 0), else 0; R has no zeros.
   Case c;
