@@ -14,20 +14,10 @@
 
 using namespace onnxdp;
 using onnxdp::test::add_input;
+using onnxdp::test::add_ints;
 using onnxdp::test::out;
 
 namespace {
-
-ValueId ints(Graph& g, const char* name, std::vector<int64_t> vals) {
-  Value v;
-  v.name = name;
-  v.dtype = DType::i64;
-  v.shape = {int64_t(vals.size())};
-  v.kind = ValueKind::constant;
-  v.data = Tensor(DType::i64, v.shape);
-  for (size_t i = 0; i < vals.size(); ++i) v.data.as<int64_t>()[i] = vals[i];
-  return g.add_value(std::move(v));
-}
 
 // x [4, 2, 3] -> r = Relu(x) -> f = Flatten(r) [4, 6] -> s = Reshape(f, [24]) -> u = Unsqueeze(s, 0)
 // [1, 24] -> i = Identity(u); then e = Exp(x) and k = Neg(e), born while r's bytes are shared
@@ -37,12 +27,12 @@ Graph views() {
   ValueId x = add_input(g, "x", {4, 2, 3});
   ValueId r = out(g, g.add_node(Op::Relu, "relu", {x}, {"r"}));
   ValueId f = out(g, g.add_node(Op::Flatten, "flatten", {r}, {"f"}));
-  ValueId s = out(g, g.add_node(Op::Reshape, "reshape", {f, ints(g, "shape24", {24})}, {"s"}));
-  ValueId u = out(g, g.add_node(Op::Unsqueeze, "unsqueeze", {s, ints(g, "axes0", {0})}, {"u"}));
+  ValueId s = out(g, g.add_node(Op::Reshape, "reshape", {f, add_ints(g, "shape24", {24})}, {"s"}));
+  ValueId u = out(g, g.add_node(Op::Unsqueeze, "unsqueeze", {s, add_ints(g, "axes0", {0})}, {"u"}));
   ValueId i = out(g, g.add_node(Op::Identity, "identity", {u}, {"i"}));
   ValueId e = out(g, g.add_node(Op::Exp, "exp", {x}, {"e"}));
   ValueId k = out(g, g.add_node(Op::Neg, "neg", {e}, {"k"}));
-  ValueId kr = out(g, g.add_node(Op::Reshape, "reshape_k", {k, ints(g, "shape1x24", {1, 24})}, {"kr"}));
+  ValueId kr = out(g, g.add_node(Op::Reshape, "reshape_k", {k, add_ints(g, "shape1x24", {1, 24})}, {"kr"}));
   ValueId y = out(g, g.add_node(Op::Add, "add", {i, kr}, {"y"}));
   g.outputs = {y, s};
   verify(g);

@@ -18,6 +18,7 @@
 
 using namespace onnxdp;
 using onnxdp::test::add_input;
+using onnxdp::test::add_ints;
 using onnxdp::test::contains;
 using onnxdp::test::error_of;
 
@@ -25,23 +26,13 @@ namespace {
 
 constexpr int64_t k2to62 = int64_t(1) << 62;
 
-ValueId ints(Graph& g, const char* name, std::vector<int64_t> vals) {
-  Value v;
-  v.name = name;
-  v.dtype = DType::i64;
-  v.shape = {int64_t(vals.size())};
-  v.kind = ValueKind::constant;
-  v.data = Tensor::from_i64(vals);
-  return g.add_value(std::move(v));
-}
-
 // The error adding one node of `op` gives ("" when it is accepted).
 std::string node_error(Op op, const std::vector<Shape>& inputs, std::vector<std::vector<int64_t>> constants,
                        std::map<std::string, Attr> attrs) {
   Graph g;
   std::vector<ValueId> ins;
   for (size_t k = 0; k < inputs.size(); ++k) ins.push_back(add_input(g, fmt::format("x{}", k), inputs[k]));
-  for (size_t k = 0; k < constants.size(); ++k) ins.push_back(ints(g, fmt::format("c{}", k).c_str(), constants[k]));
+  for (size_t k = 0; k < constants.size(); ++k) ins.push_back(add_ints(g, fmt::format("c{}", k), constants[k]));
   return error_of([&] { g.add_node(op, "n", ins, {"y"}, std::move(attrs)); });
 }
 
@@ -91,7 +82,7 @@ TEST_CASE("hostile sizes: shape rules refuse what does not fit instead of wrappi
   // elements -2^62, 0.
   {
     Graph r;
-    int n = r.add_node(Op::Range, "r", {ints(r, "s", {-k2to62}), ints(r, "l", {k2to62}), ints(r, "d", {k2to62})}, {"y"});
+    int n = r.add_node(Op::Range, "r", {add_ints(r, "s", {-k2to62}), add_ints(r, "l", {k2to62}), add_ints(r, "d", {k2to62})}, {"y"});
     CHECK(r.value(r.nodes[size_t(n)].outputs[0]).shape == Shape{2});
   }
   e = node_error(Op::Range, {}, {{0}, {INT64_MAX}, {1}}, {});
@@ -99,7 +90,7 @@ TEST_CASE("hostile sizes: shape rules refuse what does not fit instead of wrappi
   // Slice with step INT64_MIN (whose negation does not exist): one element.
   Graph g;
   ValueId x = add_input(g, "x", {5});
-  int n = g.add_node(Op::Slice, "s", {x, ints(g, "st", {4}), ints(g, "en", {-6}), ints(g, "ax", {0}), ints(g, "sp", {INT64_MIN})},
+  int n = g.add_node(Op::Slice, "s", {x, add_ints(g, "st", {4}), add_ints(g, "en", {-6}), add_ints(g, "ax", {0}), add_ints(g, "sp", {INT64_MIN})},
                      {"y"});
   CHECK(g.value(g.nodes[size_t(n)].outputs[0]).shape == Shape{1});
 }
@@ -107,7 +98,7 @@ TEST_CASE("hostile sizes: shape rules refuse what does not fit instead of wrappi
 TEST_CASE("hostile sizes: folding leaves a declared giant to the plan, which refuses it by its size") {
   // ConstantOfShape([2^18, 2^18]) is 256 GiB of float32: folding it would allocate it now.
   Graph g;
-  ValueId shape = ints(g, "shape", {int64_t(1) << 18, int64_t(1) << 18});
+  ValueId shape = add_ints(g, "shape", {int64_t(1) << 18, int64_t(1) << 18});
   ValueId big = test::out(g, g.add_node(Op::ConstantOfShape, "zeros", {shape}, {"big"}));
   g.outputs = {big};
   int folded_runs = 0;
