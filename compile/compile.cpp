@@ -44,6 +44,7 @@ struct Compilation {
     dp.global_batch = o.batch;
     dp.local_bn = o.local_bn;
     dp.bucket_mb = o.bucket_mb;
+    dp.zero_stage = o.zero_stage;
     dp.first_bucket_mb = std::min(dp.first_bucket_mb, o.bucket_mb);  // never larger than the others
     return dp;
   }

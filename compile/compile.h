@@ -41,6 +41,7 @@ struct CompileOptions {
   std::vector<std::string> freeze, trainable;
   bool local_bn = false;
   double bucket_mb = 25;
+  int zero_stage = 0;  // 1: gradient buckets are ReduceScatter nodes (parallel/data_parallel.h)
   int64_t step_rows = 0;    // rows of the whole optimizer step (0: batch); > batch with --grad-accum
   bool accumulate = false;  // --grad-accum > 1: inputs grad_accum/* carry the step's sums so far
   bool sync = true;         // the step's last micro-batch: gradient buckets all-reduce the sums

@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "exec/device_backend.h"
+#include "graph/error.h"
+#include "parallel/communicator.h"
 
 namespace onnxdp {
 
@@ -36,6 +38,49 @@ FlatState::DeviceMemory FlatState::device_alloc(size_t bytes) {
 size_t FlatState::moment_bytes() const { return ((m_ ? m_->size() : 0) + (v_ ? v_->size() : 0)) * sizeof(float); }
 
 size_t FlatState::bytes() const { return params_.nbytes() + grads_.nbytes() + moment_bytes(); }
+
+void FlatState::shard(Communicator* comm) {
+  if (device_) fail("--zero-stage 1 runs on CPU replicas and MPI ranks; on {} it is not built yet", device_->name());
+  if (m_) fail("internal: FlatState::shard after set_moments");
+  comm_ = comm;
+  rank_ = comm->rank();
+  const int n = comm->size();
+  constexpr int64_t kFloatsAligned = int64_t(kPlanAlign / sizeof(float));
+  const int64_t total = floats();
+  const int64_t per = (total + n - 1) / n;
+  const int64_t part = (per + kFloatsAligned - 1) / kFloatsAligned * kFloatsAligned;
+  shards_.base = grads_.as<float>();
+  shards_.bounds.assign(size_t(n) + 1, 0);
+  for (int r = 0; r <= n; ++r) shards_.bounds[size_t(r)] = std::min(total, int64_t(r) * part);
+}
+
+std::vector<int64_t> FlatState::part_counts() const {
+  std::vector<int64_t> counts;
+  for (size_t r = 0; r + 1 < shards_.bounds.size(); ++r) counts.push_back(shards_.bounds[r + 1] - shards_.bounds[r]);
+  return counts;
+}
+
+void FlatState::gather_moments(bool has_m, bool has_v, std::vector<float>& m_full, std::vector<float>& v_full) {
+  if (!sharded()) fail("internal: FlatState::gather_moments on a state that is not sharded");
+  const std::vector<int64_t> counts = part_counts();
+  std::vector<float> scratch;  // where a replica other than 0 receives the parts it does not keep
+  auto gather = [&](std::vector<float>& mine, std::vector<float>& full) {
+    if (rank_ == 0) full.assign(size_t(floats()), 0.0f);
+    for (int r = 0; r < int(counts.size()); ++r) {
+      const size_t n = size_t(counts[size_t(r)]);
+      float* where = nullptr;
+      if (r == rank_) where = mine.data();
+      else if (rank_ == 0) where = full.data() + shards_.bounds[size_t(r)];
+      else where = (scratch.resize(n), scratch.data());
+      comm_->broadcast(where, n * sizeof(float), r);
+    }
+    if (rank_ == 0 && counts[0]) std::memcpy(full.data(), mine.data(), size_t(counts[0]) * sizeof(float));
+  };
+  m_full.clear();
+  v_full.clear();
+  if (has_m) gather(*m_, m_full);
+  if (has_v) gather(*v_, v_full);
+}
 
 void FlatState::set_moments(std::vector<float>* m, std::vector<float>* v) {
   m_ = m;
@@ -85,6 +130,15 @@ void FlatState::begin_step(const OptimizerUpdate& u) {
 
 double FlatState::end_step() {
   double squared = 0;
+  if (sharded()) {  // this replica's part, with the whole gradient's norm; then the others' parameters
+    const int64_t lo = shard_begin(), n = shard_end() - lo;
+    float* g = grads_.as<float>() + lo;
+    squared = host_squared_norm(g, n);
+    comm_->all_reduce_sum(&squared, 1, DType::f64);
+    host_optimizer_apply(update_, squared, params_.as<float>() + lo, g, m_->data(), v_->data(), n);
+    comm_->all_gather_parts(params_.data(), part_counts(), DType::f32);
+    return squared;
+  }
   if (device_) device_->to_host(&squared, dev_norm_.get(), sizeof squared);  // the last run updated the parameters there
   else squared = host_optimizer_step(update_, params_.as<float>(), grads_.as<float>(), m_->data(), v_->data(), params_.numel());
   return squared;

@@ -26,12 +26,21 @@ class Communicator;  // parallel/communicator.h
 struct Profile;       // exec/profile.h
 
 // Per-run state a kernel may need (Dropout's counter-based generator is keyed by these).
+// --zero-stage 1: replica r owns floats [bounds[r], bounds[r + 1]) of the flat gradient buffer
+// starting at `base` (exec/flat_state.h); a ReduceScatter over a range of that buffer gives each
+// owner the sums of its part of the range.
+struct FlatShards {
+  const float* base = nullptr;
+  std::vector<int64_t> bounds;  // world + 1 offsets, in floats from base
+};
+
 struct RunState {
   uint64_t seed = 0;
   uint64_t step = 0;
   int64_t batch_offset = 0;       // index of this replica's first row in the global batch (Scatter)
   int64_t sample_offset = 0;      // index of the global batch's first row in the step (micro-batches, run's batches)
   Communicator* comm = nullptr;   // this replica's world; nullptr: a world of one
+  const FlatShards* shards = nullptr;  // --zero-stage 1 (ReduceScatter); nullptr: none
   Profile* profile = nullptr;     // when set, every kernel call is timed into it
   const RunScalars* device = nullptr;  // on a device: seed, step and offsets above, in device memory
   unsigned long long* device_checks = nullptr;  // on a device: the plan's check slots (exec/run_scalars.h)

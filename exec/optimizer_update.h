@@ -87,5 +87,10 @@ ONNXDP_HD inline void optimizer_update(const OptimizerUpdate& u, float clip, flo
 // The whole update on the host over flat buffers of n floats (exec/cpu/optimizer.cpp): returns the
 // squared norm of g as it came in; a step that skips_step() changes nothing.
 double host_optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n);
+// Its two halves, for a replica that updates a part of the buffers (--zero-stage 1): the squared
+// norm of g[0..n) (summed over the replicas' parts by the caller), and the update of n elements
+// given the whole gradient's squared norm (nothing when the step skips_step()).
+double host_squared_norm(const float* g, int64_t n);
+void host_optimizer_apply(const OptimizerUpdate& u, double squared_norm, float* p, float* g, float* m, float* v, int64_t n);
 
 }  // namespace onnxdp

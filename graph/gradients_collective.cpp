@@ -27,4 +27,7 @@ void grad_AllReduce(GradCtx& c) {
 
 void grad_AllGather(GradCtx& c) { gradient_missing(c); }
 
+// Inserted after autodiff, on gradients (parallel/data_parallel.h): never differentiated.
+void grad_ReduceScatter(GradCtx& c) { gradient_missing(c); }
+
 }  // namespace onnxdp

@@ -165,6 +165,10 @@
   X(AllReduce,                  collective, 1, 1024, 1, 1024, "async:i=0")                          \
   /* AllGather: the replicas' shards concatenated along axis 0 (`rows` = the global batch).      */ \
   X(AllGather,                  collective, 1, 1, 1, 1, "rows:i")                                   \
+  /* ReduceScatter: AllReduce's bucket for --zero-stage 1: each output holds the sum over the   */ \
+  /* replicas on the elements this replica owns (RunState::shards: its part of the flat gradient */ \
+  /* buffer), elsewhere its input or the sum; async as AllReduce. Outside the flat buffer: sums. */ \
+  X(ReduceScatter,              collective, 1, 1024, 1, 1024, "async:i=0")                          \
   /* ---- internal gradient ops: emitted by gradient rules, not ONNX, not importable ---------- */ \
   /* ConvGradFilter (x [N,C,D..], dy [N,M,O..]) -> dW [M, C/group, k..]; explicit pads       */ \
   /* (begins, ends), kernel_shape required. Conv's weight gradient (ConvTranspose's, swapped).   */ \
@@ -228,7 +232,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 114
+#define ONNXDP_OP_COUNT 115
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

@@ -19,6 +19,9 @@ void shape_AllReduce(ShapeCtx& c) {
   }
 }
 
+// A bucket of --zero-stage 1: shapes and dtypes as AllReduce's.
+void shape_ReduceScatter(ShapeCtx& c) { shape_AllReduce(c); }
+
 void shape_AllGather(ShapeCtx& c) {
   Shape s = c.shape(0);
   if (s.empty()) c.fail("cannot gather a scalar along axis 0");

@@ -1,5 +1,6 @@
 #include "parallel/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,59 @@ void Communicator::barrier() {
   run_blocking([&] { do_barrier(); });
 }
 
+namespace {
+// The elements of all parts; refuses negative counts and a world mismatch.
+int64_t parts_total(const char* what, const std::vector<int64_t>& counts, int world, const void* data) {
+  if (int(counts.size()) != world) fail("{}: {} parts for a world of {}", what, counts.size(), world);
+  int64_t total = 0;
+  for (int64_t n : counts) {
+    if (n < 0) fail("{}: negative count {}", what, n);
+    total += n;
+  }
+  if (total > 0 && !data) fail("{}: null buffer for {} elements", what, total);
+  return total;
+}
+}  // namespace
+
+void Communicator::reduce_scatter_sum(void* data, const std::vector<int64_t>& counts, DType dtype) {
+  check_reduce_dtype(dtype);
+  parts_total("reduce_scatter_sum", counts, size(), data);
+  run_blocking([&] { do_reduce_scatter_sum(data, counts, dtype); });
+}
+
+void Communicator::all_gather_parts(void* data, const std::vector<int64_t>& counts, DType dtype) {
+  parts_total("all_gather_parts", counts, size(), data);
+  run_blocking([&] { do_all_gather_parts(data, counts, dtype); });
+}
+
+void Communicator::do_reduce_scatter_sum(void* data, const std::vector<int64_t>& counts, DType dtype) {
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  do_all_reduce_sum(data, total, dtype);
+}
+
+void Communicator::do_all_gather_parts(void* data, const std::vector<int64_t>& counts, DType dtype) {
+  const size_t es = dtype_size(dtype);
+  size_t off = 0;
+  for (int r = 0; r < size(); ++r) {
+    do_broadcast(static_cast<char*>(data) + off, size_t(counts[size_t(r)]) * es, r);
+    off += size_t(counts[size_t(r)]) * es;
+  }
+}
+
+Communicator::Handle Communicator::start_reduce_scatter_sum(void* data, std::vector<int64_t> counts, DType dtype) {
+  check_reduce_dtype(dtype);
+  const int64_t total = parts_total("start_reduce_scatter_sum", counts, size(), data);
+  std::lock_guard<std::mutex> lk(mu_);
+  check_usable();
+  if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
+  uint64_t id = next_id_++;
+  queue_.push_back(Task{id, data, total, dtype, std::move(counts)});
+  results_[id] = Result{};
+  cv_.notify_all();
+  return Handle{id};
+}
+
 Communicator::Handle Communicator::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
   check_reduce_dtype(dtype);
   if (count < 0) fail("start_all_reduce_sum: negative count {}", count);
@@ -98,7 +152,7 @@ Communicator::Handle Communicator::start_all_reduce_sum(void* data, int64_t coun
   check_usable();
   if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
   uint64_t id = next_id_++;
-  queue_.push_back(Task{id, data, count, dtype});
+  queue_.push_back(Task{id, data, count, dtype, {}});
   results_[id] = Result{};
   cv_.notify_all();
   return Handle{id};
@@ -120,7 +174,8 @@ void Communicator::comm_thread_main() {
           Error(fmt::format("{}: unusable after an earlier error: {}", describe(), failed)));
     } else {
       try {
-        do_all_reduce_sum(t.data, t.count, t.dtype);
+        if (t.counts.empty()) do_all_reduce_sum(t.data, t.count, t.dtype);
+        else do_reduce_scatter_sum(t.data, t.counts, t.dtype);
       } catch (const std::exception& e) {
         error = std::current_exception();
         {
@@ -231,6 +286,50 @@ class InProcessCommunicator final : public Communicator {
     int64_t lo, hi;
     reduce_slice(count, n, rank_, &lo, &hi);
     sum_range(bufs, bufs, lo, hi, dtype);
+    group_->sync(rank_);
+  }
+
+  // As do_all_reduce_sum's slices, each replica summing its slice of the range, but each element
+  // written only into the buffer of the replica whose part holds it: the same bits, 1/N the writes.
+  void do_reduce_scatter_sum(void* data, const std::vector<int64_t>& counts, DType dtype) override {
+    int64_t count = 0;
+    for (int64_t n : counts) count += n;
+    CollectiveCall c = next("reduce_scatter");
+    c.count = count;
+    c.dtype = dtype;
+    c.data = data;
+    group_->arrive(rank_, c);
+    const int n = size();
+    if (n > 1) {
+      std::vector<void*> bufs(n);
+      for (int j = 0; j < n; ++j) bufs[j] = group_->call(j).data;
+      int64_t lo, hi;
+      reduce_slice(count, n, rank_, &lo, &hi);
+      int64_t part_lo = 0;
+      for (int owner = 0; owner < n; ++owner) {
+        const int64_t part_hi = part_lo + counts[size_t(owner)];
+        const int64_t a = std::max(lo, part_lo), b = std::min(hi, part_hi);
+        if (a < b) sum_range(bufs, {bufs[owner]}, a, b, dtype);
+        part_lo = part_hi;
+      }
+    }
+    group_->sync(rank_);
+  }
+
+  // Every replica copies the other replicas' parts out of their buffers.
+  void do_all_gather_parts(void* data, const std::vector<int64_t>& counts, DType dtype) override {
+    CollectiveCall c = next("all_gather_parts");
+    c.count = 0;
+    for (int64_t k : counts) c.count += k;
+    c.data = data;
+    group_->arrive(rank_, c);
+    const size_t es = dtype_size(dtype);
+    size_t off = 0;
+    for (int j = 0; j < size(); ++j) {
+      const size_t bytes = size_t(counts[size_t(j)]) * es;
+      if (j != rank_ && bytes) std::memcpy(static_cast<char*>(data) + off, static_cast<const char*>(group_->call(j).data) + off, bytes);
+      off += bytes;
+    }
     group_->sync(rank_);
   }
 

@@ -76,9 +76,19 @@ class Communicator {
   // Returns when every replica has called barrier().
   void barrier();
 
+  // --zero-stage 1. data[0 .. sum of counts) is cut into the replicas' parts in replica order (part
+  // r: counts[r] elements after the parts before it); every replica passes the same counts.
+  // reduce_scatter_sum: afterwards this replica's part holds the sum over replicas (the bits
+  // all_reduce_sum gives); the other parts hold unspecified values (this replica's own or sums).
+  void reduce_scatter_sum(void* data, const std::vector<int64_t>& counts, DType dtype);
+  // all_gather_parts: afterwards every part r holds replica r's part r (in place).
+  void all_gather_parts(void* data, const std::vector<int64_t>& counts, DType dtype);
+
   // Asynchronous all_reduce_sum: queued on this replica's communication thread (in call order) and
   // returns at once. data must stay valid and untouched until wait() returns for the handle.
   Handle start_all_reduce_sum(void* data, int64_t count, DType dtype);
+  // Asynchronous reduce_scatter_sum, queued in the same order as the all-reduces.
+  Handle start_reduce_scatter_sum(void* data, std::vector<int64_t> counts, DType dtype);
   // Blocks until the handle's all-reduce is done; rethrows its error. The time spent blocked here is
   // added to comm_wait_ms(). Each handle may be waited once; waiting a finished one returns at once.
   void wait(Handle h);
@@ -111,6 +121,10 @@ class Communicator {
   virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
   virtual void do_all_gather_bytes(const void* mine, size_t bytes, std::vector<std::vector<uint8_t>>& all) = 0;
   virtual void do_barrier() = 0;
+  // Defaults from the collectives above: an all-reduce of the whole range (every part gets its
+  // sums; the bytes of an all-reduce), and one broadcast per part. An implementation may do better.
+  virtual void do_reduce_scatter_sum(void* data, const std::vector<int64_t>& counts, DType dtype);
+  virtual void do_all_gather_parts(void* data, const std::vector<int64_t>& counts, DType dtype);
   virtual void do_leave() {}
   virtual void do_rejoin() {}
 
@@ -124,6 +138,7 @@ class Communicator {
     void* data;
     int64_t count;
     DType dtype;
+    std::vector<int64_t> counts;  // a reduce-scatter's parts; empty: an all-reduce
   };
   struct Result {
     bool done = false;

@@ -220,7 +220,7 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
   for (size_t b = 0; b < buckets.size(); ++b) {
     Node n;
     n.name = fmt::format("dp/grad_bucket{}", b);
-    n.op = Op::AllReduce;
+    n.op = o.zero_stage >= 1 ? Op::ReduceScatter : Op::AllReduce;
     n.attrs["async"] = Attr(int64_t(1));
     int last = -1;
     for (size_t i : members[b]) {
@@ -228,7 +228,7 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
       last = std::max(last, g.value(gid).producer);
       n.inputs.push_back(gid);
       Value v = g.value(gid);
-      v.name = g.value(gid).name + "/allreduce";
+      v.name = g.value(gid).name + (o.zero_stage >= 1 ? "/reducescatter" : "/allreduce");
       ValueId out = g.add_value(std::move(v));
       n.outputs.push_back(out);
       grads[i] = out;

@@ -7,7 +7,9 @@
 //     -> autodiff (the AllReduce nodes of the forward get AllReduce gradients)
 //     -> data_parallel_gradients: AllReduce buckets over the gradients, in the order backward
 //        produces them, a small first bucket then bucket_mb each, each placed right after the node
-//        producing its last gradient and launched asynchronously
+//        producing its last gradient and launched asynchronously; with zero_stage 1 (ZeRO-1, the
+//        optimizer state sharded over the replicas) ReduceScatter nodes instead, each replica
+//        summing only the part of the flat gradient buffer it updates (exec/flat_state.h)
 // Gradients of a replica are sums over its rows of a loss normalised by the global count, so their
 // all-reduced sum is exactly the gradient one device computes on the whole batch, even when the
 // shards are uneven. A world of one is left unchanged.
@@ -27,6 +29,7 @@ struct DataParallelOptions {
   bool local_bn = false;       // DDP's per-replica BatchNormalization statistics
   double first_bucket_mb = 1;  // as DDP: a small first bucket so communication starts early
   double bucket_mb = 25;
+  int zero_stage = 0;  // 1: the buckets reduce-scatter (each replica needs the sums of its part only)
 };
 
 // Scatter on the graph inputs named in batch_inputs (their shape becomes the global batch's;

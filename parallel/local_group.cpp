@@ -14,7 +14,8 @@ std::string format_seconds(double s) { return fmt::format("{:g} s", s); }
 
 std::string describe_call(const CollectiveCall& c) {
   std::string what = fmt::format("{} #{}", c.op, c.index);
-  if (std::strcmp(c.op, "all_reduce") == 0) return fmt::format("{} ({} {})", what, c.count, dtype_name(c.dtype));
+  if (std::strcmp(c.op, "all_reduce") == 0 || std::strcmp(c.op, "reduce_scatter") == 0)
+    return fmt::format("{} ({} {})", what, c.count, dtype_name(c.dtype));
   if (std::strcmp(c.op, "broadcast") == 0) return fmt::format("{} ({} bytes, root {})", what, c.count, c.root);
   return what;
 }
@@ -28,7 +29,7 @@ namespace {
 
 bool same_call(const CollectiveCall& a, const CollectiveCall& b) {
   if (std::strcmp(a.op, b.op) != 0 || a.count != b.count || a.root != b.root) return false;
-  return std::strcmp(a.op, "all_reduce") != 0 || a.dtype == b.dtype;
+  return (std::strcmp(a.op, "all_reduce") != 0 && std::strcmp(a.op, "reduce_scatter") != 0) || a.dtype == b.dtype;
 }
 
 std::string join_names(const std::vector<std::string>& names) {

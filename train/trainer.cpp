@@ -72,7 +72,7 @@ GradientPlaces gradient_places(const Graph& g, const std::vector<ValueId>& grads
   for (size_t i = 0; i < grads.size(); ++i)
     if ((p.in_flat[i] = place(grads[i], i))) grad_index[grads[i]] = i;
   for (const Node& n : g.nodes)
-    if (n.op == Op::AllReduce)
+    if (n.op == Op::AllReduce || n.op == Op::ReduceScatter)
       for (size_t k = 0; k < n.outputs.size(); ++k)
         if (auto it = grad_index.find(n.outputs[k]); it != grad_index.end() && uses[size_t(n.inputs[k])] == 1)
           place(n.inputs[k], it->second);
@@ -133,6 +133,7 @@ std::string hyper_parameters(const TrainOptions& o) {
   line("--loss-scale-init", o.loss_scale.init);
   line("--loss-scale-growth-interval", o.loss_scale.growth_interval);
   line("--local-bn", o.local_bn);
+  line("--zero-stage", o.zero_stage);
   return s;
 }
 
@@ -180,6 +181,7 @@ CompileOptions train_compile_options(const TrainOptions& o, ImportOptions shapes
   co.trainable = o.trainable;
   co.local_bn = o.local_bn;
   co.bucket_mb = o.bucket_mb;
+  co.zero_stage = o.zero_stage;
   co.step_rows = mb.step_rows;
   co.accumulate = mb.accumulate;
   co.sync = mb.sync;
@@ -219,6 +221,7 @@ class Replica {
       const StepOutcome s = run_step(step, next_rows());
       result_.losses.push_back(s.loss);
       result_.comm_wait_ms += s.comm_wait_ms;
+      if (state_->sharded() && checkpoint_due(step)) gather_moments();  // every replica, for replica 0's checkpoint
       if (lead_) log_step(step, s);
     }
     finish();
@@ -252,6 +255,11 @@ class Replica {
     if (need_label) lo_.label_dtype = data_.arrays.at(o_.label).dtype;
     for (const auto& [name, t] : data_.arrays) batch_inputs_.push_back(name);  // graph inputs and the label
     if (o_.grad_accum < 1) fail("--grad-accum must be at least 1 (got {})", o_.grad_accum);
+    if (o_.zero_stage < 0 || o_.zero_stage > 1)
+      fail("--zero-stage {}: onnxdp has stage 0 (every replica holds the whole optimizer state) and 1 (sharded)",
+           o_.zero_stage);
+    if (o_.zero_stage == 1 && device_)
+      fail("--zero-stage 1 runs on CPU replicas and MPI ranks; on {} it is not built yet", device_->name());
     // Held-out data is checked before step 1, not after the training.
     if (lead_ && !o_.eval_data.empty())
       evaluator_ = std::make_unique<Evaluator>(o_.eval_data, proto_, model_dir_, lo_, o_, device_);
@@ -316,6 +324,7 @@ class Replica {
       trainable_numel_ += sizes.back();
     }
     state_ = std::make_unique<FlatState>(sizes, layout, device_);
+    if (o_.zero_stage == 1 && comm_ && world_ > 1) state_->shard(comm_);  // a world of one has nothing to shard
     for (size_t i = 0; i < trainable_.size(); ++i) {
       const Value& v = c.g.value(c.g.find(trainable_[i]));
       Tensor view = Tensor::view(state_->params(), state_->offset(i) * 4, DType::f32, v.shape);
@@ -364,7 +373,8 @@ class Replica {
         o_.drop_last ? data_.samples / full_step_ : (data_.samples + full_step_ - 1) / full_step_;
     if (per_epoch == 0) fail("--drop-last with batch size {} leaves no batch of the {} samples", full_step_, data_.samples);
     total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * per_epoch;
-    opt_ = std::make_unique<Optimizer>(o_.optimizer, state_->floats());
+    // The moments of this replica's part of the flat buffers (all of them unless --zero-stage 1).
+    opt_ = std::make_unique<Optimizer>(o_.optimizer, state_->shard_end() - state_->shard_begin());
     state_->set_moments(&opt_->m(), &opt_->v());
     base_lr_ = opt_->options().lr;
     if (o_.mixed_precision == "fp16") scaler_.emplace(o_.loss_scale);
@@ -416,6 +426,13 @@ class Replica {
                trainable_.size(), trainable_numel_, result_.frozen.size(), data_.samples, batch_,
                K > 1 ? fmt::format(" x {} micro-batches per step", K) : std::string(), total_steps_);
     for (const std::string& note : export_notes_) fmt::print("onnxdp train: {}\n", note);
+    if (state_->sharded())
+      fmt::print("onnxdp train: --zero-stage 1: each replica updates {} of the {} floats of the flat state and holds "
+                 "their optimizer state ({:.1f} MiB, 1/{} of the {:.1f} MiB each would hold unsharded)\n",
+                 state_->shard_end() - state_->shard_begin(), state_->floats(), mib(state_->moment_bytes()), world_,
+                 mib(size_t(keeps_m() + keeps_v()) * size_t(state_->floats()) * sizeof(float)));
+    else if (o_.zero_stage == 1)
+      fmt::print("onnxdp train: --zero-stage 1 has nothing to shard in a world of one replica\n");
     // The data's memory: mapped files are read per batch (a batch's pages, given back after it);
     // only a deflated .npz is held whole.
     if (data_.shards.size() > 1 || data_.mapped_bytes() > 0)
@@ -520,12 +537,23 @@ class Replica {
   // --- checkpoints: the master tensors, the optimizer state under torch.optim's names, the state ---
   // "exp_avg/<parameter>" and "exp_avg_sq/<parameter>" (adam, adamw), "momentum_buffer/<parameter>"
   // (momentum).
-  void for_each_state(const std::function<void(const std::string&, size_t, std::vector<float>&)>& f) {
-    const bool adam = !opt_->v().empty();
+  // The vectors given to f hold the moments of flat-buffer floats [base, base + their size).
+  bool keeps_m() const { return opt_->options().kind != OptimizerKind::sgd; }
+  bool keeps_v() const {
+    return opt_->options().kind == OptimizerKind::adam || opt_->options().kind == OptimizerKind::adamw;
+  }
+  void for_each_state(std::vector<float>& m, std::vector<float>& v,
+                      const std::function<void(const std::string&, size_t, std::vector<float>&)>& f) {
     for (size_t i = 0; i < trainable_.size(); ++i) {
-      if (!opt_->m().empty()) f((adam ? "exp_avg/" : "momentum_buffer/") + trainable_[i], i, opt_->m());
-      if (adam) f("exp_avg_sq/" + trainable_[i], i, opt_->v());
+      if (keeps_m()) f((keeps_v() ? "exp_avg/" : "momentum_buffer/") + trainable_[i], i, m);
+      if (keeps_v()) f("exp_avg_sq/" + trainable_[i], i, v);
     }
+  }
+  // --zero-stage 1 before a checkpoint: every replica sends its part of the moments to replica 0.
+  void gather_moments() { state_->gather_moments(keeps_m(), keeps_v(), full_m_, full_v_); }
+  bool checkpoint_due(int64_t step) const {
+    return !o_.checkpoint_dir.empty() &&
+           ((o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0) || step == total_steps_);
   }
 
   void resume() {
@@ -559,13 +587,18 @@ class Replica {
              name);
       std::memcpy(t.data(), it->second.data(), t.nbytes());
     }
-    for_each_state([&](const std::string& key, size_t i, std::vector<float>& state) {
+    // Checkpoints hold whole moments: each replica takes the floats of its part (all without
+    // --zero-stage 1), so a run resumes with any number of replicas.
+    const int64_t lo = state_->shard_begin(), hi = state_->shard_end();
+    for_each_state(opt_->m(), opt_->v(), [&](const std::string& key, size_t i, std::vector<float>& state) {
       auto it = c.optimizer.find(key);
       const Tensor& p = master_.at(trainable_[i]);
       if (it == c.optimizer.end() || it->second.shape() != p.shape() || it->second.dtype() != DType::f32)
         fail("checkpoint '{}': optimizer state '{}' is missing or of another shape (another --optimizer?)",
              last_checkpoint_, key);
-      std::memcpy(state.data() + state_->offset(i), it->second.data(), p.nbytes());
+      const int64_t begin = int64_t(state_->offset(i)), end = begin + p.numel();
+      const int64_t a = std::max(begin, lo), b = std::min(end, hi);
+      if (a < b) std::memcpy(state.data() + (a - lo), it->second.as<float>() + (a - begin), size_t(b - a) * sizeof(float));
     });
     opt_->set_steps_done(c.state.at("optimizer_steps").get<int64_t>());
     if (scaler_ && c.state.contains("loss_scale"))  // else a checkpoint of a run without fp16: the scale starts afresh
@@ -584,12 +617,16 @@ class Replica {
     state_->pull();
     Checkpoint c;
     c.model = master_;
-    for_each_state([&](const std::string& key, size_t i, std::vector<float>& state) {
+    const bool gathered = state_->sharded();  // the moments train() gathered for this checkpoint
+    for_each_state(gathered ? full_m_ : opt_->m(), gathered ? full_v_ : opt_->v(),
+                   [&](const std::string& key, size_t i, std::vector<float>& state) {
       const Tensor& p = master_.at(trainable_[i]);
       Tensor t(DType::f32, p.shape());
       std::memcpy(t.data(), state.data() + state_->offset(i), p.nbytes());
       c.optimizer[key] = std::move(t);
     });
+    std::vector<float>().swap(full_m_);  // held only while a checkpoint is made
+    std::vector<float>().swap(full_v_);
     c.state = {{"step", step}, {"epoch", epoch_}, {"cursor", cursor_}, {"seed", o_.seed}, {"shuffle", o_.shuffle},
                {"batch_size", batch_}, {"grad_accum", o_.grad_accum}, {"total_steps", total_steps_},
                {"optimizer_steps", opt_->steps_done()}, {"base_lr", base_lr_}, {"model", o_.model}};
@@ -673,6 +710,7 @@ class Replica {
     rs.batch_offset = shard_offset(mrows, world_, rank_);
     rs.sample_offset = start;  // Dropout masks as one device's on the whole step
     rs.comm = comm_;
+    rs.shards = state_->shards();
     rs.profile = o_.profile && lead_ && step > first_step_ ? &profile_ : nullptr;
     tp.plan->execute(inputs, rs);
     const float loss = tp.plan->ref(tp.loss).as<float>()[0];
@@ -744,9 +782,7 @@ class Replica {
       }
       if (step % log_every_ == 0 || step == total_steps_) tensorboard_->flush();
     }
-    if (!o_.checkpoint_dir.empty() &&
-        ((o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0) || step == total_steps_))
-      write_checkpoint(step);
+    if (checkpoint_due(step)) write_checkpoint(step);
     if (progress_) {
       progress_->update(step, s.loss, s.lr, samples_per_s);
       if (ev)
@@ -764,6 +800,7 @@ class Replica {
     result_.samples_per_s = secs > 0 ? double(samples_seen_) / secs : 0;
     for (const auto& [key, tp] : plans_) result_.replayed_plans += tp.plan->replays_graph();
     result_.peak_bytes = plans_bytes() + state_->bytes();
+    result_.optimizer_state_bytes = state_->moment_bytes();
     result_.device_bytes = device_ ? result_.peak_bytes : 0;
     state_->pull();
     result_.parameters = master_;
@@ -869,6 +906,7 @@ class Replica {
   std::future<std::map<std::string, Tensor>> ahead_;  // the next micro-batch, being read
   BatchPlace ahead_place_;
   std::string last_checkpoint_;
+  std::vector<float> full_m_, full_v_;  // --zero-stage 1: replica 0's whole moments for a checkpoint
   // outputs
   std::ofstream metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

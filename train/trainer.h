@@ -50,6 +50,7 @@ struct TrainOptions {
   bool quiet = false;
   std::string devices = "auto";  // --devices: exec/device_backend.h's parse_devices (auto, cpu, cpu:N, cuda, cuda:i,j, cuda-emulated)
   bool local_bn = false;        // per-replica BatchNormalization statistics (DDP's default)
+  int zero_stage = 0;           // 1: ZeRO-1, the optimizer state sharded over the replicas (CPU replicas, MPI ranks)
   double bucket_mb = 25;        // gradient all-reduce bucket size (the first is 1 MB)
   double comm_timeout_s = 300;  // a collective waiting longer fails (a peer died or diverged)
   int64_t log_every = 0;       // 0: about 10 lines per run (when output is not a terminal)
@@ -72,6 +73,7 @@ struct TrainResult {
   double comm_wait_ms = 0;     // summed over the steps
   size_t peak_bytes = 0;       // this replica's largest plan: activation arena + parameters, gradients, optimizer state
   size_t device_bytes = 0;     // on a GPU: device memory of this replica's plans (0 on the CPU)
+  size_t optimizer_state_bytes = 0;  // this replica's optimizer moments (1/N of them with --zero-stage 1)
   int contiguous_buckets = 0;  // gradient buckets laid out as one range of the flat buffer: one all-reduce call each
   int replayed_plans = 0;      // on a GPU: this replica's plans that replay a recorded CUDA graph
   std::string saved_model, last_checkpoint, metrics_file, tensorboard_dir;  // where the lead's files went

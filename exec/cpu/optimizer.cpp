@@ -45,9 +45,16 @@ double squared_norm(const float* g, int64_t n) {
 }
 }  // namespace
 
+double host_squared_norm(const float* g, int64_t n) { return squared_norm(g, n); }
+
 double host_optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* m, float* v, int64_t n) {
   const double sq = squared_norm(g, n);
-  if (skips_step(u, sq)) return sq;
+  host_optimizer_apply(u, sq, p, g, m, v, n);
+  return sq;
+}
+
+void host_optimizer_apply(const OptimizerUpdate& u, double sq, float* p, float* g, float* m, float* v, int64_t n) {
+  if (skips_step(u, sq)) return;
   const float clip = clip_factor(u, sq);
   auto loop = [&]<OptimizerUpdate::Kind K>() {
     split_rows(n, n > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) { update_range<K>(u, clip, p, g, m, v, lo, hi); });
@@ -57,7 +64,6 @@ double host_optimizer_step(const OptimizerUpdate& u, float* p, float* g, float* 
     case OptimizerUpdate::Kind::momentum: loop.template operator()<OptimizerUpdate::Kind::momentum>(); break;
     case OptimizerUpdate::Kind::adam: loop.template operator()<OptimizerUpdate::Kind::adam>(); break;
   }
-  return sq;
 }
 
 }  // namespace onnxdp

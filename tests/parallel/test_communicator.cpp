@@ -128,6 +128,53 @@ TEST_CASE("communicator: f32 sums are in replica order and bit-identical on ever
   }
 }
 
+// --zero-stage 1's collectives: each replica's part of a reduce-scatter holds the bits the
+// replica-order sum gives (blocking, asynchronous, and parts of zero elements), and all_gather_parts
+// puts every replica's part into every buffer.
+TEST_CASE("communicator: reduce_scatter_sum gives each replica its part's sums, all_gather_parts its peers' parts") {
+  const int n = 4;
+  const std::vector<int64_t> counts = {700, 0, 1301, 37};  // a replica may own none of a bucket
+  int64_t count = 0;
+  for (int64_t k : counts) count += k;
+  std::vector<std::vector<float>> inputs(n, std::vector<float>(size_t(count)));
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < count; ++i) inputs[r][i] = u(gen) * (r == 1 ? 1e7f : 1.0f);
+  std::vector<float> expected(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    float s = inputs[0][i];
+    for (int r = 1; r < n; ++r) s += inputs[r][i];
+    expected[i] = s;
+  }
+  auto world = make_in_process_world(n);
+  std::vector<std::vector<float>> blocking(n), async(n), gathered(n);
+  run_replicas(world, [&](Communicator& c) {
+    const int r = c.rank();
+    std::vector<float> x = inputs[r], y = inputs[r];
+    c.reduce_scatter_sum(x.data(), counts, DType::f32);
+    Communicator::Handle h = c.start_reduce_scatter_sum(y.data(), counts, DType::f32);
+    c.wait(h);
+    blocking[r] = x;
+    async[r] = y;
+    // Each replica's own part (its reduced values) gathered into every buffer: the whole sum.
+    c.all_gather_parts(x.data(), counts, DType::f32);
+    gathered[r] = x;
+  });
+  int64_t part = 0;
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    const size_t bytes = size_t(counts[size_t(r)]) * sizeof(float);
+    if (bytes) {
+      CHECK(std::memcmp(blocking[r].data() + part, expected.data() + part, bytes) == 0);
+      CHECK(std::memcmp(async[r].data() + part, expected.data() + part, bytes) == 0);
+    }
+    CHECK(std::memcmp(gathered[r].data(), expected.data(), size_t(count) * sizeof(float)) == 0);
+    part += counts[size_t(r)];
+  }
+  CHECK_THROWS_WITH_AS(world[0]->reduce_scatter_sum(nullptr, {1, 2}, DType::f32), doctest::Contains("2 parts for a world of 4"), Error);
+}
+
 TEST_CASE("communicator: broadcast from every root and all_gather of different sizes") {
   const int n = 3;
   auto world = make_in_process_world(n);
