@@ -54,6 +54,12 @@ class DeviceBackend {
   // memory: the caller writes u (to_device) before the step and reads the norm after it.
   virtual void optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m, float* v,
                               int64_t n) = 0;
+  // --zero-stage 1 (exec/flat_state.h), queued and recorded alike: optimizer_step over this
+  // replica's part [bounds[rank], bounds[rank + 1]) of the flat buffers p and g (m and v hold that
+  // part only) with the squared norm summed over the replicas' parts, then every other part of p
+  // received from its owner. Needs the device's own collectives (connect); throws otherwise.
+  virtual void sharded_optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m,
+                                      float* v, const std::vector<int64_t>& bounds, int rank) = 0;
   // Joins the world of replicas that comm belongs to (nullptr: a world of one); every replica calls
   // it at once, before its plans are made. Until then collectives run through the CPU fallback.
   virtual void connect(Communicator* comm) = 0;

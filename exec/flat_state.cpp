@@ -40,7 +40,6 @@ size_t FlatState::moment_bytes() const { return ((m_ ? m_->size() : 0) + (v_ ? v
 size_t FlatState::bytes() const { return params_.nbytes() + grads_.nbytes() + moment_bytes(); }
 
 void FlatState::shard(Communicator* comm) {
-  if (device_) fail("--zero-stage 1 runs on CPU replicas and MPI ranks; on {} it is not built yet", device_->name());
   if (m_) fail("internal: FlatState::shard after set_moments");
   comm_ = comm;
   rank_ = comm->rank();
@@ -49,7 +48,7 @@ void FlatState::shard(Communicator* comm) {
   const int64_t total = floats();
   const int64_t per = (total + n - 1) / n;
   const int64_t part = (per + kFloatsAligned - 1) / kFloatsAligned * kFloatsAligned;
-  shards_.base = grads_.as<float>();
+  shards_.base = device_ ? static_cast<const float*>(dev_grads_.get()) : grads_.as<float>();
   shards_.bounds.assign(size_t(n) + 1, 0);
   for (int r = 0; r <= n; ++r) shards_.bounds[size_t(r)] = std::min(total, int64_t(r) * part);
 }
@@ -62,6 +61,7 @@ std::vector<int64_t> FlatState::part_counts() const {
 
 void FlatState::gather_moments(bool has_m, bool has_v, std::vector<float>& m_full, std::vector<float>& v_full) {
   if (!sharded()) fail("internal: FlatState::gather_moments on a state that is not sharded");
+  pull();  // on a device, this replica's part is there
   const std::vector<int64_t> counts = part_counts();
   std::vector<float> scratch;  // where a replica other than 0 receives the parts it does not keep
   auto gather = [&](std::vector<float>& mine, std::vector<float>& full) {
@@ -105,7 +105,12 @@ void FlatState::bind(PlanOptions& po, const std::vector<std::string>& names,
       if (!in_flat[i])
         device_->copy_on_device(static_cast<float*>(dev_grads_.get()) + offset_[i], p.device_data(grads[i]),
                                 size_t(sizes_[i]) * sizeof(float));
-    if (update)
+    if (update && sharded())
+      device_->sharded_optimizer_step(static_cast<const OptimizerUpdate*>(dev_update_.get()),
+                                      static_cast<double*>(dev_norm_.get()), static_cast<float*>(dev_params_.get()),
+                                      static_cast<float*>(dev_grads_.get()), static_cast<float*>(dev_m_.get()),
+                                      static_cast<float*>(dev_v_.get()), shards_.bounds, rank_);
+    else if (update)
       device_->optimizer_step(static_cast<const OptimizerUpdate*>(dev_update_.get()), static_cast<double*>(dev_norm_.get()),
                               static_cast<float*>(dev_params_.get()), static_cast<float*>(dev_grads_.get()),
                               static_cast<float*>(dev_m_.get()), static_cast<float*>(dev_v_.get()), params_.numel());

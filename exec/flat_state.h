@@ -48,7 +48,8 @@ class FlatState {
   // flat buffers (the world's near-equal parts in replica order, at tensor alignment), its moments
   // are of that part only (Optimizer of shard_end - shard_begin elements), and after each update it
   // gathers the other parts of the parameters from their owners over comm. The gradient buckets
-  // are ReduceScatter nodes that read shards() (RunState::shards). Before set_moments; host only.
+  // are ReduceScatter nodes that read shards() (RunState::shards). Before set_moments. On a device
+  // the update and the gather run there (DeviceBackend::sharded_optimizer_step).
   void shard(Communicator* comm);
   bool sharded() const { return comm_ != nullptr; }
   int64_t shard_begin() const { return sharded() ? shards_.bounds[size_t(rank_)] : 0; }

@@ -258,8 +258,6 @@ class Replica {
     if (o_.zero_stage < 0 || o_.zero_stage > 1)
       fail("--zero-stage {}: onnxdp has stage 0 (every replica holds the whole optimizer state) and 1 (sharded)",
            o_.zero_stage);
-    if (o_.zero_stage == 1 && device_)
-      fail("--zero-stage 1 runs on CPU replicas and MPI ranks; on {} it is not built yet", device_->name());
     // Held-out data is checked before step 1, not after the training.
     if (lead_ && !o_.eval_data.empty())
       evaluator_ = std::make_unique<Evaluator>(o_.eval_data, proto_, model_dir_, lo_, o_, device_);

@@ -179,6 +179,7 @@ class CudaBackend final : public DeviceBackend {
         if (n.op == Op::Scatter) return scatter(c);
         if (n.op == Op::AllReduce) return all_reduce(c);
         if (n.op == Op::AllGather) return all_gather(c);
+        if (n.op == Op::ReduceScatter) return reduce_scatter(c);
         break;
     }
     c.fail("no kernel on {}", name());
@@ -224,6 +225,36 @@ class CudaBackend final : public DeviceBackend {
     join_collectives();  // the gradient buckets' all-reduces
     cuda::squared_norm_launch(g, n, norm_partial_, squared_norm, stream_);
     cuda::optimizer_launch(u, squared_norm, p, g, m, v, n, stream_);
+  }
+
+  void sharded_optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m, float* v,
+                              const std::vector<int64_t>& bounds, int rank) override {
+    if (!comm_)
+      fail("{}: --zero-stage 1 needs every replica on a device of this kind (the parts are exchanged by the device)",
+           name());
+    const int64_t lo = bounds[size_t(rank)], n = bounds[size_t(rank) + 1] - lo;
+    std::vector<int64_t> counts;
+    for (size_t r = 0; r + 1 < bounds.size(); ++r) counts.push_back(bounds[r + 1] - bounds[r]);
+    if (emulated_) {
+      auto step = [=, this] {
+        cuda::squared_norm_emulate(g + lo, n, squared_norm);
+        comm_->all_reduce_sum(squared_norm, 1, DType::f64);
+        cuda::optimizer_emulate(u, squared_norm, p + lo, g + lo, m, v, n);
+        comm_->all_gather_parts(p, counts, DType::f32);
+      };
+      if (capturing_) return recorded_->push_back(step);
+      return step();
+    }
+    join_collectives();  // the gradient buckets' reduce-scatters
+    cuda::squared_norm_launch(g + lo, n, norm_partial_, squared_norm, stream_);
+    ONNXDP_NCCL_SETTLE(ncclAllReduce(squared_norm, squared_norm, 1, ncclFloat64, ncclSum, nccl_, stream_), {nccl_});
+    cuda::optimizer_launch(u, squared_norm, p + lo, g + lo, m, v, n, stream_);
+    // The parts are uneven (the last may be short): one broadcast per owner in one group.
+    ONNXDP_CUDA_CHECK(ncclGroupStart());
+    for (size_t r = 0; r < counts.size(); ++r)
+      if (counts[r] > 0)
+        ONNXDP_CUDA_CHECK(ncclBroadcast(p + bounds[r], p + bounds[r], size_t(counts[r]), ncclFloat32, int(r), nccl_, stream_));
+    ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
   }
 
   bool can_capture() const override { return true; }
@@ -450,6 +481,39 @@ class CudaBackend final : public DeviceBackend {
     for (size_t k = 0; k < c.inputs.size(); ++k) {
       const TensorRef &x = c.in(int(k)), &y = c.out(int(k));
       ONNXDP_CUDA_CHECK(ncclAllReduce(x.data, y.data, size_t(y.numel), nccl_type(c, y.dtype), ncclSum, nccl_, s));
+    }
+    ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
+  }
+
+  // --zero-stage 1's gradient bucket: over a range of the flat gradient buffer (RunState::shards),
+  // each replica receives the sums of its part: one NCCL reduce per owner in one group (the parts
+  // of a bucket are uneven). Elsewhere every element is summed (all_reduce), each owner's too.
+  void reduce_scatter(KernelCtx& c) {
+    const FlatShards* sh = c.run.shards;
+    const int64_t span = world_ > 1 && comm_ ? all_reduce_span(c) : 0;
+    float* begin = static_cast<float*>(c.out(0).data);
+    if (!sh || !span || c.out(0).dtype != DType::f32 || begin < sh->base || begin + span > sh->base + sh->bounds.back())
+      return all_reduce(c);
+    for (size_t k = 0; k < c.inputs.size(); ++k)  // in place in the outputs
+      copy(c.out(int(k)).data, c.in(int(k)).data, size_t(c.out(int(k)).numel) * dtype_size(c.out(int(k)).dtype));
+    const int64_t lo = begin - sh->base, hi = lo + span;
+    std::vector<int64_t> counts(sh->bounds.size() - 1);
+    for (size_t r = 0; r < counts.size(); ++r)
+      counts[r] = std::max<int64_t>(0, std::min(hi, sh->bounds[r + 1]) - std::max(lo, sh->bounds[r]));
+    if (emulated_) return comm_->reduce_scatter_sum(begin, counts, DType::f32);
+    cudaStream_t s = stream_;
+    if (c.node.i("async") != 0) {
+      ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
+      ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
+      s = comm_stream_;
+      comm_pending_ = true;
+    }
+    ONNXDP_CUDA_CHECK(ncclGroupStart());
+    int64_t off = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] > 0)
+        ONNXDP_CUDA_CHECK(ncclReduce(begin + off, begin + off, size_t(counts[r]), ncclFloat32, ncclSum, int(r), nccl_, s));
+      off += counts[r];
     }
     ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
   }
