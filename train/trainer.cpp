@@ -352,6 +352,19 @@ class Replica {
     }
   }
 
+  // The epoch's last step may be shorter than full_step_ (the data's remainder, unless
+  // --drop-last): each of its micro-batches must give every replica a row. Checked before step 1,
+  // not when the step comes (DataParallel would hand a replica an empty batch).
+  void check_epoch_end_splits() const {
+    const int64_t rest = data_.samples % full_step_;
+    if (o_.drop_last || rest == 0) return;
+    for (const int64_t mb : {std::min(batch_, rest), last_micro(rest)})
+      if (shard_rows(mb, world_)[size_t(world_ - 1)] == 0)
+        fail("the last step of each epoch has {} rows (the {} samples in steps of {}): its {} of {} rows cannot be split "
+             "over {} replicas (each needs a row); use --drop-last or another --batch-size", rest, data_.samples,
+             full_step_, o_.grad_accum > 1 ? "micro-batch" : "batch", mb, world_);
+  }
+
   // A step of n rows runs micro-batches of batch_ rows and a last one of the rest.
   int64_t last_micro(int64_t n) const { return n - (n - 1) / batch_ * batch_; }
 
@@ -359,6 +372,7 @@ class Replica {
   void start() {
     // Rows of a whole optimizer step (grad_accum * batch_, at most the data; no product that wraps).
     full_step_ = o_.grad_accum > data_.samples / batch_ ? data_.samples : o_.grad_accum * batch_;
+    check_epoch_end_splits();
     TrainPlan& full = plan_for(last_micro(full_step_), full_step_, true);
     // Gradient buckets that are one range of the flat buffer: one all-reduce call each.
     result_.contiguous_buckets = full.plan->contiguous_all_reduces(full.bucket_nodes);
