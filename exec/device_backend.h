@@ -93,7 +93,13 @@ struct DeviceList {
   std::vector<int> index;  // one per local replica (cpu: 0, 1, ...)
   std::string why_cpu;     // auto on the CPU: the reason there is no GPU
 };
+// local_rank / local_size: this process among the job's processes on this machine (the launcher's,
+// parallel/communicator.h's detect_launch): under a launcher each takes its share of "cuda:i,j".
 DeviceList parse_devices(const std::string& devices, int local_rank = 0, int local_size = 1);
+// The GPUs process local_rank of local_size takes of those `named` in --devices `devices`: its
+// contiguous share (all of them for a process alone on its machine); an uneven split is an error.
+std::vector<int> gpus_of_process(const std::vector<int>& named, int local_rank, int local_size,
+                                 const std::string& devices);
 
 // The backend of one device; throws a clear error where the device cannot be used (no GPU, no
 // driver, index out of range, onnxdp built without CUDA).

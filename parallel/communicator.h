@@ -179,9 +179,18 @@ struct LaunchInfo {
   bool launched = false;  // started by a launcher (even a world of 1 process)
   int rank = 0;           // process rank and count the launcher announced
   int size = 1;
+  int local_rank = 0;     // this process's index among the job's processes on this machine
+  int local_size = 1;     // how many of the job's processes run on this machine
   std::string launcher;  // "Open MPI (OMPI_COMM_WORLD_SIZE=2)", "PMI (PMI_SIZE=2)", "Slurm (...)", ""
 };
+// The one place launchers' variables are read: Open MPI (OMPI_COMM_WORLD_*), PMI (Hydra: PMI_*,
+// MPI_LOCALRANKID / MPI_LOCALNRANKS; MVAPICH's MV2_COMM_WORLD_LOCAL_*), Slurm's srun (SLURM_PROCID,
+// SLURM_LOCALID, the node's task count from SLURM_NTASKS_PER_NODE, else SLURM_STEP_TASKS_PER_NODE /
+// SLURM_TASKS_PER_NODE at SLURM_NODEID).
 LaunchInfo detect_launch();
+// Slurm's compressed per-node task counts ("2(x3),1": three nodes of 2 tasks, then one of 1): the
+// count of node `node`; 0 when the list does not say.
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node);
 
 // True when this build can run multi-process worlds (CMake found MPI).
 bool mpi_built();
