@@ -92,6 +92,10 @@ void Communicator::barrier() {
   run_blocking([&] { do_barrier(); });
 }
 
+void Communicator::idle_barrier() {
+  run_blocking([&] { do_idle_barrier(); });
+}
+
 namespace {
 // The elements of all parts; refuses negative counts and a world mismatch.
 int64_t parts_total(const char* what, const std::vector<int64_t>& counts, int world, const void* data) {
@@ -360,6 +364,13 @@ class InProcessCommunicator final : public Communicator {
 
   void do_barrier() override {
     group_->arrive(rank_, next("barrier"));
+    group_->sync(rank_);
+  }
+
+  void do_idle_barrier() override {
+    CollectiveCall c = next("idle_barrier");
+    c.untimed = true;
+    group_->arrive(rank_, c);
     group_->sync(rank_);
   }
 

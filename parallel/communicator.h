@@ -75,6 +75,10 @@ class Communicator {
   void all_gather_bytes(const void* mine, size_t bytes, std::vector<std::vector<uint8_t>>& all);
   // Returns when every replica has called barrier().
   void barrier();
+  // A barrier without the timeout (an abort or a replica that finished still ends it): where the
+  // other replicas wait while replica 0 does work of its own, an evaluation or a checkpoint, for as
+  // long as that takes, instead of timing out in the next step's collectives.
+  void idle_barrier();
 
   // --zero-stage 1. data[0 .. sum of counts) is cut into the replicas' parts in replica order (part
   // r: counts[r] elements after the parts before it); every replica passes the same counts.
@@ -121,6 +125,7 @@ class Communicator {
   virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
   virtual void do_all_gather_bytes(const void* mine, size_t bytes, std::vector<std::vector<uint8_t>>& all) = 0;
   virtual void do_barrier() = 0;
+  virtual void do_idle_barrier() = 0;
   // Defaults from the collectives above: an all-reduce of the whole range (every part gets its
   // sums; the bytes of an all-reduce), and one broadcast per part. An implementation may do better.
   virtual void do_reduce_scatter_sum(void* data, const std::vector<int64_t>& counts, DType dtype);

@@ -81,10 +81,11 @@ void LocalGroup::sync(int me, double extra_s) {
 void LocalGroup::wait_all(std::unique_lock<std::mutex>& lk, int me, uint64_t target, double extra_s) {
   const auto start = SpinCondition::Clock::now();
   const auto spin_until = start + SpinCondition::kSpin;
-  auto deadline = start +
-                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(opts_.timeout_s + extra_s));
   const CollectiveCall& mine = calls_[me];
+  // An untimed wait: a deadline ten years out (abort and a finished member still end it).
+  const double limit_s = mine.untimed ? 3.2e8 : opts_.timeout_s + extra_s;
+  auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(limit_s));
   for (;;) {
     // Aborted first: a member that failed may have freed the buffer it published.
     if (aborted_) throw Error(fmt::format("{} aborted: {}", describe_call(mine), abort_reason_));

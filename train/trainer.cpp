@@ -223,6 +223,9 @@ class Replica {
       result_.comm_wait_ms += s.comm_wait_ms;
       if (state_->sharded() && checkpoint_due(step)) gather_moments();  // every replica, for replica 0's checkpoint
       if (lead_) log_step(step, s);
+      // Replica 0 evaluates or writes a checkpoint: the others wait for it without the timeout
+      // (--comm-timeout bounds a collective's wait for a peer, not replica 0's own work).
+      if (comm_ && (evaluates_at(step) || checkpoint_due(step))) comm_->idle_barrier();
     }
     finish();
   }
@@ -563,6 +566,9 @@ class Replica {
   }
   // --zero-stage 1 before a checkpoint: every replica sends its part of the moments to replica 0.
   void gather_moments() { state_->gather_moments(keeps_m(), keeps_v(), full_m_, full_v_); }
+  bool evaluates_at(int64_t step) const {  // every replica knows; only replica 0 has the evaluator
+    return !o_.eval_data.empty() && ((o_.eval_every > 0 && step % o_.eval_every == 0) || step == total_steps_);
+  }
   bool checkpoint_due(int64_t step) const {
     return !o_.checkpoint_dir.empty() &&
            ((o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0) || step == total_steps_);
@@ -753,7 +759,7 @@ class Replica {
     const double samples_per_s = s.seconds > 0 ? double(s.rows) / s.seconds : 0.0;
     // Evaluation every --eval-every steps, and after the last step when --eval-data is given.
     std::optional<Evaluator::Result> ev;
-    if (evaluator_ && ((o_.eval_every > 0 && step % o_.eval_every == 0) || step == total_steps_)) {
+    if (evaluator_ && evaluates_at(step)) {
       state_->pull();
       ev = evaluator_->run(master_);
       result_.evaluated = true;

@@ -105,10 +105,11 @@ struct MpiWorld {
   }
 
   // Polls req until done; throws on timeout or when the local group was aborted.
-  void wait(MPI_Request& req, const std::string& what) {
+  // untimed: no deadline (an idle barrier); an abort still ends the wait.
+  void wait(MPI_Request& req, const std::string& what, bool untimed = false) {
     auto start = std::chrono::steady_clock::now();
     auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                std::chrono::duration<double>(opts.timeout_s));
+                                std::chrono::duration<double>(untimed ? 3.2e8 : opts.timeout_s));
     for (;;) {
       int done = 0;
       MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
@@ -269,6 +270,17 @@ class MpiCommunicator final : public Communicator {
       MPI_Request req;
       MPI_CHECK(MPI_Ibarrier(w_->comm, &req));
       w_->wait(req, describe_call(c));
+    });
+  }
+
+  void do_idle_barrier() override {
+    CollectiveCall c = next("idle_barrier");
+    c.untimed = true;
+    w_->group->arrive(local_, c);
+    leader_phase(c, [&] {
+      MPI_Request req;
+      MPI_CHECK(MPI_Ibarrier(w_->comm, &req));
+      w_->wait(req, describe_call(c), true);
     });
   }
 

@@ -175,6 +175,39 @@ TEST_CASE("communicator: reduce_scatter_sum gives each replica its part's sums, 
   CHECK_THROWS_WITH_AS(world[0]->reduce_scatter_sum(nullptr, {1, 2}, DType::f32), doctest::Contains("2 parts for a world of 4"), Error);
 }
 
+// The replicas that wait while replica 0 evaluates or writes a checkpoint: an idle barrier outlasts
+// --comm-timeout (where a plain barrier reports the late replica), and still fails at once when a
+// replica dies.
+TEST_CASE("communicator: idle_barrier waits past the timeout for a slow replica, not for a dead one") {
+  CommOptions opts;
+  opts.timeout_s = 0.3;
+  for (const bool idle : {true, false}) {
+    CAPTURE(idle);
+    auto world = make_in_process_world(3, opts);
+    const std::vector<std::string> errors = run_collect(world, [&](Communicator& c) {
+      if (c.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      if (idle) c.idle_barrier();
+      else c.barrier();
+    });
+    if (idle) {
+      for (const std::string& e : errors) CHECK(e.empty());
+    } else {
+      CHECK(errors[1].find("did not reach") != std::string::npos);
+    }
+  }
+  auto world = make_in_process_world(3, opts);
+  const auto t0 = Clock::now();
+  const std::vector<std::string> errors = run_collect(world, [&](Communicator& c) {
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      fail("replica 0 broke");
+    }
+    c.idle_barrier();
+  });
+  CHECK(seconds_since(t0) < 5);
+  CHECK(errors[1].find("aborted") != std::string::npos);
+}
+
 TEST_CASE("communicator: broadcast from every root and all_gather of different sizes") {
   const int n = 3;
   auto world = make_in_process_world(n);
