@@ -271,6 +271,7 @@ class InProcessCommunicator final : public Communicator {
   int size() const override { return group_->size(); }
   std::string describe() const override { return fmt::format("in-process replica {} of {}", rank_, size()); }
   void abort(const std::string& reason) override { group_->abort(reason); }
+  bool aborted(std::string* reason) const override { return group_->aborted(reason); }
 
  protected:
   void do_all_reduce_sum(void* data, int64_t count, DType dtype) override {

@@ -108,6 +108,9 @@ class Communicator {
   // memory with it (the in-process world, the local replicas of an MPI rank), fail promptly with
   // `reason`. Called by the replica runner when a replica thread dies. Idempotent.
   virtual void abort(const std::string& reason) = 0;
+  // Whether abort() was called on this communicator or one sharing memory with it (and why): a
+  // wait outside the communicator (a GPU stream's) polls it so that a dead replica ends it too.
+  virtual bool aborted(std::string* reason = nullptr) const = 0;
   // This replica will make no more collectives (its work is done): waits until its communication
   // thread is idle, then replicas sharing memory with it that wait for it in a collective fail at
   // once ("replica 1 has finished … and will not reach all_reduce #12") instead of at the timeout.

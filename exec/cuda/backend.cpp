@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -67,7 +68,12 @@ class CudaBackend final : public DeviceBackend {
   ~CudaBackend() override {
     if (emulated_) return;
     cudaSetDevice(index_);
-    if (nccl_) ncclCommDestroy(nccl_);
+    // A replica that fails (unwinding, or its world aborted) aborts its communicator: destroying
+    // it would wait for operations its peers will never finish.
+    if (nccl_) {
+      if (std::uncaught_exceptions() > 0 || (comm_ && comm_->aborted())) ncclCommAbort(nccl_);
+      else ncclCommDestroy(nccl_);
+    }
     if (norm_partial_) cudaFree(norm_partial_);
     if (reduce_partial_) cudaFree(reduce_partial_);
     if (comm_done_) cudaEventDestroy(comm_done_);
@@ -575,6 +581,14 @@ class CudaBackend final : public DeviceBackend {
       if (e != cudaErrorNotReady) ONNXDP_CUDA_CHECK(e);
       ncclResult_t async = ncclSuccess;
       ONNXDP_CUDA_CHECK(ncclCommGetAsyncError(nccl_, &async));
+      // A replica of this world that failed (its thread threw, run_replicas aborted the host
+      // communicator): stop now, not at the timeout.
+      std::string why;
+      if (comm_ && comm_->aborted(&why)) {
+        ncclCommAbort(nccl_);
+        nccl_ = nullptr;
+        fail("{} ({}): stopped waiting for the device: {}", name(), comm_->describe(), why);
+      }
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if ((async != ncclSuccess && async != ncclInProgress) || waited > timeout_s) {
         ncclCommAbort(nccl_);

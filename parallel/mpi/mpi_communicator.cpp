@@ -153,6 +153,7 @@ class MpiCommunicator final : public Communicator {
     mpi_process().failed = true;
     w_->group->abort(reason);
   }
+  bool aborted(std::string* reason) const override { return w_->group->aborted(reason); }
 
  protected:
   void do_all_reduce_sum(void* data, int64_t count, DType dtype) override {

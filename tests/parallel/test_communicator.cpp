@@ -206,6 +206,10 @@ TEST_CASE("communicator: idle_barrier waits past the timeout for a slow replica,
   });
   CHECK(seconds_since(t0) < 5);
   CHECK(errors[1].find("aborted") != std::string::npos);
+  std::string why;  // what a GPU stream's wait polls (exec/cuda/backend.cpp's wait_for)
+  CHECK(world[2]->aborted(&why));
+  CHECK(why.find("replica 0 broke") != std::string::npos);
+  CHECK(!make_in_process_world(2)[0]->aborted());
 }
 
 TEST_CASE("communicator: broadcast from every root and all_gather of different sizes") {
