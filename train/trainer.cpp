@@ -134,6 +134,7 @@ std::string hyper_parameters(const TrainOptions& o) {
   line("--loss-scale-growth-interval", o.loss_scale.growth_interval);
   line("--local-bn", o.local_bn);
   line("--zero-stage", o.zero_stage);
+  line("--grad-dtype", o.grad_dtype);
   return s;
 }
 
@@ -182,6 +183,9 @@ CompileOptions train_compile_options(const TrainOptions& o, ImportOptions shapes
   co.local_bn = o.local_bn;
   co.bucket_mb = o.bucket_mb;
   co.zero_stage = o.zero_stage;
+  if (o.grad_dtype != "fp32" && o.grad_dtype != "bf16")
+    fail("--grad-dtype {}: expected fp32 (the default) or bf16", o.grad_dtype);
+  co.grad_dtype = o.grad_dtype == "bf16" ? DType::bf16 : DType::f32;
   co.step_rows = mb.step_rows;
   co.accumulate = mb.accumulate;
   co.sync = mb.sync;

@@ -164,6 +164,7 @@ class CudaBackend final : public DeviceBackend {
 
   void dispatch(const Graph& g, KernelCtx& c) {
     const Node& n = c.node;
+    if (comm_pending_ && reads_pending(c)) join_collectives();  // a bf16 bucket's cast back
     const cuda::CudaContext cc{stream_, blas_, dnn_, emulated_};
     switch (cuda::kernel_family(n.op)) {
       case cuda::KernelFamily::none: break;
@@ -477,6 +478,7 @@ class CudaBackend final : public DeviceBackend {
       ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
       s = comm_stream_;
       comm_pending_ = true;
+      for (const TensorRef& y : c.outputs) pending_.push_back(y);
     }
     if (span) {
       void* y = c.out(0).data;
@@ -513,6 +515,7 @@ class CudaBackend final : public DeviceBackend {
       ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
       s = comm_stream_;
       comm_pending_ = true;
+      for (const TensorRef& y : c.outputs) pending_.push_back(y);
     }
     ONNXDP_CUDA_CHECK(ncclGroupStart());
     int64_t off = 0;
@@ -609,6 +612,21 @@ class CudaBackend final : public DeviceBackend {
     ONNXDP_CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
     ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_, 0));
     comm_pending_ = false;
+    pending_.clear();
+  }
+
+  // Whether a node reads bytes an asynchronous collective still writes.
+  bool reads_pending(const KernelCtx& c) const {
+    auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    for (const TensorRef& x : c.inputs) {
+      if (!x.present() || !x.numel) continue;
+      const uintptr_t a = at(x.data), b = a + size_t(x.numel) * dtype_size(x.dtype);
+      for (const TensorRef& y : pending_) {
+        const uintptr_t ya = at(y.data), yb = ya + size_t(y.numel) * dtype_size(y.dtype);
+        if (a < yb && ya < b) return true;
+      }
+    }
+    return false;
   }
 
   void copy(void* dst, const void* src, size_t bytes) {
@@ -631,6 +649,7 @@ class CudaBackend final : public DeviceBackend {
   bool device_collectives_ = false;
   Communicator* comm_ = nullptr;
   double timeout_s_ = 300;  // the world's --comm-timeout
+  std::vector<TensorRef> pending_;  // outputs of the asynchronous collectives queued since the last join
   ncclComm_t nccl_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "graph/error.h"
+#include "graph/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/local_group.h"
 
@@ -174,6 +175,19 @@ class MpiCommunicator final : public Communicator {
       g.sync(local_);
     }
     leader_phase(c, [&] {
+      if (dtype == DType::bf16) {  // MPI has no bfloat16 sum: the processes' sums travel as float
+        uint16_t* h = static_cast<uint16_t*>(data);
+        std::vector<float> f(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) f[size_t(i)] = bf16_to_f32(h[i]);
+        for (int64_t off = 0; off < count; off += kMaxMpiCount) {
+          MPI_Request req;
+          MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, f.data() + off, static_cast<int>(std::min(kMaxMpiCount, count - off)),
+                                   MPI_FLOAT, MPI_SUM, w_->comm, &req));
+          w_->wait(req, describe_call(c));
+        }
+        for (int64_t i = 0; i < count; ++i) h[i] = f32_to_bf16(f[size_t(i)]);
+        return;
+      }
       MPI_Datatype type = mpi_type(dtype);
       size_t elem = dtype_size(dtype);
       for (int64_t off = 0; off < count; off += kMaxMpiCount) {

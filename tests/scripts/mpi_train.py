@@ -97,6 +97,14 @@ def main():
             ok = same(plain, zero, f"{model}: mpirun -np 2 --devices {devices} --zero-stage 1 vs unsharded", rtol=1e-6)
             passed, failed = passed + ok, failed + (not ok)
 
+        # --grad-dtype bf16 across ranks: bfloat16 sums travel through MPI as float and are rounded
+        # once, as the in-process world of the same size rounds them.
+        args = ["--grad-dtype", "bf16"]
+        inproc = train([onnxdp], "mlp", tmp, "bf16_cpu2", args + ["--devices", "cpu:2"])
+        ranks = train([mpiexec, *FLAGS, "-np", "2", onnxdp], "mlp", tmp, "bf16_np2", args)
+        ok = same(inproc, ranks, "mlp: mpirun -np 2 --grad-dtype bf16 vs --devices cpu:2", rtol=1e-6)
+        passed, failed = passed + ok, failed + (not ok)
+
         # The CUDA backend's NCCL set-up across processes, on the emulated device: the first replica
         # of each rank makes its rank's communicators and hands them to its replicas (each checks it
         # got its own), then the device all-reduces train as one device does.
