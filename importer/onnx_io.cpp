@@ -2,13 +2,18 @@
 
 #include "importer/export_metadata.h"
 #include "importer/export_ties.h"
+#include "importer/model_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "graph/error.h"
 #include "graph/input_file.h"
@@ -64,11 +69,52 @@ int64_t parse_i64(const std::string& s, const std::string& tensor, const char* k
 
 }  // namespace
 
+namespace {
+
+// The model file's bytes mapped read-only (not read into memory: its large initializers are read
+// from it later, each straight into its tensor), and its identity.
+struct MappedModel {
+  ModelFileId id;
+  const char* bytes = nullptr;
+  size_t size = 0;
+
+  explicit MappedModel(const std::string& path) {
+    input_file_size(path, "model file", kMaxProtoFile, "ONNX model files (protobuf's limit)");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail("model file '{}': cannot open it: {}", path, std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) > kMaxProtoFile) {
+      ::close(fd);
+      fail("model file '{}': it changed while being opened", path);
+    }
+    id = {fs::absolute(path).string(), uint64_t(st.st_dev), uint64_t(st.st_ino), uint64_t(st.st_size),
+          int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+    size = size_t(st.st_size);
+    void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    const int err = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) fail("model file '{}': cannot map it: {}", path, std::strerror(err));
+    bytes = static_cast<const char*>(p);
+  }
+  ~MappedModel() {
+    if (bytes) ::munmap(const_cast<char*>(bytes), size);
+  }
+  MappedModel(const MappedModel&) = delete;
+  MappedModel& operator=(const MappedModel&) = delete;
+};
+
+}  // namespace
+
 onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::string>* notes) {
-  std::string bytes = read_input_file(path, "model file", kMaxProtoFile, "ONNX model files (protobuf's limit)");
   onnx::ModelProto m;
-  if (!m.ParseFromString(bytes))
-    fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
+  {
+    const MappedModel file(path);
+    // The large initializers' raw_data stays in the file (importer/model_file.h); a file without
+    // any, or whose wire format the walk leaves to protobuf, is parsed whole.
+    const std::optional<std::string> lean = model_bytes_without_large_raw_data({file.bytes, file.size}, file.id);
+    const bool parsed = lean ? m.ParseFromString(*lean) : m.ParseFromArray(file.bytes, int(file.size));
+    if (!parsed) fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
+  }
   if (!m.has_graph()) fail("model file '{}' has no graph", path);
   // What trains is what the source model trains: the exporters' merges of distinct parameters are
   // undone, their second copies of one parameter become nodes of it (importer/export_ties.h).
@@ -129,6 +175,12 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_di
     return out;
   }
 
+  if (const InFileData in_file = in_file_data(t); in_file.in_file) {  // raw_data left in the model file
+    if (in_file.length != want) size_mismatch(size_t(in_file.length), "raw_data");
+    Tensor out(dt, shape);
+    if (want) read_in_file_data(name, in_file, out.data());
+    return out;
+  }
   if (t.has_raw_data()) {
     if (t.raw_data().size() != want) size_mismatch(t.raw_data().size(), "raw_data");
     Tensor out(dt, shape);
@@ -213,7 +265,10 @@ void export_model(const std::string& in_path, const std::string& out_path, const
     for (auto& init : *m.mutable_graph()->mutable_initializer()) {
       auto it = values.find(init.name());
       bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
-      if (it == values.end() && !external) continue;
+      if (it == values.end() && !external) {
+        restore_in_file_data(&init);  // its bytes back from the input file, one tensor at a time
+        continue;
+      }
       // External initializers move to the new data file whether replaced or not, so the output
       // never points back into the input's folder.
       Tensor t = it != values.end() ? it->second : tensor_from_proto(init, in_dir);
