@@ -72,11 +72,15 @@ int64_t parse_i64(const std::string& s, const std::string& tensor, const char* k
 namespace {
 
 // The model file's bytes mapped read-only (not read into memory: its large initializers are read
-// from it later, each straight into its tensor), and its identity.
+// from it later, each straight into its tensor), and its identity. Like the mapped data files
+// (train/data_files.h), a file another program truncates while it is parsed ends the process
+// (SIGBUS): not guarded.
 struct MappedModel {
   ModelFileId id;
   const char* bytes = nullptr;
   size_t size = 0;
+  bool mapped = false;
+  std::string read;  // the bytes where the file could not be mapped
 
   explicit MappedModel(const std::string& path) {
     input_file_size(path, "model file", kMaxProtoFile, "ONNX model files (protobuf's limit)");
@@ -91,13 +95,28 @@ struct MappedModel {
           int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
     size = size_t(st.st_size);
     void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
-    const int err = errno;
+    if (p != MAP_FAILED) {
+      mapped = p != nullptr;
+      bytes = static_cast<const char*>(p);
+    } else {  // a file system that cannot map files: read it whole, as before
+      read.resize(size);
+      for (size_t got = 0; got < size;) {
+        const ssize_t k = ::pread(fd, read.data() + got, size - got, off_t(got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+          const int err = errno;
+          ::close(fd);
+          fail("model file '{}': reading it failed after {} of {} bytes{}", path, got, size,
+               k < 0 ? std::string(": ") + std::strerror(err) : std::string());
+        }
+        got += size_t(k);
+      }
+      bytes = read.data();
+    }
     ::close(fd);
-    if (p == MAP_FAILED) fail("model file '{}': cannot map it: {}", path, std::strerror(err));
-    bytes = static_cast<const char*>(p);
   }
   ~MappedModel() {
-    if (bytes) ::munmap(const_cast<char*>(bytes), size);
+    if (mapped) ::munmap(const_cast<char*>(bytes), size);
   }
   MappedModel(const MappedModel&) = delete;
   MappedModel& operator=(const MappedModel&) = delete;
