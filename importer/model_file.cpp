@@ -45,9 +45,11 @@ struct Record {
   std::string_view payload;  // a kLen record's bytes
 };
 
-bool read_varint(std::string_view& s, uint64_t* v) {
+// A varint of at most max_bytes (protobuf reads tags and lengths as 32-bit varints: a longer or
+// larger one is left to protobuf, whose parse of the whole file then decides).
+bool read_varint(std::string_view& s, uint64_t* v, int max_bytes = 10) {
   uint64_t r = 0;
-  for (int shift = 0; shift < 64 && !s.empty(); shift += 7) {
+  for (int shift = 0; shift < 7 * max_bytes && !s.empty(); shift += 7) {
     const uint8_t b = uint8_t(s.front());
     s.remove_prefix(1);
     r |= uint64_t(b & 0x7f) << shift;
@@ -64,7 +66,7 @@ bool read_varint(std::string_view& s, uint64_t* v) {
 bool next_record(std::string_view& s, Record* r) {
   const char* start = s.data();
   uint64_t tag = 0, n = 0;
-  if (!read_varint(s, &tag) || (tag >> 3) == 0) return false;
+  if (!read_varint(s, &tag, 5) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
   r->field = tag >> 3;
   r->wire = int(tag & 7);
   switch (r->wire) {
@@ -79,7 +81,7 @@ bool next_record(std::string_view& s, Record* r) {
       break;
     }
     case kLen:
-      if (!read_varint(s, &n) || n > s.size()) return false;
+      if (!read_varint(s, &n, 5) || n > INT32_MAX || n > s.size()) return false;
       r->payload = s.substr(0, size_t(n));
       s.remove_prefix(size_t(n));
       break;

@@ -282,3 +282,24 @@ TEST_CASE("model file: trainability reads the values of initializers left in the
   CHECK(fill_why == "trains");
   CHECK(mask_why == "trains");
 }
+
+TEST_CASE("model file: a wire format the walk leaves to protobuf is parsed whole, as before") {
+  // An unknown group (wire types 3 and 4, field 100) after the graph: protobuf skips it; the walk
+  // does not take groups, so the file is parsed whole and W is held inline, with its values.
+  std::string bytes = linear_model().SerializeAsString();
+  put_varint(bytes, 100 << 3 | 3);
+  put_varint(bytes, 1 << 3 | 0);  // field 1 of the group: varint 5
+  put_varint(bytes, 5);
+  put_varint(bytes, 100 << 3 | 4);
+  onnx::ModelProto reference;
+  REQUIRE(reference.ParseFromString(bytes));
+  TempDir dir;
+  const std::string path = dir.file("model.onnx");
+  write_file(path, bytes);
+  const onnx::ModelProto m = load_model_proto(path);
+  CHECK(initializer(m, "W").has_raw_data());
+  CHECK(values(tensor_from_proto(initializer(m, "W"), dir.path.string())) == w_values());
+  // The same model without the group: W stays in the file.
+  write_file(path, linear_model().SerializeAsString());
+  CHECK_FALSE(initializer(load_model_proto(path), "W").has_raw_data());
+}
