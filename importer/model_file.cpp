@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -252,15 +252,103 @@ void read_in_file_data(const std::string& tensor, const InFileData& d, void* out
   OpenModelFile(tensor, d).read(tensor, d, static_cast<char*>(out), d.length, d.offset);
 }
 
-void restore_in_file_data(onnx::TensorProto* t) {
-  const InFileData d = in_file_data(*t);
-  if (!d.in_file) return;
-  std::string bytes(size_t(d.length), '\0');
-  read_in_file_data(t->name(), d, bytes.data());
-  auto* entries = t->mutable_external_data();
-  for (int i = entries->size() - 1; i >= 0; --i)
-    if (entries->Get(i).key() == in_file_key()) entries->DeleteSubrange(i, 1);
-  t->set_raw_data(std::move(bytes));
+namespace {
+
+// The output of write_model: bytes, and the raw_data of sources in between.
+struct Piece {
+  std::string bytes;
+  const RawDataSource* raw = nullptr;
+};
+using Pieces = std::vector<Piece>;
+
+size_t size_of(const Pieces& pieces) {
+  size_t n = 0;
+  for (const Piece& p : pieces) n += p.raw ? p.raw->bytes() : p.bytes.size();
+  return n;
+}
+
+void add_bytes(Pieces& pieces, std::string_view s) {
+  if (pieces.empty() || pieces.back().raw) pieces.emplace_back();
+  pieces.back().bytes.append(s);
+}
+
+void add_len_header(Pieces& pieces, uint64_t field, size_t size) {
+  std::string h;
+  put_varint(h, field << 3 | kLen);
+  put_varint(h, size);
+  add_bytes(pieces, h);
+}
+
+void add_pieces(Pieces& pieces, Pieces&& more) {
+  for (Piece& p : more) {
+    if (p.raw) pieces.push_back(std::move(p));
+    else add_bytes(pieces, p.bytes);
+  }
+}
+
+bool is_in_file_entry(std::string_view payload) {
+  onnx::StringStringEntryProto e;
+  return e.ParseFromArray(payload.data(), int(payload.size())) && e.key() == in_file_key();
+}
+
+}  // namespace
+
+void write_model(const onnx::ModelProto& m, const std::vector<std::optional<RawDataSource>>& sources,
+                 std::ostream& out, const std::string& out_name) {
+  const std::string lean = m.SerializeAsString();  // the graph, without the sources' bytes
+  auto next = [](std::string_view& s, Record* r) {
+    if (!next_record(s, r)) fail("internal: onnxdp's own serialisation of a model does not walk");
+  };
+  Pieces model;
+  Record r;
+  for (std::string_view s = lean; !s.empty();) {
+    next(s, &r);
+    if (r.field != kModelGraph || r.wire != kLen) {
+      add_bytes(model, r.whole);
+      continue;
+    }
+    Pieces graph;
+    size_t index = 0;  // protobuf writes the initializers in order
+    Record g;
+    for (std::string_view gs = r.payload; !gs.empty();) {
+      next(gs, &g);
+      if (g.field != kGraphInitializer || g.wire != kLen) {
+        add_bytes(graph, g.whole);
+        continue;
+      }
+      const size_t k = index++;
+      const RawDataSource* source = k < sources.size() && sources[k] ? &*sources[k] : nullptr;
+      if (!source) {
+        add_bytes(graph, g.whole);
+        continue;
+      }
+      Pieces tensor;
+      Record t;
+      for (std::string_view ts = g.payload; !ts.empty();) {
+        next(ts, &t);
+        if (t.field == kTensorRawData || (t.field == kTensorExternalData && is_in_file_entry(t.payload))) continue;
+        add_bytes(tensor, t.whole);
+      }
+      add_len_header(tensor, kTensorRawData, source->bytes());
+      tensor.push_back({{}, source});
+      add_len_header(graph, kGraphInitializer, size_of(tensor));
+      add_pieces(graph, std::move(tensor));
+    }
+    add_len_header(model, kModelGraph, size_of(graph));
+    add_pieces(model, std::move(graph));
+  }
+  if (const size_t total = size_of(model); total > size_t(INT32_MAX))
+    fail("export: the model '{}' would be {} bytes, past protobuf's limit of 2 GiB", out_name, total);
+  auto write = [&](const char* p, size_t n) {
+    errno = 0;  // a failed write's reason (a full disk: ENOSPC) in the error
+    if (!out.write(p, std::streamsize(n)))
+      fail("export: cannot write '{}'{}", out_name, errno ? std::string(": ") + std::strerror(errno) : "");
+  };
+  for (const Piece& p : model) {
+    if (!p.raw) write(p.bytes.data(), p.bytes.size());
+    else if (!p.raw->in_file.in_file) write(static_cast<const char*>(p.raw->data), p.raw->size);
+    else read_in_file_data(p.raw->name, p.raw->in_file, size_t(4) << 20, write);
+  }
 }
 
 }  // namespace onnxdp

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+#include <ostream>
 
 #include "onnx/onnx_pb.h"
 
@@ -50,8 +52,20 @@ void read_in_file_data(const std::string& tensor, const InFileData& d, size_t pi
 // The same into one buffer of d.length bytes.
 void read_in_file_data(const std::string& tensor, const InFileData& d, void* out);
 
-// t with its raw_data read back from the model file (the reference dropped), for writing a model
-// out: a file onnxdp writes never points into another.
-void restore_in_file_data(onnx::TensorProto* t);
+// Where the raw_data of an initializer being written comes from: bytes in memory (a trained
+// tensor) or the model file it was left in.
+struct RawDataSource {
+  std::string name;  // the initializer's, for errors
+  const void* data = nullptr;
+  size_t size = 0;
+  InFileData in_file;  // when in_file.in_file, instead of data and size
+  size_t bytes() const { return in_file.in_file ? size_t(in_file.length) : size; }
+};
+
+// The bytes of m written to `out`, the raw_data of initializer k taken from sources[k] where it is
+// set (m holds none for it) as it is written, and no reference into a model file kept: a model's
+// weights are not copied into the message first. Error past protobuf's 2 GiB, or when a write fails.
+void write_model(const onnx::ModelProto& m, const std::vector<std::optional<RawDataSource>>& sources,
+                 std::ostream& out, const std::string& out_name);
 
 }  // namespace onnxdp

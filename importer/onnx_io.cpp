@@ -236,7 +236,10 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_di
   return out;
 }
 
-void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
+namespace {
+
+// p's dims and data type t's, its values in no field yet.
+void set_tensor_header(const Tensor& t, onnx::TensorProto* p) {
   p->clear_dims();
   for (int64_t d : t.shape()) p->add_dims(d);
   p->set_data_type(dtype_to_onnx(t.dtype()));
@@ -246,6 +249,13 @@ void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
   p->clear_int64_data();
   p->clear_external_data();
   p->clear_data_location();
+  p->clear_raw_data();
+}
+
+}  // namespace
+
+void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
+  set_tensor_header(t, p);
   p->set_raw_data(std::string(static_cast<const char*>(t.data()), t.nbytes()));
 }
 
@@ -280,24 +290,32 @@ void export_model(const std::string& in_path, const std::string& out_path, const
   bool wrote_data = false;
   int64_t data_offset = 0;
   std::string in_dir = fs::path(in_path).parent_path().string();
+  // The raw_data of initializer k, written from here as the model is written (write_model in
+  // importer/model_file.h): a trained tensor, or the input file where the parse left it. The
+  // message never holds a copy of the weights.
+  std::vector<std::optional<RawDataSource>> sources(size_t(m.graph().initializer_size()));
   try {
-    for (auto& init : *m.mutable_graph()->mutable_initializer()) {
+    for (int k = 0; k < m.graph().initializer_size(); ++k) {
+      onnx::TensorProto& init = *m.mutable_graph()->mutable_initializer(k);
       auto it = values.find(init.name());
       bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
       if (it == values.end() && !external) {
-        restore_in_file_data(&init);  // its bytes back from the input file, one tensor at a time
+        if (const InFileData d = in_file_data(init); d.in_file) sources[size_t(k)] = RawDataSource{init.name(), nullptr, 0, d};
+        continue;
+      }
+      if (!external) {
+        set_tensor_header(it->second, &init);
+        sources[size_t(k)] = RawDataSource{init.name(), it->second.data(), it->second.nbytes(), {}};
         continue;
       }
       // External initializers move to the new data file whether replaced or not, so the output
       // never points back into the input's folder.
       Tensor t = it != values.end() ? it->second : tensor_from_proto(init, in_dir);
-      tensor_to_proto(t, &init);
-      if (!external) continue;
+      set_tensor_header(t, &init);
       if (!data.is_open()) {
         data.open(data_tmp, std::ios::binary | std::ios::trunc);
         if (!data) fail("export: cannot write '{}'", data_tmp);
       }
-      init.clear_raw_data();
       init.set_data_location(onnx::TensorProto::EXTERNAL);
       auto add = [&](const char* k, const std::string& v) {
         auto* e = init.add_external_data();
@@ -319,8 +337,8 @@ void export_model(const std::string& in_path, const std::string& out_path, const
     {
       errno = 0;  // a failed write's reason (a full disk: ENOSPC) in the error
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      if (!f || !m.SerializeToOstream(&f))
-        fail("export: cannot write '{}'{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
+      if (!f) fail("export: cannot write '{}'{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
+      write_model(m, sources, f, tmp);
       f.close();
       if (!f) fail("export: writing '{}' failed{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
     }

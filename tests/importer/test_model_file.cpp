@@ -219,7 +219,7 @@ TEST_CASE("model file: a file cannot name the reference key itself") {
                        doctest::Contains("float_data has 0 values"), Error);
 }
 
-TEST_CASE("model file: export writes initializers left in the file back inline") {
+TEST_CASE("model file: export writes initializers left in the file back inline, and trained ones from their tensors") {
   TempDir dir;
   const std::string in = dir.file("model.onnx"), out = dir.file("trained.onnx");
   write_file(in, linear_model().SerializeAsString());
@@ -232,7 +232,19 @@ TEST_CASE("model file: export writes initializers left in the file back inline")
   CHECK(w.raw_data() == f32_bytes(w_values()));
   CHECK(w.external_data_size() == 0);
   CHECK(w.data_location() != onnx::TensorProto::EXTERNAL);
+  CHECK(initializer(written, "b").raw_data() == f32_bytes(std::vector<float>(b.as<float>(), b.as<float>() + kCols)));
   CHECK_FALSE(fs::exists(out + ".data"));
+  // W replaced too, in place: its new values written from the tensor, the rest of the model kept.
+  Tensor w2(DType::f32, {kRows, kCols});
+  const std::vector<float> w2_values = w_values(5);
+  std::memcpy(w2.data(), w2_values.data(), w2.nbytes());
+  export_model(out, out, {{"W", w2}});
+  onnx::ModelProto again;
+  REQUIRE(again.ParseFromString(read_file(out)));
+  CHECK(initializer(again, "W").raw_data() == f32_bytes(w2_values));
+  CHECK(initializer(again, "b").raw_data() == initializer(written, "b").raw_data());
+  written.mutable_graph()->mutable_initializer(0)->set_raw_data(f32_bytes(w2_values));
+  CHECK(again.SerializeAsString() == written.SerializeAsString());  // nothing else changed
 }
 
 TEST_CASE("model file: trainability reads the values of initializers left in the file") {
