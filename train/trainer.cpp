@@ -865,6 +865,17 @@ class Replica {
                megabytes(double(r.peak_bytes)), device_ ? " and constants" : "", plans_.size(),
                plans_.size() == 1 ? "" : "s", megabytes(double(plans_bytes())), megabytes(double(state_->bytes())),
                megabytes(double(ru.ru_maxrss) * 1024));
+    {  // The rest of the process's memory: the host copies outside the plans and the flat state.
+      size_t frozen = 0;
+      for (const auto& [name, t] : master_)
+        if (std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end()) frozen += t.nbytes();
+      const size_t state_copy = (opt_->m().size() + opt_->v().size()) * sizeof(float);
+      fmt::print("host memory besides: frozen parameters and running statistics {}, data held {}{}\n",
+                 megabytes(double(frozen)), megabytes(double(data_.held_bytes())),
+                 last_checkpoint_.empty() ? std::string()
+                                          : "; a checkpoint copies the optimizer state while it writes (" +
+                                                megabytes(double(state_copy)) + ")");
+    }
     if (data_.shards.size() > 1 || data_.mapped_bytes() > 0) {  // what the data costs: a batch and the one read ahead
       size_t row = 0;
       for (const auto& [name, a] : data_.arrays) row += a.row_bytes();
