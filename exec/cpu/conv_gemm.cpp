@@ -124,32 +124,35 @@ struct Chunk {
 
 // How a call's work is cut: tasks of `images_per_task` images (the thread team shares the tasks
 // of every group), each one chunk, or, one image per task, chunks of `rows_per_chunk` rows.
+// An image's columns are Q rows of L.
 struct Chunking {
-  int64_t images_per_task = 1, rows_per_chunk = 1, tasks = 0, max_columns = 0;
+  int64_t Q = 1, L = 1, images_per_task = 1, rows_per_chunk = 1, tasks = 0, max_columns = 0;
 };
 
-Chunking chunking(const Runs& r, int64_t images, int64_t groups, int64_t col_rows, bool direct) {
+Chunking chunking(int64_t Q, int64_t L, int64_t images, int64_t groups, int64_t col_rows, bool direct) {
   Chunking c;
-  const int64_t P = r.Q * r.L;
+  c.Q = Q;
+  c.L = L;
+  const int64_t P = Q * L;
   const int64_t want = std::max(kChunkMinColumns, kChunkElements / std::max<int64_t>(col_rows, 1));
   const int64_t threads = in_thread_share() ? 1 : cpu_threads();
   const int64_t per_thread = (images + threads - 1) / threads;  // keep every thread busy
   // A direct window reads the input in place, one image at a time; others gather many images.
   c.images_per_task = direct ? 1 : std::clamp<int64_t>(want / std::max<int64_t>(P, 1), 1, std::max<int64_t>(per_thread, 1));
-  c.rows_per_chunk = c.images_per_task > 1 ? r.Q : std::clamp<int64_t>(want / std::max<int64_t>(r.L, 1), 1, r.Q);
+  c.rows_per_chunk = c.images_per_task > 1 ? Q : std::clamp<int64_t>(want / std::max<int64_t>(L, 1), 1, Q);
   c.tasks = (images + c.images_per_task - 1) / c.images_per_task * groups;
-  c.max_columns = c.images_per_task > 1 ? c.images_per_task * P : c.rows_per_chunk * r.L;
+  c.max_columns = c.images_per_task > 1 ? c.images_per_task * P : c.rows_per_chunk * L;
   return c;
 }
 
 // Calls chunk(image group task's group, Chunk) for every chunk of task `task`, in row order.
 template <class F>
-void for_each_chunk(const Chunking& c, const Runs& r, int64_t images, int64_t groups, int64_t task, const F& chunk) {
+void for_each_chunk(const Chunking& c, int64_t images, int64_t groups, int64_t task, const F& chunk) {
   const int64_t gi = task % groups, n0 = task / groups * c.images_per_task;
   const int64_t count = std::min(c.images_per_task, images - n0);
-  if (count > 1 || c.rows_per_chunk >= r.Q) return chunk(gi, Chunk{n0, count, 0, r.Q});
-  for (int64_t q0 = 0; q0 < r.Q; q0 += c.rows_per_chunk)
-    chunk(gi, Chunk{n0, 1, q0, std::min(r.Q, q0 + c.rows_per_chunk)});
+  if (count > 1 || c.rows_per_chunk >= c.Q) return chunk(gi, Chunk{n0, count, 0, c.Q});
+  for (int64_t q0 = 0; q0 < c.Q; q0 += c.rows_per_chunk)
+    chunk(gi, Chunk{n0, 1, q0, std::min(c.Q, q0 + c.rows_per_chunk)});
 }
 
 // col [channels*K, R] for a chunk: x points at the chunk's first image's first channel of the
@@ -166,7 +169,12 @@ ONNXDP_CPU_CLONES void im2col(const Runs& r, const Chunk& ck, const T* x, int64_
         if (!r.flat.empty()) {
           const int32_t* f = r.flat_at(t, ck.q0);
           T* d = dst + b * rows * L;
-          for (int64_t j = 0; j < rows * L; ++j) d[j] = f[j] < 0 ? T(0) : src[f[j]];
+          // Branch-free (a load from the clamped offset, then a select): vectorizes as a gather.
+          for (int64_t j = 0; j < rows * L; ++j) {
+            const int32_t i = f[j];
+            const T v = src[std::max(i, 0)];
+            d[j] = i < 0 ? T(0) : v;
+          }
           continue;
         }
         for (int64_t q = ck.q0; q < ck.q1; ++q) {
@@ -315,6 +323,276 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad(const Runs& r, int64_t images, cons
   }
 }
 
+// dw [G, Mg, CK] (zeroed) = the threads' dW^T [G, CK, Mg] partial sums, added in thread order
+// (deterministic for a given thread count) and transposed.
+template <class T>
+void transpose_partials(const std::vector<T>& partial, int threads, int64_t groups, int64_t CK, int64_t Mg, T* dw) {
+  const size_t wsize = size_t(groups * Mg * CK);
+  for (int64_t gi = 0; gi < groups; ++gi)
+    for (int64_t m = 0; m < Mg; ++m) {
+      T* dst = dw + (gi * Mg + m) * CK;
+      for (int t = 0; t < threads; ++t) {
+        const T* src = partial.data() + size_t(t) * wsize + gi * CK * Mg + m;
+        for (int64_t k = 0; k < CK; ++k) dst[k] += src[k * Mg];
+      }
+    }
+}
+
+// ---- stride-1 windows as shifted planes ---------------------------------------------------------
+//
+// With unit strides, iterated position o and tap k meet padded coordinate o + k*dilation, so on
+// a zero-padded copy of the bound grid (extent iter + span - 1 per dim: what the windows reach)
+// tap k's view of all positions is the padded plane read from one offset. Laying the positions
+// out on the padded plane's row pitch ("virtual" positions: dim 0 as iterated, the others as
+// padded) makes each im2col row one contiguous copy per (channel, tap, image), and col2im one
+// contiguous add, instead of a run per row. The virtual positions past a row's end (the padding's
+// width) are computed too and dropped: a few % more columns in the product. A padded plane has
+// one row of slack at its end, which the last row's dropped positions read.
+
+struct Plane {
+  std::vector<int64_t> padded;      // [n] padded extents
+  int64_t size = 0;                 // elements of one padded plane, slack included
+  int64_t Q = 0, L = 0;             // virtual positions per image: Q (iter[0]) rows of L
+  std::vector<int64_t> tap_offset;  // [K] where tap t's view starts in a padded plane
+  std::vector<int64_t> virt;        // [P] the virtual position of each iterated position
+  // Bound grid <-> padded plane, row by row (rows: all dims but the last): padded row r holds
+  // bound row bound_row[r] (-1: none, all padding), its elements [lo, hi) from bound element
+  // src_lo of that row.
+  std::vector<int64_t> bound_row;
+  int64_t lo = 0, hi = 0, src_lo = 0, bound_last = 1;
+};
+
+// True for the windows the planes take: unit strides. (Not taken for the in-place 1x1 window, nor
+// for short rows, where the padding's extra columns would cost more than the flat table's gather:
+// 50 % more on a 4x4 image with a 3x3 window.)
+bool plane_windows(const ConvWindows& g) {
+  if (g.iter.empty()) return false;
+  for (int64_t s : g.strides)
+    if (s != 1) return false;
+  return true;
+}
+
+Plane make_plane(const ConvWindows& g) {
+  const size_t n = g.iter.size();
+  Plane pl;
+  pl.padded.resize(n);
+  for (size_t i = 0; i < n; ++i) pl.padded[i] = g.iter[i] + (g.kernel[i] - 1) * g.dilations[i];
+  const int64_t last = pl.padded[n - 1], rows = ConvWindows::prod(pl.padded) / last;
+  pl.L = ConvWindows::prod(pl.padded) / pl.padded[0];
+  pl.Q = g.iter[0];
+  pl.size = (pl.padded[0] + 1) * pl.L;
+  // Tap offsets and virtual positions: flat indices in the padded grid.
+  const int64_t K = g.kernel_size(), P = g.iter_size();
+  pl.tap_offset.resize(size_t(K));
+  pl.virt.resize(size_t(P));
+  for (int64_t t = 0; t < K; ++t) {
+    int64_t rest = t, off = 0, pitch = 1;
+    for (size_t i = n; i-- > 0;) {
+      off += rest % g.kernel[i] * g.dilations[i] * pitch;
+      rest /= g.kernel[i];
+      pitch *= pl.padded[i];
+    }
+    pl.tap_offset[size_t(t)] = off;
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    int64_t rest = p, v = 0, pitch = 1;
+    for (size_t i = n; i-- > 0;) {
+      v += rest % g.iter[i] * pitch;
+      rest /= g.iter[i];
+      pitch *= pl.padded[i];
+    }
+    pl.virt[size_t(p)] = v;
+  }
+  // Padded row r (row-major over padded[0..n-2]) holds bound coordinates padded - pad_begin.
+  pl.bound_row.assign(size_t(rows), -1);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rest = r, b = 0, pitch = 1;
+    bool inside = true;
+    for (size_t i = n - 1; i-- > 0;) {
+      const int64_t c = rest % pl.padded[i] - g.pad_begin[i];
+      rest /= pl.padded[i];
+      inside = inside && c >= 0 && c < g.bound[i];
+      b += c * pitch;
+      pitch *= g.bound[i];
+    }
+    if (inside) pl.bound_row[size_t(r)] = b * g.bound[n - 1];
+  }
+  pl.bound_last = g.bound[n - 1];
+  pl.lo = std::clamp<int64_t>(g.pad_begin[n - 1], 0, last);
+  pl.hi = std::clamp<int64_t>(g.pad_begin[n - 1] + g.bound[n - 1], pl.lo, last);
+  pl.src_lo = pl.lo - g.pad_begin[n - 1];
+  return pl;
+}
+
+// dst [size] <- the bound grid src [bound] zero-padded (and cropped where the windows do not reach).
+template <class T>
+void pad_plane(const Plane& pl, const T* src, T* dst) {
+  const int64_t last = pl.padded.back();
+  for (size_t r = 0; r < pl.bound_row.size(); ++r) {
+    T* d = dst + int64_t(r) * last;
+    const int64_t b = pl.bound_row[r];
+    if (b < 0 || pl.lo >= pl.hi) {
+      std::fill(d, d + last, T(0));
+      continue;
+    }
+    std::fill(d, d + pl.lo, T(0));
+    std::copy(src + b + pl.src_lo, src + b + pl.src_lo + (pl.hi - pl.lo), d + pl.lo);
+    std::fill(d + pl.hi, d + last, T(0));
+  }
+  std::fill(dst + int64_t(pl.bound_row.size()) * last, dst + pl.size, T(0));
+}
+
+// The adjoint: dst [bound] += the padded plane src's elements over the bound grid.
+template <class T>
+ONNXDP_CPU_CLONES void crop_plane_add(const Plane& pl, const T* src, T* dst) {
+  const int64_t last = pl.padded.back();
+  for (size_t r = 0; r < pl.bound_row.size(); ++r) {
+    const int64_t b = pl.bound_row[r];
+    if (b < 0) continue;
+    const T* s = src + int64_t(r) * last + pl.lo;
+    T* d = dst + b + pl.src_lo;
+    for (int64_t j = 0; j < pl.hi - pl.lo; ++j) d[j] += s[j];
+  }
+}
+
+// col [channels*K, R] of a chunk from padded planes xp [images, channels, size]: row c*K + t is
+// tap t's view of channel c, virtual rows [q0, q1) of each image.
+template <class T>
+void plane_im2col(const Plane& pl, const Chunk& ck, const T* xp, int64_t channels, T* col) {
+  const int64_t K = int64_t(pl.tap_offset.size()), len = (ck.q1 - ck.q0) * pl.L, R = ck.images * len;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t t = 0; t < K; ++t)
+      for (int64_t b = 0; b < ck.images; ++b) {
+        const T* src = xp + (b * channels + c) * pl.size + pl.tap_offset[size_t(t)] + ck.q0 * pl.L;
+        std::copy(src, src + len, col + (c * K + t) * R + b * len);
+      }
+}
+
+// The adjoint: padded planes yp [images, channels, size] += col [channels*K, R].
+template <class T>
+ONNXDP_CPU_CLONES void plane_col2im_add(const Plane& pl, const Chunk& ck, const T* col, int64_t channels, T* yp) {
+  const int64_t K = int64_t(pl.tap_offset.size()), len = (ck.q1 - ck.q0) * pl.L, R = ck.images * len;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t t = 0; t < K; ++t)
+      for (int64_t b = 0; b < ck.images; ++b) {
+        T* dst = yp + (b * channels + c) * pl.size + pl.tap_offset[size_t(t)] + ck.q0 * pl.L;
+        const T* src = col + (c * K + t) * R + b * len;
+        for (int64_t j = 0; j < len; ++j) dst[j] += src[j];
+      }
+}
+
+// dst [channels, R] <- a chunk of src [images, channels (image_stride apart), P] at its virtual
+// positions, zero at the dropped ones.
+template <class T>
+void to_virtual(const Plane& pl, const Chunk& ck, const T* src, int64_t image_stride, int64_t channels, T* dst) {
+  const int64_t len = (ck.q1 - ck.q0) * pl.L, R = ck.images * len, P = int64_t(pl.virt.size());
+  const int64_t per_row = P / pl.Q, p0 = ck.q0 * per_row, p1 = ck.q1 * per_row, v0 = ck.q0 * pl.L;
+  std::fill(dst, dst + channels * R, T(0));
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t b = 0; b < ck.images; ++b) {
+      const T* s = src + b * image_stride + c * P;
+      T* d = dst + c * R + b * len;
+      for (int64_t p = p0; p < p1; ++p) d[pl.virt[size_t(p)] - v0] = s[p];
+    }
+}
+
+// The plane paths of the three kernels (see conv_forward & co. below for the shapes).
+template <class T>
+void plane_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y) {
+  const Plane pl = make_plane(g);
+  const int64_t K = g.kernel_size(), P = g.iter_size(), S = g.bound_size(), Cg = ch.in, Mg = ch.out;
+  const int64_t CK = Cg * K, Cin = ch.groups * Cg, Cout = ch.groups * Mg, per_row = P / pl.Q;
+  const Chunking cut = chunking(pl.Q, pl.L, ch.images, ch.groups, CK, false);
+  split_rows(cut.tasks, cut.tasks > 1, [&](int, int64_t lo, int64_t hi) {
+    T* col = scratch<T>(0, CK * cut.max_columns + Mg * cut.max_columns);
+    T* yt = col + CK * cut.max_columns;
+    T* xp = scratch<T>(1, cut.images_per_task * Cg * pl.size);
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t gi = task % ch.groups, n0 = task / ch.groups * cut.images_per_task;
+      const int64_t count = std::min(cut.images_per_task, ch.images - n0);
+      for (int64_t b = 0; b < count; ++b)
+        for (int64_t c = 0; c < Cg; ++c)
+          pad_plane(pl, x + ((n0 + b) * Cin + gi * Cg + c) * S, xp + (b * Cg + c) * pl.size);
+      for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t, const Chunk& ck) {
+        const int64_t len = (ck.q1 - ck.q0) * pl.L, R = ck.images * len;
+        plane_im2col(pl, ck, xp + (ck.n0 - n0) * Cg * pl.size, Cg, col);
+        // y^T [R, Mg] = col^T x W_g^T, then the kept positions into y
+        blas_gemm(true, true, R, Mg, CK, T(1), col, R, w + gi * Mg * CK, CK, T(0), yt, Mg);
+        const int64_t v0 = ck.q0 * pl.L;
+        for (int64_t b = 0; b < ck.images; ++b)
+          for (int64_t m = 0; m < Mg; ++m) {
+            T* ym = y + ((ck.n0 + b) * Cout + gi * Mg + m) * P;
+            const T* src = yt + b * len * Mg + m;
+            const T add = bias ? bias[gi * Mg + m] : T(0);
+            for (int64_t p = ck.q0 * per_row; p < ck.q1 * per_row; ++p) ym[p] = src[(pl.virt[size_t(p)] - v0) * Mg] + add;
+          }
+      });
+    }
+  });
+}
+
+template <class T>
+void plane_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y) {
+  const Plane pl = make_plane(g);
+  const int64_t K = g.kernel_size(), P = g.iter_size(), S = g.bound_size(), Cg = ch.in, Mg = ch.out;
+  const int64_t MK = Mg * K, Cin = ch.groups * Cg, Cout = ch.groups * Mg;
+  const Chunking cut = chunking(pl.Q, pl.L, ch.images, ch.groups, MK, false);
+  split_rows(cut.tasks, cut.tasks > 1, [&](int, int64_t lo, int64_t hi) {
+    T* col = scratch<T>(0, MK * cut.max_columns + Cg * cut.max_columns);
+    T* xc = col + MK * cut.max_columns;
+    T* yp = scratch<T>(1, cut.images_per_task * Mg * pl.size);
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t gi = task % ch.groups, n0 = task / ch.groups * cut.images_per_task;
+      const int64_t count = std::min(cut.images_per_task, ch.images - n0);
+      std::fill(yp, yp + count * Mg * pl.size, T(0));
+      for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t, const Chunk& ck) {
+        const int64_t R = ck.images * (ck.q1 - ck.q0) * pl.L;
+        to_virtual(pl, ck, x + (ck.n0 * Cin + gi * Cg) * P, Cin * P, Cg, xc);
+        // col [Mg*K, R] = W_g^T [Mg*K, Cg] x x_g [Cg, R]
+        blas_gemm(true, false, MK, R, Cg, T(1), w + gi * Cg * MK, MK, xc, R, T(0), col, R);
+        plane_col2im_add(pl, ck, col, Mg, yp + (ck.n0 - n0) * Mg * pl.size);
+      });
+      for (int64_t b = 0; b < count; ++b)
+        for (int64_t m = 0; m < Mg; ++m) {
+          T* ym = y + ((n0 + b) * Cout + gi * Mg + m) * S;
+          std::fill(ym, ym + S, bias ? bias[gi * Mg + m] : T(0));
+          crop_plane_add(pl, yp + (b * Mg + m) * pl.size, ym);
+        }
+    }
+  });
+}
+
+template <class T>
+void plane_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw) {
+  const Plane pl = make_plane(g);
+  const int64_t K = g.kernel_size(), P = g.iter_size(), S = g.bound_size(), Cg = ch.in, Mg = ch.out;
+  const int64_t CK = Cg * K, Cin = ch.groups * Cg, Cout = ch.groups * Mg, wsize = Cout * CK;
+  const Chunking cut = chunking(pl.Q, pl.L, ch.images, ch.groups, CK, false);
+  const int threads = int(std::min<int64_t>(in_thread_share() ? 1 : cpu_threads(), std::max<int64_t>(cut.tasks, 1)));
+  std::vector<T> partial(size_t(threads) * size_t(wsize), T(0));
+  split_rows(cut.tasks, threads > 1, [&](int tid, int64_t lo, int64_t hi) {
+    T* acc = partial.data() + size_t(tid) * size_t(wsize);
+    T* col = scratch<T>(0, CK * cut.max_columns + Mg * cut.max_columns);
+    T* dyc = col + CK * cut.max_columns;
+    T* xp = scratch<T>(1, cut.images_per_task * Cg * pl.size);
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t gi = task % ch.groups, n0 = task / ch.groups * cut.images_per_task;
+      const int64_t count = std::min(cut.images_per_task, ch.images - n0);
+      for (int64_t b = 0; b < count; ++b)
+        for (int64_t c = 0; c < Cg; ++c)
+          pad_plane(pl, x + ((n0 + b) * Cin + gi * Cg + c) * S, xp + (b * Cg + c) * pl.size);
+      for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t, const Chunk& ck) {
+        const int64_t R = ck.images * (ck.q1 - ck.q0) * pl.L;
+        plane_im2col(pl, ck, xp + (ck.n0 - n0) * Cg * pl.size, Cg, col);
+        to_virtual(pl, ck, dy + (ck.n0 * Cout + gi * Mg) * P, Cout * P, Mg, dyc);
+        // dW_g^T [CK, Mg] += col x dy_g^T (the dropped positions' dy are zero)
+        blas_gemm(false, true, CK, Mg, R, T(1), col, R, dyc, R, T(1), acc + gi * CK * Mg, Mg);
+      });
+    }
+  });
+  transpose_partials(partial, threads, ch.groups, CK, Mg, dw);
+}
+
 }  // namespace
 
 template <class T>
@@ -332,12 +610,13 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
   }
   const int64_t CK = ch.in * K, Mg = ch.out;
   const bool direct = is_direct(g);
-  const Chunking cut = chunking(r, ch.images, ch.groups, CK, direct);
+  if (!direct && r.flat.empty() && plane_windows(g)) return plane_forward(g, ch, x, w, bias, y);
+  const Chunking cut = chunking(r.Q, r.L, ch.images, ch.groups, CK, direct);
   split_rows(cut.tasks, cut.tasks > 1, [&](int, int64_t lo, int64_t hi) {
     T* col = scratch<T>(0, CK * cut.max_columns);
     T* yt = scratch<T>(1, Mg * cut.max_columns);
     for (int64_t task = lo; task < hi; ++task)
-      for_each_chunk(cut, r, ch.images, ch.groups, task, [&](int64_t gi, const Chunk& ck) {
+      for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t gi, const Chunk& ck) {
         const int64_t len = (ck.q1 - ck.q0) * r.L, R = ck.images * len;
         const T* xg = x + (ck.n0 * Cin + gi * ch.in) * S;
         const T* a = col;  // col [CK, R], row length lda
@@ -389,7 +668,8 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
   }
   const int64_t MK = ch.out * K, Cg = ch.in;
   const bool direct = is_direct(g);
-  const Chunking cut = chunking(r, ch.images, ch.groups, MK, direct);
+  if (!direct && r.flat.empty() && plane_windows(g)) return plane_transpose(g, ch, x, w, bias, y);
+  const Chunking cut = chunking(r.Q, r.L, ch.images, ch.groups, MK, direct);
   split_rows(cut.tasks, cut.tasks > 1, [&](int, int64_t lo, int64_t hi) {
     T* col = scratch<T>(0, MK * cut.max_columns);
     T* xc = scratch<T>(1, Cg * cut.max_columns);
@@ -401,7 +681,7 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
           T* ym = y + (n * Cout + gi * ch.out + m) * S;
           std::fill(ym, ym + S, bias ? bias[gi * ch.out + m] : T(0));
         }
-      for_each_chunk(cut, r, ch.images, ch.groups, task, [&](int64_t, const Chunk& ck) {
+      for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t, const Chunk& ck) {
         const int64_t R = ck.images * (ck.q1 - ck.q0) * r.L;
         const T* xg = x + (ck.n0 * Cin + gi * Cg) * P;
         T* yg = y + (ck.n0 * Cout + gi * ch.out) * S;
@@ -442,7 +722,8 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
     return;
   }
   const bool direct = is_direct(g);
-  const Chunking cut = chunking(r, ch.images, ch.groups, CK, direct);
+  if (!direct && r.flat.empty() && plane_windows(g)) return plane_filter_grad(g, ch, x, dy, dw);
+  const Chunking cut = chunking(r.Q, r.L, ch.images, ch.groups, CK, direct);
   // Each thread sums its tasks into its own dW^T [G, CK, Mg]; the sums are added in thread order
   // at the end (deterministic for a given thread count).
   const int threads = int(std::min<int64_t>(in_thread_share() ? 1 : cpu_threads(), std::max<int64_t>(cut.tasks, 1)));
@@ -452,7 +733,7 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
     T* col = scratch<T>(0, CK * cut.max_columns);
     T* dyc = scratch<T>(1, Mg * cut.max_columns);
     for (int64_t task = lo; task < hi; ++task)
-      for_each_chunk(cut, r, ch.images, ch.groups, task, [&](int64_t gi, const Chunk& ck) {
+      for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t gi, const Chunk& ck) {
         const int64_t R = ck.images * (ck.q1 - ck.q0) * r.L;
         const T* xg = x + (ck.n0 * Cin + gi * ch.in) * S;
         const T* dyg = dy + (ck.n0 * Cout + gi * Mg) * P;
@@ -476,15 +757,7 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
         blas_gemm(false, true, CK, Mg, R, T(1), a, lda, b, ldb, T(1), acc + gi * CK * Mg, Mg);
       });
   });
-  // dw [G, Mg, CK] = the threads' dW^T [G, CK, Mg] summed and transposed.
-  for (int64_t gi = 0; gi < ch.groups; ++gi)
-    for (int64_t m = 0; m < Mg; ++m) {
-      T* dst = dw + (gi * Mg + m) * CK;
-      for (int t = 0; t < threads; ++t) {
-        const T* src = partial.data() + size_t(t) * size_t(wsize) + gi * CK * Mg + m;
-        for (int64_t k = 0; k < CK; ++k) dst[k] += src[k * Mg];
-      }
-    }
+  transpose_partials(partial, threads, ch.groups, CK, Mg, dw);
 }
 
 template void conv_forward<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*);
