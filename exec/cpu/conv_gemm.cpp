@@ -35,6 +35,11 @@ constexpr int64_t kDirectMaxChannels = 2;
 // place instead of through y^T.
 constexpr int64_t kWideOutput = 64;
 
+// Below this many multiply-adds per output (Cg x taps: the CNN's first layer has 9) the product
+// is cheap next to moving its result, and Conv's y^T's strided transpose into y costs more than
+// the product gains from that orientation: such windows take W_g x col, whose rows copy into y.
+constexpr int64_t kNarrowWindow = 32;
+
 // Where tap t meets row q of the iterated grid (a row: one position of all dims but the last; the
 // last dim, of length L, runs along it): iterated positions o in [lo, hi) of the row meet bound
 // elements base + o*stride (flat offsets in the bound grid, all inside it); the row's other
@@ -636,6 +641,17 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
           if (bias)
             for (int64_t m = 0; m < Mg; ++m)
               for (int64_t j = 0; j < len; ++j) yg[m * P + j] += bias[gi * Mg + m];
+          return;
+        }
+        if (CK < kNarrowWindow) {  // y_g [Mg, R] = W_g x col, then each image's rows into y
+          blas_gemm(false, false, Mg, R, CK, T(1), wg, CK, a, lda, T(0), yt, R);
+          for (int64_t b = 0; b < ck.images; ++b)
+            for (int64_t m = 0; m < Mg; ++m) {
+              T* ym = y + ((ck.n0 + b) * Cout + gi * Mg + m) * P + ck.q0 * r.L;
+              const T* src = yt + m * R + b * len;
+              const T add = bias ? bias[gi * Mg + m] : T(0);
+              for (int64_t j = 0; j < len; ++j) ym[j] = src[j] + add;
+            }
           return;
         }
         // y^T [R, Mg] = col^T x W_g^T

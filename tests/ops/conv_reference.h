@@ -115,8 +115,8 @@ inline std::vector<double> filter_grad(const Tensor& x, const Tensor& dy, const 
 namespace onnxdp::convref {
 
 // The cases the engine's tests run: each takes one of its paths (`path` says which), and the
-// set covers every one: gathered images, rows of one image in chunks, the in-place product of
-// wide outputs, the 1x1 window read in place, stride-1 windows on long rows (shifted planes),
+// set covers every one: gathered images, rows of one image in chunks, Conv's three product
+// orientations (y^T, in place for wide outputs, W x col for narrow windows), the 1x1 window read in place, stride-1 windows on long rows (shifted planes),
 // short rows (flat table) and strided ones (runs), the direct depthwise loops on short and long
 // rows, 1-D and 3-D.
 struct Case {
@@ -139,6 +139,7 @@ inline std::vector<Case> engine_cases() {
       {"stride 1, long rows (shifted planes), dilation 2", {3, 5, 9, 20}, 6, {3, 2}, {1, 1}, {2, 3}, {2, 1, 0, 3}, 1, true},
       {"stride 1, one large image in chunks of rows (planes)", {1, 2, 90, 90}, 3, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"stride 2, one large image in chunks of rows (runs)", {1, 2, 180, 180}, 3, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"stride 2, 72 taps x channels (the y^T product)", {3, 8, 9, 11}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 1}, 1, true},
       {"stride 2, 64 outputs per group (in-place product)", {2, 3, 6, 6}, 64, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"stride 1, short rows (flat table)", {4, 3, 6, 6}, 5, {3, 3}, {1, 1}, {1, 1}, {1, 0, 0, 1}, 1, false},
       {"1x1 read in place, 2 groups", {2, 4, 3, 5}, 6, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 2, true},
