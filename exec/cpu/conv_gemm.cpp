@@ -110,9 +110,12 @@ Runs tap_runs(const ConvWindows& g) {
   return r;
 }
 
-// A thread's two work buffers (im2col, and the product's other operand or its result), kept
-// between calls: a step's convolutions reuse them instead of allocating, zeroing and faulting in
-// up to a few MB per call. Their size is a chunk's (kChunkElements, or one row of a large image).
+// A thread's two work buffers (im2col and the product's other operand or result; the padded
+// planes of a task's images), kept between calls: a step's convolutions reuse them instead of
+// allocating, zeroing and faulting in up to a few MB per call. They keep the largest size a call
+// has asked for: a chunk's im2col (about kChunkElements, at least one row of the image) and
+// product, and a task's padded input (its images' channels of one group, slightly larger than
+// the input itself).
 template <class T>
 T* scratch(int which, int64_t elements) {
   thread_local std::vector<T> buffers[2];
@@ -264,11 +267,10 @@ ONNXDP_CPU_CLONES void depthwise_forward(const Runs& r, int64_t out, const T* x,
       for (int64_t q = 0; q < r.Q; ++q) {
         const TapRun& run = r.at(t, q);
         T* yr = ym + q * L;
-        const T* xr = x + run.base;
         if (s == 1)
-          for (int64_t o = run.lo; o < run.hi; ++o) yr[o] += wt * xr[o];
+          for (int64_t o = run.lo; o < run.hi; ++o) yr[o] += wt * x[run.base + o];
         else
-          for (int64_t o = run.lo; o < run.hi; ++o) yr[o] += wt * xr[o * s];
+          for (int64_t o = run.lo; o < run.hi; ++o) yr[o] += wt * x[run.base + o * s];
       }
     }
   }
@@ -294,11 +296,10 @@ ONNXDP_CPU_CLONES void depthwise_transpose(const Runs& r, int64_t in, const T* x
       for (int64_t q = 0; q < r.Q; ++q) {
         const TapRun& run = r.at(t, q);
         const T* xr = x + c * x_channel_stride + q * L;
-        T* yr = y + run.base;
         if (s == 1)
-          for (int64_t o = run.lo; o < run.hi; ++o) yr[o] += wt * xr[o];
+          for (int64_t o = run.lo; o < run.hi; ++o) y[run.base + o] += wt * xr[o];
         else
-          for (int64_t o = run.lo; o < run.hi; ++o) yr[o * s] += wt * xr[o];
+          for (int64_t o = run.lo; o < run.hi; ++o) y[run.base + o * s] += wt * xr[o];
       }
     }
 }
