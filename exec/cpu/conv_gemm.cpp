@@ -346,121 +346,159 @@ void transpose_partials(const std::vector<T>& partial, int threads, int64_t grou
     }
 }
 
-// ---- stride-1 windows as shifted planes ---------------------------------------------------------
+// ---- windows as shifted planes --------------------------------------------------------------------
 //
-// With unit strides, iterated position o and tap k meet padded coordinate o + k*dilation, so on
-// a zero-padded copy of the bound grid (extent iter + span - 1 per dim: what the windows reach)
-// tap k's view of all positions is the padded plane read from one offset. Laying the positions
-// out on the padded plane's row pitch ("virtual" positions: dim 0 as iterated, the others as
-// padded) makes each im2col row one contiguous copy per (channel, tap, image), and col2im one
-// contiguous add, instead of a run per row. The virtual positions past a row's end (the padding's
-// width) are computed too and dropped: a few % more columns in the product. A padded plane has
-// one row of slack at its end, which the last row's dropped positions read.
+// Iterated position o and tap k meet padded coordinate o*stride + k*dilation (padded: the bound
+// grid shifted by pad_begin). Split the padded grid into its stride phases (phase ph of a dim
+// holds the coordinates stride*u + ph): tap k's view of all positions is then phase
+// (k*dilation) % stride read from offset (k*dilation) / stride, one shifted plane. Laying the
+// positions out on the phase planes' row pitch ("virtual" positions: dim 0 as iterated, the others
+// as a phase plane's extent) makes each im2col row one contiguous copy per (channel, tap, image),
+// and col2im one contiguous add, instead of a run per row. The virtual positions past a row's end
+// are computed too and dropped (planes are taken where that adds at most kPlaneWaste of the
+// columns: 6 % at 32x32 with a 3x3 window, 12 % at 8x8 with stride 2); a phase plane has one row
+// of slack at its end, which the last row's dropped positions read. With unit strides there is
+// one phase: the zero-padded input itself.
+constexpr double kPlaneWaste = 0.2;
 
-struct Plane {
-  std::vector<int64_t> padded;      // [n] padded extents
-  int64_t size = 0;                 // elements of one padded plane, slack included
-  int64_t Q = 0, L = 0;             // virtual positions per image: Q (iter[0]) rows of L
-  std::vector<int64_t> tap_offset;  // [K] where tap t's view starts in a padded plane
-  std::vector<int64_t> virt;        // [P] the virtual position of each iterated position
-  // Bound grid <-> padded plane, row by row (rows: all dims but the last): padded row r holds
-  // bound row bound_row[r] (-1: none, all padding), its elements [lo, hi) from bound element
-  // src_lo of that row.
-  std::vector<int64_t> bound_row;
-  int64_t lo = 0, hi = 0, src_lo = 0, bound_last = 1;
+// A phase plane's row r (row-major over all dims but the last) holds, at [lo, hi), the bound
+// elements bound + first + (u - lo) * stride (the last dim's stride); the rest is padding.
+struct PlaneRow {
+  int64_t bound = -1, lo = 0, hi = 0, first = 0;
 };
 
-// True for the windows the planes take: unit strides. (Not taken for the in-place 1x1 window, nor
-// for short rows, where the padding's extra columns would cost more than the flat table's gather:
-// 50 % more on a 4x4 image with a 3x3 window.)
+struct Plane {
+  std::vector<int64_t> extent;      // [n] a phase plane's extents
+  int64_t phase_size = 0;           // elements of one phase plane, slack included
+  int64_t size = 0;                 // all phases of one channel
+  int64_t Q = 0, L = 0;             // virtual positions per image: Q (iter[0]) rows of L
+  int64_t stride = 1;               // the last dim's
+  int64_t width = 1;                // the iterated grid's last dim: its rows' positions are contiguous
+  std::vector<int64_t> tap_offset;  // [K] where tap t's view starts in a channel's phases
+  std::vector<int64_t> virt;        // [P] the virtual position of each iterated position
+  std::vector<PlaneRow> rows;       // [phases, rows of a phase plane]
+  std::vector<char> used;           // [phases] read by some tap (a 1x1 window at stride 2: one of 4)
+};
+
+// The windows the planes take: some spatial dims, and few dropped positions.
 bool plane_windows(const ConvWindows& g) {
   if (g.iter.empty()) return false;
-  for (int64_t s : g.strides)
-    if (s != 1) return false;
-  return true;
+  double virtual_positions = double(g.iter[0]);
+  for (size_t i = 1; i < g.iter.size(); ++i)
+    virtual_positions *= double(g.iter[i] + (g.kernel[i] - 1) * g.dilations[i] / g.strides[i]);
+  return virtual_positions <= (1 + kPlaneWaste) * double(g.iter_size());
 }
 
 Plane make_plane(const ConvWindows& g) {
   const size_t n = g.iter.size();
   Plane pl;
-  pl.padded.resize(n);
-  for (size_t i = 0; i < n; ++i) pl.padded[i] = g.iter[i] + (g.kernel[i] - 1) * g.dilations[i];
-  const int64_t last = pl.padded[n - 1], rows = ConvWindows::prod(pl.padded) / last;
-  pl.L = ConvWindows::prod(pl.padded) / pl.padded[0];
+  pl.extent.resize(n);
+  int64_t phases = 1;
+  for (size_t i = 0; i < n; ++i) {
+    pl.extent[i] = g.iter[i] + (g.kernel[i] - 1) * g.dilations[i] / g.strides[i];
+    phases *= g.strides[i];
+  }
+  const int64_t last = pl.extent[n - 1], rows = ConvWindows::prod(pl.extent) / last;
+  pl.L = ConvWindows::prod(pl.extent) / pl.extent[0];
   pl.Q = g.iter[0];
-  pl.size = (pl.padded[0] + 1) * pl.L;
-  // Tap offsets and virtual positions: flat indices in the padded grid.
+  pl.phase_size = (pl.extent[0] + 1) * pl.L;
+  pl.size = phases * pl.phase_size;
+  pl.stride = g.strides[n - 1];
+  pl.width = g.iter[n - 1];
+  // Tap t: phase (k*d) % s, offset (k*d) / s in each dim.
   const int64_t K = g.kernel_size(), P = g.iter_size();
   pl.tap_offset.resize(size_t(K));
   pl.virt.resize(size_t(P));
+  pl.used.assign(size_t(phases), 0);
   for (int64_t t = 0; t < K; ++t) {
-    int64_t rest = t, off = 0, pitch = 1;
+    int64_t rest = t, off = 0, pitch = 1, phase = 0, phase_pitch = 1;
     for (size_t i = n; i-- > 0;) {
-      off += rest % g.kernel[i] * g.dilations[i] * pitch;
+      const int64_t kd = rest % g.kernel[i] * g.dilations[i];
       rest /= g.kernel[i];
-      pitch *= pl.padded[i];
+      off += kd / g.strides[i] * pitch;
+      phase += kd % g.strides[i] * phase_pitch;
+      pitch *= pl.extent[i];
+      phase_pitch *= g.strides[i];
     }
-    pl.tap_offset[size_t(t)] = off;
+    pl.tap_offset[size_t(t)] = phase * pl.phase_size + off;
+    pl.used[size_t(phase)] = 1;
   }
   for (int64_t p = 0; p < P; ++p) {
     int64_t rest = p, v = 0, pitch = 1;
     for (size_t i = n; i-- > 0;) {
       v += rest % g.iter[i] * pitch;
       rest /= g.iter[i];
-      pitch *= pl.padded[i];
+      pitch *= pl.extent[i];
     }
     pl.virt[size_t(p)] = v;
   }
-  // Padded row r (row-major over padded[0..n-2]) holds bound coordinates padded - pad_begin.
-  pl.bound_row.assign(size_t(rows), -1);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t rest = r, b = 0, pitch = 1;
-    bool inside = true;
-    for (size_t i = n - 1; i-- > 0;) {
-      const int64_t c = rest % pl.padded[i] - g.pad_begin[i];
-      rest /= pl.padded[i];
-      inside = inside && c >= 0 && c < g.bound[i];
-      b += c * pitch;
-      pitch *= g.bound[i];
+  // Phase ph's element u holds bound coordinate s*u + ph - pad_begin in each dim.
+  pl.rows.resize(size_t(phases * rows));
+  const int64_t s = pl.stride, B = g.bound[n - 1];
+  for (int64_t ph = 0; ph < phases; ++ph)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t prest = ph, rrest = r, b = 0, pitch = 1;
+      const int64_t ph_last = prest % g.strides[n - 1];
+      prest /= g.strides[n - 1];
+      bool inside = true;
+      for (size_t i = n - 1; i-- > 0;) {
+        const int64_t c = g.strides[i] * (rrest % pl.extent[i]) + prest % g.strides[i] - g.pad_begin[i];
+        rrest /= pl.extent[i];
+        prest /= g.strides[i];
+        inside = inside && c >= 0 && c < g.bound[i];
+        b += c * pitch;
+        pitch *= g.bound[i];
+      }
+      // Along the row: bound coordinate s*u + ph_last - pad_begin inside [0, B).
+      const int64_t off = ph_last - g.pad_begin[n - 1];
+      const int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+      const int64_t hi = B - 1 - off < 0 ? 0 : std::min(last, (B - 1 - off) / s + 1);
+      if (inside && lo < hi) pl.rows[size_t(ph * rows + r)] = {b * B, lo, hi, off + lo * s};
     }
-    if (inside) pl.bound_row[size_t(r)] = b * g.bound[n - 1];
-  }
-  pl.bound_last = g.bound[n - 1];
-  pl.lo = std::clamp<int64_t>(g.pad_begin[n - 1], 0, last);
-  pl.hi = std::clamp<int64_t>(g.pad_begin[n - 1] + g.bound[n - 1], pl.lo, last);
-  pl.src_lo = pl.lo - g.pad_begin[n - 1];
   return pl;
 }
 
-// dst [size] <- the bound grid src [bound] zero-padded (and cropped where the windows do not reach).
+// dst [size] (a channel's phase planes) <- the bound grid src [bound], zero-padded (and cropped
+// where the windows do not reach).
 template <class T>
-void pad_plane(const Plane& pl, const T* src, T* dst) {
-  const int64_t last = pl.padded.back();
-  for (size_t r = 0; r < pl.bound_row.size(); ++r) {
-    T* d = dst + int64_t(r) * last;
-    const int64_t b = pl.bound_row[r];
-    if (b < 0 || pl.lo >= pl.hi) {
-      std::fill(d, d + last, T(0));
-      continue;
+ONNXDP_CPU_CLONES void pad_plane(const Plane& pl, const T* src, T* dst) {
+  const int64_t last = pl.extent.back(), rows = int64_t(pl.rows.size()) * pl.phase_size / pl.size, s = pl.stride;
+  for (int64_t ph = 0; ph < pl.size / pl.phase_size; ++ph) {
+    if (!pl.used[size_t(ph)]) continue;  // no tap reads it
+    T* plane = dst + ph * pl.phase_size;
+    for (int64_t r = 0; r < rows; ++r) {
+      const PlaneRow& row = pl.rows[size_t(ph * rows + r)];
+      T* d = plane + r * last;
+      if (row.bound < 0) {
+        std::fill(d, d + last, T(0));
+        continue;
+      }
+      std::fill(d, d + row.lo, T(0));
+      const T* from = src + row.bound + row.first;
+      if (s == 1)
+        std::copy(from, from + (row.hi - row.lo), d + row.lo);
+      else if (s == 2)  // a constant stride vectorizes (as im2col's)
+        for (int64_t u = 0; u < row.hi - row.lo; ++u) d[row.lo + u] = from[u * 2];
+      else
+        for (int64_t u = 0; u < row.hi - row.lo; ++u) d[row.lo + u] = from[u * s];
+      std::fill(d + row.hi, d + last, T(0));
     }
-    std::fill(d, d + pl.lo, T(0));
-    std::copy(src + b + pl.src_lo, src + b + pl.src_lo + (pl.hi - pl.lo), d + pl.lo);
-    std::fill(d + pl.hi, d + last, T(0));
+    std::fill(plane + rows * last, plane + pl.phase_size, T(0));
   }
-  std::fill(dst + int64_t(pl.bound_row.size()) * last, dst + pl.size, T(0));
 }
 
-// The adjoint: dst [bound] += the padded plane src's elements over the bound grid.
+// The adjoint: dst [bound] += a channel's phase planes src over the bound grid.
 template <class T>
 ONNXDP_CPU_CLONES void crop_plane_add(const Plane& pl, const T* src, T* dst) {
-  const int64_t last = pl.padded.back();
-  for (size_t r = 0; r < pl.bound_row.size(); ++r) {
-    const int64_t b = pl.bound_row[r];
-    if (b < 0) continue;
-    const T* s = src + int64_t(r) * last + pl.lo;
-    T* d = dst + b + pl.src_lo;
-    for (int64_t j = 0; j < pl.hi - pl.lo; ++j) d[j] += s[j];
-  }
+  const int64_t last = pl.extent.back(), rows = int64_t(pl.rows.size()) * pl.phase_size / pl.size, s = pl.stride;
+  for (int64_t ph = 0; ph < pl.size / pl.phase_size; ++ph)
+    for (int64_t r = 0; r < rows && pl.used[size_t(ph)]; ++r) {  // (no tap writes an unused phase)
+      const PlaneRow& row = pl.rows[size_t(ph * rows + r)];
+      if (row.bound < 0) continue;
+      const T* from = src + ph * pl.phase_size + r * last + row.lo;
+      T* d = dst + row.bound + row.first;
+      for (int64_t u = 0; u < row.hi - row.lo; ++u) d[u * s] += from[u];
+    }
 }
 
 // col [channels*K, R] of a chunk from padded planes xp [images, channels, size]: row c*K + t is
@@ -500,7 +538,8 @@ void to_virtual(const Plane& pl, const Chunk& ck, const T* src, int64_t image_st
     for (int64_t b = 0; b < ck.images; ++b) {
       const T* s = src + b * image_stride + c * P;
       T* d = dst + c * R + b * len;
-      for (int64_t p = p0; p < p1; ++p) d[pl.virt[size_t(p)] - v0] = s[p];
+      for (int64_t p = p0; p < p1; p += pl.width)  // a row of positions: contiguous on both sides
+        std::copy(s + p, s + p + pl.width, d + (pl.virt[size_t(p)] - v0));
     }
 }
 
@@ -618,7 +657,7 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
   }
   const int64_t CK = ch.in * K, Mg = ch.out;
   const bool direct = is_direct(g);
-  if (!direct && r.flat.empty() && plane_windows(g)) return plane_forward(g, ch, x, w, bias, y);
+  if (!direct && plane_windows(g)) return plane_forward(g, ch, x, w, bias, y);
   const Chunking cut = chunking(r.Q, r.L, ch.images, ch.groups, CK, direct);
   split_rows(cut.tasks, cut.tasks > 1, [&](int, int64_t lo, int64_t hi) {
     T* col = scratch<T>(0, CK * cut.max_columns);
@@ -687,7 +726,7 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
   }
   const int64_t MK = ch.out * K, Cg = ch.in;
   const bool direct = is_direct(g);
-  if (!direct && r.flat.empty() && plane_windows(g)) return plane_transpose(g, ch, x, w, bias, y);
+  if (!direct && plane_windows(g)) return plane_transpose(g, ch, x, w, bias, y);
   const Chunking cut = chunking(r.Q, r.L, ch.images, ch.groups, MK, direct);
   split_rows(cut.tasks, cut.tasks > 1, [&](int, int64_t lo, int64_t hi) {
     T* col = scratch<T>(0, MK * cut.max_columns);
@@ -741,7 +780,7 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
     return;
   }
   const bool direct = is_direct(g);
-  if (!direct && r.flat.empty() && plane_windows(g)) return plane_filter_grad(g, ch, x, dy, dw);
+  if (!direct && plane_windows(g)) return plane_filter_grad(g, ch, x, dy, dw);
   const Chunking cut = chunking(r.Q, r.L, ch.images, ch.groups, CK, direct);
   // Each thread sums its tasks into its own dW^T [G, CK, Mg]; the sums are added in thread order
   // at the end (deterministic for a given thread count).

@@ -116,9 +116,10 @@ namespace onnxdp::convref {
 
 // The cases the engine's tests run: each takes one of its paths (`path` says which), and the
 // set covers every one: gathered images, rows of one image in chunks, Conv's three product
-// orientations (y^T, in place for wide outputs, W x col for narrow windows), the 1x1 window read in place, stride-1 windows on long rows (shifted planes),
-// short rows (flat table) and strided ones (runs), the direct depthwise loops on short and long
-// rows, 1-D and 3-D.
+// orientations (y^T, in place for wide outputs, W x col for narrow windows), the 1x1 window read
+// in place, windows as shifted (phase) planes at strides 1 and 2, short rows (flat table), rows
+// where planes would drop too many positions (runs), the direct depthwise loops on short and
+// long rows, 1-D and 3-D.
 struct Case {
   const char* path;
   Shape x;
@@ -136,16 +137,18 @@ inline std::vector<Case> engine_cases() {
       {"depthwise, long rows (runs), stride 3", {1, 2, 4, 60}, 2, {2, 5}, {1, 3}, {1, 1}, {0, 2, 1, 1}, 2, true},
       {"depth multiplier 2 (direct loops)", {2, 3, 5, 5}, 6, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 3, true},
       {"one input channel, 8 outputs (product)", {5, 1, 8, 8}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
-      {"stride 1, long rows (shifted planes), dilation 2", {3, 5, 9, 20}, 6, {3, 2}, {1, 1}, {2, 3}, {2, 1, 0, 3}, 1, true},
+      {"stride 1, long rows (planes), dilation 2", {3, 5, 9, 20}, 6, {3, 2}, {1, 1}, {2, 3}, {2, 1, 0, 3}, 1, true},
       {"stride 1, one large image in chunks of rows (planes)", {1, 2, 90, 90}, 3, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
-      {"stride 2, one large image in chunks of rows (runs)", {1, 2, 180, 180}, 3, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
-      {"stride 2, 72 taps x channels (the y^T product)", {3, 8, 9, 11}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 1}, 1, true},
+      {"stride 2, one large image in chunks of rows (phase planes)", {1, 2, 180, 180}, 3, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"dilation 4 on long rows, one large image in chunks of rows (runs)", {1, 2, 300, 36}, 3, {3, 3}, {1, 1}, {1, 4}, {1, 4, 1, 4}, 1, true},
+      {"stride 2, 72 taps x channels (phase planes, the y^T product)", {3, 8, 9, 11}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 1}, 1, true},
+      {"stride 2, 72 taps x channels, short rows (flat table, the y^T product)", {3, 8, 5, 5}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"stride 2, 64 outputs per group (in-place product)", {2, 3, 6, 6}, 64, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"stride 1, short rows (flat table)", {4, 3, 6, 6}, 5, {3, 3}, {1, 1}, {1, 1}, {1, 0, 0, 1}, 1, false},
       {"1x1 read in place, 2 groups", {2, 4, 3, 5}, 6, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 2, true},
-      {"1x1 stride 2", {3, 4, 5, 6}, 5, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, false},
-      {"1-D", {3, 2, 11}, 4, {4}, {2}, {2}, {3, 1}, 1, true},
-      {"3-D", {2, 2, 4, 5, 6}, 3, {2, 3, 2}, {1, 2, 1}, {2, 1, 1}, {1, 0, 1, 0, 1, 1}, 1, false},
+      {"1x1 stride 2 (phase planes)", {3, 4, 5, 6}, 5, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, false},
+      {"1-D, stride 2 (phase planes)", {3, 2, 11}, 4, {4}, {2}, {2}, {3, 1}, 1, true},
+      {"3-D, strides 1, 2, 1 (runs)", {2, 2, 4, 5, 6}, 3, {2, 3, 2}, {1, 2, 1}, {2, 1, 1}, {1, 0, 1, 0, 1, 1}, 1, false},
   };
 }
 
