@@ -12,7 +12,12 @@
 //   Conv            y^T [R, Mg] = col^T [R, Cg*K] x W_g^T [Cg*K, Mg], then y^T written into y
 //   ConvGradFilter  dW_g^T [Cg*K, Mg] += col [Cg*K, R] x dy_g^T [R, Mg], dW transposed at the end
 //   ConvTranspose   col [Mg*K, R] = W_g^T [Mg*K, Cg] x x_g [Cg, R], then col2im into y
-// with R the chunk's window positions (images x positions), K the taps of the kernel.
+// with R the chunk's window positions (images x positions), K the taps of the kernel. (For the
+// CNN's first layer, 9 multiply-adds per output, Conv is W_g x col instead; for 64 or more outputs
+// per group on one image, in place in y.) im2col and col2im move whole planes: the input is
+// zero-padded and split into its stride phases once per image, after which each tap's view is one
+// contiguous stretch of a phase (exec/cpu/conv_gemm.cpp, "windows as shifted planes"); where that
+// layout would waste too many columns (small images) a flat gather table or per-row runs do it.
 #pragma once
 #include <cstdint>
 #include <vector>
