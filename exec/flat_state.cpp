@@ -35,7 +35,7 @@ FlatState::DeviceMemory FlatState::device_alloc(size_t bytes) {
   });
 }
 
-size_t FlatState::moment_bytes() const { return ((m_ ? m_->size() : 0) + (v_ ? v_->size() : 0)) * sizeof(float); }
+size_t FlatState::moment_bytes() const { return (m_ ? m_->nbytes() : 0) + (v_ ? v_->nbytes() : 0); }
 
 size_t FlatState::bytes() const { return params_.nbytes() + grads_.nbytes() + moment_bytes(); }
 
@@ -53,41 +53,43 @@ void FlatState::shard(Communicator* comm) {
   for (int r = 0; r <= n; ++r) shards_.bounds[size_t(r)] = std::min(total, int64_t(r) * part);
 }
 
+float* FlatState::moment(Tensor* t) { return t && t->numel() ? t->as<float>() : nullptr; }
+
 std::vector<int64_t> FlatState::part_counts() const {
   std::vector<int64_t> counts;
   for (size_t r = 0; r + 1 < shards_.bounds.size(); ++r) counts.push_back(shards_.bounds[r + 1] - shards_.bounds[r]);
   return counts;
 }
 
-void FlatState::gather_moments(bool has_m, bool has_v, std::vector<float>& m_full, std::vector<float>& v_full) {
+void FlatState::gather_moments(bool has_m, bool has_v, Tensor& m_full, Tensor& v_full) {
   if (!sharded()) fail("internal: FlatState::gather_moments on a state that is not sharded");
   pull();  // on a device, this replica's part is there
   const std::vector<int64_t> counts = part_counts();
   std::vector<float> scratch;  // where a replica other than 0 receives the parts it does not keep
-  auto gather = [&](std::vector<float>& mine, std::vector<float>& full) {
-    if (rank_ == 0) full.assign(size_t(floats()), 0.0f);
+  auto gather = [&](Tensor& mine, Tensor& full) {
+    if (rank_ == 0) full = Tensor(DType::f32, {floats()});
     for (int r = 0; r < int(counts.size()); ++r) {
       const size_t n = size_t(counts[size_t(r)]);
       float* where = nullptr;
-      if (r == rank_) where = mine.data();
-      else if (rank_ == 0) where = full.data() + shards_.bounds[size_t(r)];
+      if (r == rank_) where = mine.as<float>();
+      else if (rank_ == 0) where = full.as<float>() + shards_.bounds[size_t(r)];
       else where = (scratch.resize(n), scratch.data());
       comm_->broadcast(where, n * sizeof(float), r);
     }
     if (rank_ == 0 && counts[0]) std::memcpy(full.data(), mine.data(), size_t(counts[0]) * sizeof(float));
   };
-  m_full.clear();
-  v_full.clear();
+  m_full = Tensor();
+  v_full = Tensor();
   if (has_m) gather(*m_, m_full);
   if (has_v) gather(*v_, v_full);
 }
 
-void FlatState::set_moments(std::vector<float>* m, std::vector<float>* v) {
+void FlatState::set_moments(Tensor* m, Tensor* v) {
   m_ = m;
   v_ = v;
   if (!device_) return;
-  dev_m_ = device_alloc(m_->size() * sizeof(float));
-  dev_v_ = device_alloc(v_->size() * sizeof(float));
+  dev_m_ = device_alloc(m_->nbytes());
+  dev_v_ = device_alloc(v_->nbytes());
   dev_update_ = device_alloc(sizeof(OptimizerUpdate));
   dev_norm_ = device_alloc(sizeof(double));
 }
@@ -140,27 +142,27 @@ double FlatState::end_step() {
     float* g = grads_.as<float>() + lo;
     squared = host_squared_norm(g, n);
     comm_->all_reduce_sum(&squared, 1, DType::f64);
-    host_optimizer_apply(update_, squared, params_.as<float>() + lo, g, m_->data(), v_->data(), n);
+    host_optimizer_apply(update_, squared, params_.as<float>() + lo, g, moment(m_), moment(v_), n);
     comm_->all_gather_parts(params_.data(), part_counts(), DType::f32);
     return squared;
   }
   if (device_) device_->to_host(&squared, dev_norm_.get(), sizeof squared);  // the last run updated the parameters there
-  else squared = host_optimizer_step(update_, params_.as<float>(), grads_.as<float>(), m_->data(), v_->data(), params_.numel());
+  else squared = host_optimizer_step(update_, params_.as<float>(), grads_.as<float>(), moment(m_), moment(v_), params_.numel());
   return squared;
 }
 
 void FlatState::push() {
   if (!device_) return;
   device_->to_device(dev_params_.get(), params_.data(), params_.nbytes());
-  if (!m_->empty()) device_->to_device(dev_m_.get(), m_->data(), m_->size() * sizeof(float));
-  if (!v_->empty()) device_->to_device(dev_v_.get(), v_->data(), v_->size() * sizeof(float));
+  if (m_->nbytes()) device_->to_device(dev_m_.get(), m_->data(), m_->nbytes());
+  if (v_->nbytes()) device_->to_device(dev_v_.get(), v_->data(), v_->nbytes());
 }
 
 void FlatState::pull() {
   if (!device_) return;
   device_->to_host(params_.data(), dev_params_.get(), params_.nbytes());
-  if (!m_->empty()) device_->to_host(m_->data(), dev_m_.get(), m_->size() * sizeof(float));
-  if (!v_->empty()) device_->to_host(v_->data(), dev_v_.get(), v_->size() * sizeof(float));
+  if (m_->nbytes()) device_->to_host(m_->data(), dev_m_.get(), m_->nbytes());
+  if (v_->nbytes()) device_->to_host(v_->data(), dev_v_.get(), v_->nbytes());
 }
 
 }  // namespace onnxdp

@@ -556,13 +556,12 @@ class Replica {
   // --- checkpoints: the master tensors, the optimizer state under torch.optim's names, the state ---
   // "exp_avg/<parameter>" and "exp_avg_sq/<parameter>" (adam, adamw), "momentum_buffer/<parameter>"
   // (momentum).
-  // The vectors given to f hold the moments of flat-buffer floats [base, base + their size).
+  // The tensors given to f hold the moments of flat-buffer floats [base, base + their size).
   bool keeps_m() const { return opt_->options().kind != OptimizerKind::sgd; }
   bool keeps_v() const {
     return opt_->options().kind == OptimizerKind::adam || opt_->options().kind == OptimizerKind::adamw;
   }
-  void for_each_state(std::vector<float>& m, std::vector<float>& v,
-                      const std::function<void(const std::string&, size_t, std::vector<float>&)>& f) {
+  void for_each_state(Tensor& m, Tensor& v, const std::function<void(const std::string&, size_t, Tensor&)>& f) {
     for (size_t i = 0; i < trainable_.size(); ++i) {
       if (keeps_m()) f((keeps_v() ? "exp_avg/" : "momentum_buffer/") + trainable_[i], i, m);
       if (keeps_v()) f("exp_avg_sq/" + trainable_[i], i, v);
@@ -612,7 +611,7 @@ class Replica {
     // Checkpoints hold whole moments: each replica takes the floats of its part (all without
     // --zero-stage 1), so a run resumes with any number of replicas.
     const int64_t lo = state_->shard_begin(), hi = state_->shard_end();
-    for_each_state(opt_->m(), opt_->v(), [&](const std::string& key, size_t i, std::vector<float>& state) {
+    for_each_state(opt_->m(), opt_->v(), [&](const std::string& key, size_t i, Tensor& state) {
       auto it = c.optimizer.find(key);
       const Tensor& p = master_.at(trainable_[i]);
       if (it == c.optimizer.end() || it->second.shape() != p.shape() || it->second.dtype() != DType::f32)
@@ -620,7 +619,8 @@ class Replica {
              last_checkpoint_, key);
       const int64_t begin = int64_t(state_->offset(i)), end = begin + p.numel();
       const int64_t a = std::max(begin, lo), b = std::min(end, hi);
-      if (a < b) std::memcpy(state.data() + (a - lo), it->second.as<float>() + (a - begin), size_t(b - a) * sizeof(float));
+      if (a < b)
+        std::memcpy(state.as<float>() + (a - lo), it->second.as<float>() + (a - begin), size_t(b - a) * sizeof(float));
     });
     opt_->set_steps_done(c.state.at("optimizer_steps").get<int64_t>());
     if (scaler_ && c.state.contains("loss_scale"))  // else a checkpoint of a run without fp16: the scale starts afresh
@@ -640,15 +640,12 @@ class Replica {
     Checkpoint c;
     c.model = master_;
     const bool gathered = state_->sharded();  // the moments train() gathered for this checkpoint
+    // Each tensor a view of the moments (no copy of the optimizer state while it is written).
     for_each_state(gathered ? full_m_ : opt_->m(), gathered ? full_v_ : opt_->v(),
-                   [&](const std::string& key, size_t i, std::vector<float>& state) {
-      const Tensor& p = master_.at(trainable_[i]);
-      Tensor t(DType::f32, p.shape());
-      std::memcpy(t.data(), state.data() + state_->offset(i), p.nbytes());
-      c.optimizer[key] = std::move(t);
-    });
-    std::vector<float>().swap(full_m_);  // held only while a checkpoint is made
-    std::vector<float>().swap(full_v_);
+                   [&](const std::string& key, size_t i, Tensor& state) {
+                     c.optimizer[key] = Tensor::view(state, state_->offset(i) * sizeof(float), DType::f32,
+                                                     master_.at(trainable_[i]).shape());
+                   });
     c.state = {{"step", step}, {"epoch", epoch_}, {"cursor", cursor_}, {"seed", o_.seed}, {"shuffle", o_.shuffle},
                {"batch_size", batch_}, {"grad_accum", o_.grad_accum}, {"total_steps", total_steps_},
                {"optimizer_steps", opt_->steps_done()}, {"base_lr", base_lr_}, {"model", o_.model}};
@@ -663,6 +660,8 @@ class Replica {
            no_checkpoint_or_last("The last good checkpoint is ") +
                (last_checkpoint_.empty() ? "" : " (--resume continues from it)."));
     }
+    full_m_ = Tensor();  // --zero-stage 1: the gathered moments are held only while a checkpoint is written
+    full_v_ = Tensor();
   }
 
   std::string no_checkpoint_or_last(const char* lead_in) const {
@@ -869,12 +868,14 @@ class Replica {
       size_t frozen = 0;
       for (const auto& [name, t] : master_)
         if (std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end()) frozen += t.nbytes();
-      const size_t state_copy = (opt_->m().size() + opt_->v().size()) * sizeof(float);
+      // Checkpoints write views of the optimizer state; with --zero-stage 1 replica 0 gathers it whole first.
+      const size_t gathered = size_t(keeps_m() + keeps_v()) * size_t(state_->floats()) * sizeof(float);
       fmt::print("host memory besides: frozen parameters and running statistics {}, data held {}{}\n",
                  megabytes(double(frozen)), megabytes(double(data_.held_bytes())),
-                 last_checkpoint_.empty() ? std::string()
-                                          : "; a checkpoint copies the optimizer state while it writes (" +
-                                                megabytes(double(state_copy)) + ")");
+                 last_checkpoint_.empty() || !state_->sharded()
+                     ? std::string()
+                     : "; a checkpoint gathers the whole optimizer state on replica 0 while it writes (" +
+                           megabytes(double(gathered)) + ")");
     }
     if (data_.shards.size() > 1 || data_.mapped_bytes() > 0) {  // what the data costs: a batch and the one read ahead
       size_t row = 0;
@@ -939,7 +940,7 @@ class Replica {
   std::future<std::map<std::string, Tensor>> ahead_;  // the next micro-batch, being read
   BatchPlace ahead_place_;
   std::string last_checkpoint_;
-  std::vector<float> full_m_, full_v_;  // --zero-stage 1: replica 0's whole moments for a checkpoint
+  Tensor full_m_, full_v_;  // --zero-stage 1: replica 0's whole moments for a checkpoint
   // outputs
   std::ofstream metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
