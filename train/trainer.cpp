@@ -226,10 +226,20 @@ class Replica {
       result_.losses.push_back(s.loss);
       result_.comm_wait_ms += s.comm_wait_ms;
       if (state_->sharded() && checkpoint_due(step)) gather_moments();  // every replica, for replica 0's checkpoint
-      if (lead_) log_step(step, s);
-      // Replica 0 evaluates or writes a checkpoint: the others wait for it without the timeout
-      // (--comm-timeout bounds a collective's wait for a peer, not replica 0's own work).
-      if (comm_ && (evaluates_at(step) || checkpoint_due(step))) comm_->idle_barrier();
+      // Evaluation every --eval-every steps and after the last: every replica its share of the
+      // held-out batches, the sums all-reduced (train/evaluator.h).
+      std::optional<Evaluator::Result> ev;
+      if (evaluator_ && evaluates_at(step)) {
+        state_->pull();
+        ev = evaluator_->run(master_, comm_);
+        result_.evaluated = true;
+        result_.eval_loss = ev->loss;
+        result_.eval_accuracy = ev->accuracy;
+      }
+      if (lead_) log_step(step, s, ev);
+      // Replica 0 writes a checkpoint: the others wait for it without the timeout (--comm-timeout
+      // bounds a collective's wait for a peer, not replica 0's own work).
+      if (comm_ && checkpoint_due(step)) comm_->idle_barrier();
     }
     finish();
   }
@@ -266,7 +276,7 @@ class Replica {
       fail("--zero-stage {}: onnxdp has stage 0 (every replica holds the whole optimizer state) and 1 (sharded)",
            o_.zero_stage);
     // Held-out data is checked before step 1, not after the training.
-    if (lead_ && !o_.eval_data.empty())
+    if (!o_.eval_data.empty())
       evaluator_ = std::make_unique<Evaluator>(o_.eval_data, proto_, model_dir_, lo_, o_, device_);
   }
 
@@ -757,18 +767,9 @@ class Replica {
            no_checkpoint_or_last("The last good checkpoint is ") + (last_checkpoint_.empty() ? "" : "."));
   }
 
-  // --- the log: evaluation, metrics.jsonl, TensorBoard, checkpoints, the progress line ---
-  void log_step(int64_t step, const StepOutcome& s) {
+  // --- the log: metrics.jsonl, TensorBoard, checkpoints, the progress line ---
+  void log_step(int64_t step, const StepOutcome& s, const std::optional<Evaluator::Result>& ev) {
     const double samples_per_s = s.seconds > 0 ? double(s.rows) / s.seconds : 0.0;
-    // Evaluation every --eval-every steps, and after the last step when --eval-data is given.
-    std::optional<Evaluator::Result> ev;
-    if (evaluator_ && evaluates_at(step)) {
-      state_->pull();
-      ev = evaluator_->run(master_);
-      result_.evaluated = true;
-      result_.eval_loss = ev->loss;
-      result_.eval_accuracy = ev->accuracy;
-    }
     const double memory_mib = mib(plans_bytes() + state_->bytes());
     if (metrics_.is_open()) {
       nlohmann::json j = {{"step", step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
