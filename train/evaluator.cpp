@@ -41,11 +41,14 @@ Evaluator::Result Evaluator::run(const std::map<std::string, Tensor>& parameters
   int64_t correct_positions = 0, positions = 0;
   const bool classifier = o_.loss == LossKind::cross_entropy;
   const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
-  for (int64_t start = int64_t(rank) * eb; start < data_.samples; start += int64_t(world) * eb) {
-    const int64_t b = std::min(eb, data_.samples - start);
+  for (int64_t start = 0; start < data_.samples; start += eb) {
+    // This replica's rows of the batch, split as training splits a batch (graph/shards.h).
+    const int64_t rows = std::min(eb, data_.samples - start);
+    const int64_t b = shard_rows(rows, world)[size_t(rank)];
+    if (b == 0) continue;
     EvalPlan& e = plan_for(b, parameters);
     std::vector<int64_t> idx(static_cast<size_t>(b));
-    std::iota(idx.begin(), idx.end(), start);
+    std::iota(idx.begin(), idx.end(), start + shard_offset(rows, world, rank));
     const std::map<std::string, Tensor> batch = take_rows(data_, idx);
     e.plan->execute(batch, {});
     loss_sum += double(e.plan->ref(e.loss).as<float>()[0]) * double(b);
@@ -62,6 +65,12 @@ Evaluator::Result Evaluator::run(const std::map<std::string, Tensor>& parameters
   res.loss = loss_sum / double(data_.samples);
   if (classifier) res.accuracy = double(correct_positions) / double(positions);
   return res;
+}
+
+size_t Evaluator::memory_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [rows, e] : plans_) bytes += e.plan->memory_bytes();
+  return bytes;
 }
 
 int64_t Evaluator::correct(const TensorRef& logits, const Tensor& labels, int64_t* positions) {

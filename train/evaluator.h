@@ -28,10 +28,12 @@ class Evaluator {
   // cross_entropy: the held-out labels in [0, classes) (train/dataset.h), checked before step 1.
   void check_labels(int64_t classes) { check_class_labels(data_, path_, o_.label, classes); }
   // parameters: the trainer's tensors by initializer name (the plans read their bytes). With comm
-  // every replica calls it: replica r takes the batches k with k % world == r, and the sums (loss,
-  // hits, positions) are all-reduced, so each replica's plans and memory are its share and every
-  // replica gets the whole result.
+  // every replica calls it: each held-out batch (of 256) is split over the replicas as training
+  // splits a batch, each replica runs its rows, and the sums (loss, hits, positions) are
+  // all-reduced, so every replica holds plans of its share's size and gets the whole result.
   Result run(const std::map<std::string, Tensor>& parameters, Communicator* comm = nullptr);
+  // The memory of its plans (activations; on a device, constants too).
+  size_t memory_bytes() const;
 
  private:
   struct EvalPlan {

@@ -489,7 +489,7 @@ class Replica {
   // far (one per batch size: activations, and on a device its constants). With the flat state it
   // is reported at the start, in every metrics line and at the end.
   size_t plans_bytes() const {
-    size_t bytes = 0;
+    size_t bytes = evaluator_ ? evaluator_->memory_bytes() : 0;  // the evaluation's plans, once made
     for (const auto& [key, tp] : plans_) bytes += tp.plan->memory_bytes();
     return bytes;
   }
@@ -824,6 +824,16 @@ class Replica {
     result_.peak_bytes = plans_bytes() + state_->bytes();
     result_.optimizer_state_bytes = state_->moment_bytes();
     result_.device_bytes = device_ ? result_.peak_bytes : 0;
+    if (comm_) {  // every replica's figure, for the summary's spread and the caller
+      std::vector<std::vector<uint8_t>> all;
+      const uint64_t mine = result_.peak_bytes;
+      comm_->all_gather_bytes(&mine, sizeof mine, all);
+      for (const auto& a : all) {
+        uint64_t b = 0;
+        if (a.size() == sizeof b) std::memcpy(&b, a.data(), sizeof b);
+        result_.replica_bytes.push_back(size_t(b));
+      }
+    }
     state_->pull();
     result_.parameters = master_;
     result_.world_size = world_;
@@ -865,6 +875,11 @@ class Replica {
                megabytes(double(r.peak_bytes)), device_ ? " and constants" : "", plans_.size(),
                plans_.size() == 1 ? "" : "s", megabytes(double(plans_bytes())), megabytes(double(state_->bytes())),
                megabytes(double(ru.ru_maxrss) * 1024));
+    if (r.replica_bytes.size() > 1) {
+      const auto [lo, hi] = std::minmax_element(r.replica_bytes.begin(), r.replica_bytes.end());
+      fmt::print("memory of the {} replicas: {} to {} ({:.1f} % apart)\n", r.replica_bytes.size(), megabytes(double(*lo)),
+                 megabytes(double(*hi)), *lo ? 100.0 * double(*hi - *lo) / double(*lo) : 0.0);
+    }
     {  // The rest of the process's memory: the host copies outside the plans and the flat state.
       size_t frozen = 0;
       for (const auto& [name, t] : master_)

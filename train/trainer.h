@@ -75,6 +75,7 @@ struct TrainResult {
   size_t peak_bytes = 0;       // this replica's largest plan: activation arena + parameters, gradients, optimizer state
   size_t device_bytes = 0;     // on a GPU: device memory of this replica's plans (0 on the CPU)
   size_t optimizer_state_bytes = 0;  // this replica's optimizer moments (1/N of them with --zero-stage 1)
+  std::vector<size_t> replica_bytes;  // every replica's peak_bytes, in replica order (a world of one: empty)
   int contiguous_buckets = 0;  // gradient buckets laid out as one range of the flat buffer: one all-reduce call each
   int replayed_plans = 0;      // on a GPU: this replica's plans that replay a recorded CUDA graph
   std::string saved_model, last_checkpoint, metrics_file, tensorboard_dir;  // where the lead's files went

@@ -6,6 +6,7 @@
 // buckets are ReduceScatter nodes. (mpirun -np 2: tests/scripts/mpi_train.py.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -252,5 +253,28 @@ TEST_CASE("eval: replicas share the held-out batches and report one device's los
     REQUIRE(many.evaluated);
     CHECK(many.eval_loss == doctest::Approx(one.eval_loss).epsilon(1e-6));
     CHECK(many.eval_accuracy == one.eval_accuracy);
+  }
+}
+
+// Issue 23's balance: every replica reports its memory (plans of training and evaluation, the
+// flat state) and no replica holds more than the others (within 2 %), on CPU replicas and on the
+// emulated device, with an uneven batch (97 rows: 25, 24, 24, 24) and evaluation.
+TEST_CASE("memory: the replicas' reported memory is equal within 2 percent, evaluation included") {
+  std::vector<std::string> kinds = {"cpu:4"};
+#if defined(ONNXDP_HAVE_CUDA)
+  kinds.push_back("cuda-emulated:4");
+#endif
+  for (const std::string& devices : kinds) {
+    CAPTURE(devices);
+    TrainOptions o = options("mlp", devices, "adamw");
+    o.eval_data = std::string(ONNXDP_SOURCE_DIR) + "/models/mlp/eval.npz";
+    o.steps = 4;
+    const TrainResult r = train(o);
+    REQUIRE(r.replica_bytes.size() == 4);
+    const auto [lo, hi] = std::minmax_element(r.replica_bytes.begin(), r.replica_bytes.end());
+    INFO("replica bytes " << *lo << " to " << *hi);
+    CHECK(*lo > 0);
+    CHECK(double(*hi) <= 1.02 * double(*lo));
+    CHECK(r.replica_bytes[0] == r.peak_bytes);
   }
 }
