@@ -90,6 +90,25 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
     view_[size_t(ni)] = 1;
   }
 
+  // Graph inputs read only by Scatter nodes of one row count (a replica's share of the global
+  // batch): on a device only those rows are copied in (the replica's upload is its share).
+  scatter_rows_.assign(nv, -1);
+  {
+    std::vector<char> is_input(nv, 0);
+    for (ValueId i : graph_.inputs) is_input[size_t(i)] = 1;
+    for (ValueId o : graph_.outputs)
+      if (o != kNoValue) is_input[size_t(o)] = 0;
+    for (const Node& n : graph_.nodes)
+      for (ValueId in : n.inputs) {
+        if (in == kNoValue || !is_input[size_t(in)]) continue;
+        int64_t& r = scatter_rows_[size_t(in)];
+        const int64_t rows = n.op == Op::Scatter ? n.i("rows") : -2;
+        r = (r == -1 || r == rows) ? rows : -2;
+      }
+    for (int64_t& r : scatter_rows_)
+      if (r < 0) r = -1;
+  }
+
   // Nodes that read what an asynchronous collective writes (directly or through a view) wait for
   // the collectives in flight first: the bucket outputs of --grad-dtype bf16 are cast back in the
   // graph, where float gradient buckets are read only after the run.
@@ -293,9 +312,18 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
   for (ValueId i : graph_.inputs) {
     if (bound_[size_t(i)]) continue;  // the caller wrote it in place
     const Tensor& t = fed(inputs, graph_.value(i));
-    if (t.nbytes()) {
-      std::memcpy(arena_.as<uint8_t>() + offset_[size_t(i)], t.data(), t.nbytes());
-      dev.to_device(device_ptr(i), t.data(), t.nbytes());
+    size_t begin = 0, bytes = t.nbytes();  // the rows a Scatter reads, where only Scatters read it
+    if (const int64_t rows = scatter_rows_[size_t(i)]; rows >= 0 && !t.shape().empty() && t.shape()[0] > 0) {
+      const size_t row_bytes = t.nbytes() / size_t(t.shape()[0]);
+      if (state.batch_offset >= 0 && state.batch_offset + rows <= t.shape()[0]) {
+        begin = size_t(state.batch_offset) * row_bytes;
+        bytes = size_t(rows) * row_bytes;
+      }
+    }
+    if (bytes) {
+      const uint8_t* src = static_cast<const uint8_t*>(t.data()) + begin;
+      std::memcpy(arena_.as<uint8_t>() + offset_[size_t(i)] + begin, src, bytes);
+      dev.to_device(static_cast<uint8_t*>(device_ptr(i)) + begin, src, bytes);
     }
     on_host_[size_t(i)] = 1;
   }
