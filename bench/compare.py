@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""onnxdp vs PyTorch: steady training step time and peak memory, same model, data, batch,
+"""onnxdp vs its peers: steady training step time and peak memory, same model, data, batch,
 optimizer (AdamW lr 1e-3, weight decay 0.01) and thread count, on the CPU, one replica.
 
     nice python3 bench/compare.py [--onnxdp build/onnxdp] [--models mlp gpt_small] [--threads 2]
-                                  [--repeats 2] [--steps N] [--batch B] [--no-save]
-                                  [--device cuda] [--mixed-precision bf16|fp16]
+                                  [--peers eager compile ort] [--repeats 2] [--steps N] [--batch B]
+                                  [--no-save] [--device cuda] [--mixed-precision bf16|fp16]
+
+Peers (--peers): eager = PyTorch eager (bench/torch_worker.py), compile = torch.compile of the same
+module (torch_worker.py --compile), ort = ONNX Runtime Training on the same exported file
+(bench/ort_worker.py, run with the python of .venvs/ort-training, made by bench/setup-peers).
+Default on the CPU in float32: all three (ort when its venv exists); otherwise eager.
 
 --mixed-precision bf16 / fp16: onnxdp --mixed-precision bf16 / fp16 against the forward and loss
 under torch.autocast(dtype=torch.bfloat16 / torch.float16), both with float32 master weights;
@@ -12,18 +17,18 @@ fp16 with dynamic loss scaling on both sides (torch.amp.GradScaler's defaults, o
 
 Every model is rebuilt with make_models.py's torch modules (plus gpt_small), exported to a
 temporary folder the way make_models.py exports, given random data (a whole number of batches),
-and trained by both: `onnxdp train` as a child process, and bench/torch_worker.py as another.
-The torch module loads its initial weights from the exported file, so both start from identical
+and trained by every side, each run a child process of its own. The torch module loads its
+initial weights from the exported file and ORT trains that file, so all start from identical
 weights and see the same batches in the same order; their losses are printed side by side.
 
 Timing: each side trains N and then 4N steps in separate runs; the steady step is
-(time(4N) - time(N)) / 3N, so start-up (process, import, graph building, the first step's
-planning) cancels. onnxdp's time is its process's wall time; torch's is the wall time of its
-training loop (the `import torch` time of a process is too noisy to subtract). Runs alternate
-onnxdp, torch, onnxdp, torch, ... and the median over --repeats is reported. Peak memory is each
-child's own peak RSS (os.wait4) in the 4N runs, median over repeats.
+(min time(4N) - min time(N)) / 3N, so start-up (process, import, graph building, the first step's
+planning) cancels. onnxdp's time is its process's wall time; the others' is the wall time of their
+training loop (the `import torch` time of a process is too noisy to subtract; torch.compile's
+clock starts after its compiling step 1). Runs alternate onnxdp, eager, compile, ORT, ... Peak
+memory is each child's own peak RSS (os.wait4) in the 4N runs, median over repeats.
 
-ratio = torch ms/step / onnxdp ms/step: above 1 means onnxdp is faster. Results are informational:
+ratio = peer ms/step / onnxdp ms/step: above 1 means onnxdp is faster. Results are informational:
 shared machines vary, so compare ratios of one run, never absolute times across runs.
 """
 import argparse
@@ -220,7 +225,7 @@ def main():
                     help="cuda: both on the first GPU (onnxdp --devices cuda:0, PyTorch eager on cuda:0)")
     ap.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
                     help="bf16 / fp16: onnxdp --mixed-precision against torch.autocast (fp16 with GradScaler)")
-    ap.add_argument("--repeats", type=int, default=2, help="alternating repeats per model (median reported)")
+    ap.add_argument("--repeats", type=int, default=2, help="alternating repeats per model (the minimum time of each length is used)")
     ap.add_argument("--steps", type=int, help="N for every model (default: per model, bench_models.py)")
     ap.add_argument("--batch", type=int, help="batch for every model (default: per model)")
     ap.add_argument("--lr", type=float, default=1e-3)
