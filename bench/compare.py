@@ -282,6 +282,11 @@ def main():
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     info["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    if h.binary_mtime(a.onnxdp) != info["onnxdp_binary_mtime"]:
+        info["onnxdp_binary_changed_during_run"] = h.binary_mtime(a.onnxdp)
+        print(f"WARNING: {a.onnxdp} was rewritten during the run (built {info['onnxdp_binary_mtime']}, now "
+              f"{info['onnxdp_binary_changed_during_run']}): the table mixes two onnxdp builds; copy the binary "
+              "elsewhere and run again", file=sys.stderr)
     sides = ["onnxdp"] + a.sides
     header, rows = table(results, sides)
     geo = {side: geomean([r["ratios"].get(side) for r in results]) for side in a.sides}
@@ -312,7 +317,9 @@ def main():
     md = [f"# onnxdp vs {title}, {a.device.upper()} — {info['date']}", "",
           f"- machine: {info['cpu']}, {info['logical_cpus']} logical CPUs, host {info['host']}, "
           f"load average at start {info['load_avg_at_start']}, at end {info['load_avg_at_end']}",
-          f"- versions: {versions}",
+          f"- versions: {versions}; onnxdp binary {info['onnxdp_binary']} built {info['onnxdp_binary_mtime']}"
+          + (f" (REWRITTEN during the run, {info['onnxdp_binary_changed_during_run']}: two builds mixed)"
+             if "onnxdp_binary_changed_during_run" in info else ""),
           f"- settings: {settings}; steady step = (min t(4N) - min t(N)) / 3N over repeats",
           "- ratio = peer ms/step ÷ onnxdp ms/step (> 1: onnxdp faster). Informational, never a test.", "",
           h.markdown_table(header, rows), "",

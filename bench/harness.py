@@ -160,6 +160,7 @@ def machine_info(onnxdp, threads):
         "threads": threads,
         "onnxdp": onnxdp_version(onnxdp),
         "onnxdp_binary": os.path.abspath(onnxdp),
+        "onnxdp_binary_mtime": binary_mtime(onnxdp),
         "torch": torch.__version__,
         "onnx": onnx.__version__,
         "numpy": np.__version__,
@@ -176,6 +177,13 @@ def ort_versions(ort_python):
         return json.loads(r.stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
         return {"error": f"{ort_python}: {e}"}
+
+
+def binary_mtime(path):
+    """When the binary was last written (UTC): a build that replaces it during a run would mix
+    two onnxdp versions in one table; compare.py checks this at the end."""
+    t = os.path.getmtime(path)
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def result_paths(kind, out_dir):
