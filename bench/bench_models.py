@@ -40,6 +40,47 @@ GPT_SMALL = dict(vocab=512, context=128, d_model=256, n_head=8, n_layer=4)
 # 12 layers, 12 heads; the head is untied (163 M parameters). Only when named: it is slow on a CPU.
 GPT2_SMALL = dict(vocab=50257, context=1024, d_model=768, n_head=12, n_layer=12)
 
+def _resnet():
+    """A small CIFAR-style ResNet (3x32x32 -> 10): no sample model in models/ has residual blocks,
+    so it is defined here. Stem conv 3->16, then BasicBlocks 16->16, 16->32 (stride 2, 1x1
+    projection), 32->64 (stride 2, 1x1 projection), global average pool, Linear: the 3x3, 1x1 and
+    strided convolutions of a ResNet at 32x32, 16x16 and 8x8. 78 K parameters, ~25 MFLOP forward
+    per image."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.proj = None
+            if stride != 1 or cin != cout:
+                self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = F.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return F.relu(y + (x if self.proj is None else self.proj(x)))
+
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+            self.bn = nn.BatchNorm2d(16)
+            self.blocks = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2))
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x):                              # x [N, 3, 32, 32]
+            x = self.blocks(F.relu(self.bn(self.stem(x))))  # [N, 64, 8, 8]
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    import torch
+    return ResNet()
+
+
 # name: builder, seed, exporter, input name, data maker, default batch, default N (steps).
 # Default N is larger for the tiny models so that the 3N steps the timing rests on last long
 # enough to stand out of process start-up noise.
@@ -56,6 +97,9 @@ MODELS = {
                     data=_tokens(mm.VOCAB, mm.CONTEXT), batch=64, steps=20),
     "gpt_small": dict(build=lambda: mm.TinyLM(**GPT_SMALL), seed=7, export="legacy", input="tokens",
                       data=_tokens(GPT_SMALL["vocab"], GPT_SMALL["context"]), batch=8, steps=3),
+    # Only when named (bench/compare.py --models resnet): the convolutions of issue 25.
+    "resnet": dict(build=_resnet, seed=9, export="legacy", input="x",
+                   data=_features((3, 32, 32), 10), batch=32, steps=5),
     "gpt2_small": dict(build=lambda: mm.TinyLM(**GPT2_SMALL), seed=8, export="legacy", input="tokens",
                        data=_tokens(GPT2_SMALL["vocab"], GPT2_SMALL["context"]), batch=1, steps=2),
 }

@@ -42,6 +42,7 @@ Command add_graph_command(CLI::App& parent) {
   sub->add_option("--trainable", o->trainable, "Initializers to train although taken for constants (regex, repeatable)");
   sub->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics");
   sub->add_option("--bucket-mb", o->bucket_mb, "Gradient bucket size in MB")->capture_default_str();
+  sub->add_option("--grad-dtype", o->grad_dtype, "bf16: the gradient all-reduces in bfloat16")->capture_default_str();
   sub->add_option("--zero-stage", o->zero_stage, "1: the buckets as ZeRO-1 runs them (ReduceScatter)")->capture_default_str();
   sub->add_option("--mixed-precision", o->mixed_precision, "bf16 or fp16: the graph as train / run compute it")
       ->check(CLI::IsMember({"no", "bf16", "fp16"}))

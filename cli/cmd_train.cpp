@@ -64,6 +64,10 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--devices", o->devices, "auto (every GPU, else the CPU), cpu, cpu:N (N replicas; under mpirun N per process), cuda (every GPU; under mpirun one per process) or cuda:0,1,...")
       ->capture_default_str();
   cmd->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics (DDP's default; not equivalent to one device)");
+  cmd->add_option("--grad-dtype", o->grad_dtype,
+                  "bf16: all-reduce the gradients in bfloat16 (half the bytes, as DDP's bf16 compression hook); "
+                  "fp32 (default): as computed")
+      ->capture_default_str();
   cmd->add_option("--zero-stage", o->zero_stage,
                   "1: ZeRO-1, the optimizer state sharded over the replicas (each updates its part, then the "
                   "parameters are gathered); 0: every replica holds it all (default)");

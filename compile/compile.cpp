@@ -45,6 +45,7 @@ struct Compilation {
     dp.local_bn = o.local_bn;
     dp.bucket_mb = o.bucket_mb;
     dp.zero_stage = o.zero_stage;
+    dp.grad_dtype = o.grad_dtype;
     dp.first_bucket_mb = std::min(dp.first_bucket_mb, o.bucket_mb);  // never larger than the others
     return dp;
   }

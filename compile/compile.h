@@ -42,6 +42,7 @@ struct CompileOptions {
   bool local_bn = false;
   double bucket_mb = 25;
   int zero_stage = 0;  // 1: gradient buckets are ReduceScatter nodes (parallel/data_parallel.h)
+  DType grad_dtype = DType::f32;  // bf16: gradients all-reduced in bfloat16
   int64_t step_rows = 0;    // rows of the whole optimizer step (0: batch); > batch with --grad-accum
   bool accumulate = false;  // --grad-accum > 1: inputs grad_accum/* carry the step's sums so far
   bool sync = true;         // the step's last micro-batch: gradient buckets all-reduce the sums

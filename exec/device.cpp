@@ -34,19 +34,6 @@ int env_int(const char* name) {
 }
 }  // namespace
 
-int processes_on_host() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
-                           "SLURM_NTASKS_PER_NODE"})
-    if (int n = env_int(name)) return n;
-  return 1;
-}
-
-int local_rank_on_host() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(name); v && *v) return std::max(0, std::atoi(v));
-  return 0;
-}
-
 namespace {
 // "N" in 1..1024, else -1.
 int count_of(const std::string& s) {
@@ -111,7 +98,19 @@ DeviceList parse_devices(const std::string& devices, int local_rank, int local_s
     d.index.push_back(k);
     start = end + 1;
   }
+  d.index = gpus_of_process(d.index, local_rank, local_size, devices);
   return d;
+}
+
+std::vector<int> gpus_of_process(const std::vector<int>& named, int local_rank, int local_size,
+                                 const std::string& devices) {
+  if (local_size <= 1) return named;  // this process drives every GPU named
+  const int per = int(named.size()) / local_size;
+  if (per == 0 || int(named.size()) % local_size != 0)
+    fail("--devices {}: this machine runs {} processes of the job, which cannot share {} GPU{} evenly (name a "
+         "multiple of {} GPUs, or use --devices cuda for one GPU per process)",
+         devices, local_size, named.size(), named.size() == 1 ? "" : "s", local_size);
+  return std::vector<int>(named.begin() + local_rank * per, named.begin() + (local_rank + 1) * per);
 }
 
 namespace {

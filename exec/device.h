@@ -23,9 +23,5 @@ int use_replica_threads(int replicas, int processes_on_host);
 // Call once on the main thread before CPU replicas start: readies BLAS for as many products at
 // once as the replicas' threads will run (blas_prepare, exec/cpu/blas.h).
 void prepare_cpu_replicas(int replicas, int processes_on_host);
-// How many processes of this job run on this machine (the launcher's local size; 1 if none).
-int processes_on_host();
-// This process's index among them (the launcher's local rank; 0 if none).
-int local_rank_on_host();
 
 }  // namespace onnxdp

@@ -54,6 +54,12 @@ class DeviceBackend {
   // memory: the caller writes u (to_device) before the step and reads the norm after it.
   virtual void optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m, float* v,
                               int64_t n) = 0;
+  // --zero-stage 1 (exec/flat_state.h), queued and recorded alike: optimizer_step over this
+  // replica's part [bounds[rank], bounds[rank + 1]) of the flat buffers p and g (m and v hold that
+  // part only) with the squared norm summed over the replicas' parts, then every other part of p
+  // received from its owner. Needs the device's own collectives (connect); throws otherwise.
+  virtual void sharded_optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m,
+                                      float* v, const std::vector<int64_t>& bounds, int rank) = 0;
   // Joins the world of replicas that comm belongs to (nullptr: a world of one); every replica calls
   // it at once, before its plans are made. Until then collectives run through the CPU fallback.
   virtual void connect(Communicator* comm) = 0;
@@ -87,7 +93,13 @@ struct DeviceList {
   std::vector<int> index;  // one per local replica (cpu: 0, 1, ...)
   std::string why_cpu;     // auto on the CPU: the reason there is no GPU
 };
+// local_rank / local_size: this process among the job's processes on this machine (the launcher's,
+// parallel/communicator.h's detect_launch): under a launcher each takes its share of "cuda:i,j".
 DeviceList parse_devices(const std::string& devices, int local_rank = 0, int local_size = 1);
+// The GPUs process local_rank of local_size takes of those `named` in --devices `devices`: its
+// contiguous share (all of them for a process alone on its machine); an uneven split is an error.
+std::vector<int> gpus_of_process(const std::vector<int>& named, int local_rank, int local_size,
+                                 const std::string& devices);
 
 // The backend of one device; throws a clear error where the device cannot be used (no GPU, no
 // driver, index out of range, onnxdp built without CUDA).

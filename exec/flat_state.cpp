@@ -35,12 +35,11 @@ FlatState::DeviceMemory FlatState::device_alloc(size_t bytes) {
   });
 }
 
-size_t FlatState::moment_bytes() const { return ((m_ ? m_->size() : 0) + (v_ ? v_->size() : 0)) * sizeof(float); }
+size_t FlatState::moment_bytes() const { return (m_ ? m_->nbytes() : 0) + (v_ ? v_->nbytes() : 0); }
 
 size_t FlatState::bytes() const { return params_.nbytes() + grads_.nbytes() + moment_bytes(); }
 
 void FlatState::shard(Communicator* comm) {
-  if (device_) fail("--zero-stage 1 runs on CPU replicas and MPI ranks; on {} it is not built yet", device_->name());
   if (m_) fail("internal: FlatState::shard after set_moments");
   comm_ = comm;
   rank_ = comm->rank();
@@ -49,10 +48,12 @@ void FlatState::shard(Communicator* comm) {
   const int64_t total = floats();
   const int64_t per = (total + n - 1) / n;
   const int64_t part = (per + kFloatsAligned - 1) / kFloatsAligned * kFloatsAligned;
-  shards_.base = grads_.as<float>();
+  shards_.base = device_ ? static_cast<const float*>(dev_grads_.get()) : grads_.as<float>();
   shards_.bounds.assign(size_t(n) + 1, 0);
   for (int r = 0; r <= n; ++r) shards_.bounds[size_t(r)] = std::min(total, int64_t(r) * part);
 }
+
+float* FlatState::moment(Tensor* t) { return t && t->numel() ? t->as<float>() : nullptr; }
 
 std::vector<int64_t> FlatState::part_counts() const {
   std::vector<int64_t> counts;
@@ -60,34 +61,35 @@ std::vector<int64_t> FlatState::part_counts() const {
   return counts;
 }
 
-void FlatState::gather_moments(bool has_m, bool has_v, std::vector<float>& m_full, std::vector<float>& v_full) {
+void FlatState::gather_moments(bool has_m, bool has_v, Tensor& m_full, Tensor& v_full) {
   if (!sharded()) fail("internal: FlatState::gather_moments on a state that is not sharded");
+  pull();  // on a device, this replica's part is there
   const std::vector<int64_t> counts = part_counts();
   std::vector<float> scratch;  // where a replica other than 0 receives the parts it does not keep
-  auto gather = [&](std::vector<float>& mine, std::vector<float>& full) {
-    if (rank_ == 0) full.assign(size_t(floats()), 0.0f);
+  auto gather = [&](Tensor& mine, Tensor& full) {
+    if (rank_ == 0) full = Tensor(DType::f32, {floats()});
     for (int r = 0; r < int(counts.size()); ++r) {
       const size_t n = size_t(counts[size_t(r)]);
       float* where = nullptr;
-      if (r == rank_) where = mine.data();
-      else if (rank_ == 0) where = full.data() + shards_.bounds[size_t(r)];
+      if (r == rank_) where = mine.as<float>();
+      else if (rank_ == 0) where = full.as<float>() + shards_.bounds[size_t(r)];
       else where = (scratch.resize(n), scratch.data());
       comm_->broadcast(where, n * sizeof(float), r);
     }
     if (rank_ == 0 && counts[0]) std::memcpy(full.data(), mine.data(), size_t(counts[0]) * sizeof(float));
   };
-  m_full.clear();
-  v_full.clear();
+  m_full = Tensor();
+  v_full = Tensor();
   if (has_m) gather(*m_, m_full);
   if (has_v) gather(*v_, v_full);
 }
 
-void FlatState::set_moments(std::vector<float>* m, std::vector<float>* v) {
+void FlatState::set_moments(Tensor* m, Tensor* v) {
   m_ = m;
   v_ = v;
   if (!device_) return;
-  dev_m_ = device_alloc(m_->size() * sizeof(float));
-  dev_v_ = device_alloc(v_->size() * sizeof(float));
+  dev_m_ = device_alloc(m_->nbytes());
+  dev_v_ = device_alloc(v_->nbytes());
   dev_update_ = device_alloc(sizeof(OptimizerUpdate));
   dev_norm_ = device_alloc(sizeof(double));
 }
@@ -105,7 +107,12 @@ void FlatState::bind(PlanOptions& po, const std::vector<std::string>& names,
       if (!in_flat[i])
         device_->copy_on_device(static_cast<float*>(dev_grads_.get()) + offset_[i], p.device_data(grads[i]),
                                 size_t(sizes_[i]) * sizeof(float));
-    if (update)
+    if (update && sharded())
+      device_->sharded_optimizer_step(static_cast<const OptimizerUpdate*>(dev_update_.get()),
+                                      static_cast<double*>(dev_norm_.get()), static_cast<float*>(dev_params_.get()),
+                                      static_cast<float*>(dev_grads_.get()), static_cast<float*>(dev_m_.get()),
+                                      static_cast<float*>(dev_v_.get()), shards_.bounds, rank_);
+    else if (update)
       device_->optimizer_step(static_cast<const OptimizerUpdate*>(dev_update_.get()), static_cast<double*>(dev_norm_.get()),
                               static_cast<float*>(dev_params_.get()), static_cast<float*>(dev_grads_.get()),
                               static_cast<float*>(dev_m_.get()), static_cast<float*>(dev_v_.get()), params_.numel());
@@ -135,27 +142,27 @@ double FlatState::end_step() {
     float* g = grads_.as<float>() + lo;
     squared = host_squared_norm(g, n);
     comm_->all_reduce_sum(&squared, 1, DType::f64);
-    host_optimizer_apply(update_, squared, params_.as<float>() + lo, g, m_->data(), v_->data(), n);
+    host_optimizer_apply(update_, squared, params_.as<float>() + lo, g, moment(m_), moment(v_), n);
     comm_->all_gather_parts(params_.data(), part_counts(), DType::f32);
     return squared;
   }
   if (device_) device_->to_host(&squared, dev_norm_.get(), sizeof squared);  // the last run updated the parameters there
-  else squared = host_optimizer_step(update_, params_.as<float>(), grads_.as<float>(), m_->data(), v_->data(), params_.numel());
+  else squared = host_optimizer_step(update_, params_.as<float>(), grads_.as<float>(), moment(m_), moment(v_), params_.numel());
   return squared;
 }
 
 void FlatState::push() {
   if (!device_) return;
   device_->to_device(dev_params_.get(), params_.data(), params_.nbytes());
-  if (!m_->empty()) device_->to_device(dev_m_.get(), m_->data(), m_->size() * sizeof(float));
-  if (!v_->empty()) device_->to_device(dev_v_.get(), v_->data(), v_->size() * sizeof(float));
+  if (m_->nbytes()) device_->to_device(dev_m_.get(), m_->data(), m_->nbytes());
+  if (v_->nbytes()) device_->to_device(dev_v_.get(), v_->data(), v_->nbytes());
 }
 
 void FlatState::pull() {
   if (!device_) return;
   device_->to_host(params_.data(), dev_params_.get(), params_.nbytes());
-  if (!m_->empty()) device_->to_host(m_->data(), dev_m_.get(), m_->size() * sizeof(float));
-  if (!v_->empty()) device_->to_host(v_->data(), dev_v_.get(), v_->size() * sizeof(float));
+  if (m_->nbytes()) device_->to_host(m_->data(), dev_m_.get(), m_->nbytes());
+  if (v_->nbytes()) device_->to_host(v_->data(), dev_v_.get(), v_->nbytes());
 }
 
 }  // namespace onnxdp

@@ -39,7 +39,7 @@ class FlatState {
   Tensor& grads() { return grads_; }
   // The optimizer's host moments, each empty or of floats() elements (Optimizer::m(), v()); set
   // once, before the first push().
-  void set_moments(std::vector<float>* m, std::vector<float>* v);
+  void set_moments(Tensor* m, Tensor* v);
   // Bytes of parameters, gradients and moments (where the state lives), and of the moments alone.
   size_t bytes() const;
   size_t moment_bytes() const;
@@ -48,7 +48,8 @@ class FlatState {
   // flat buffers (the world's near-equal parts in replica order, at tensor alignment), its moments
   // are of that part only (Optimizer of shard_end - shard_begin elements), and after each update it
   // gathers the other parts of the parameters from their owners over comm. The gradient buckets
-  // are ReduceScatter nodes that read shards() (RunState::shards). Before set_moments; host only.
+  // are ReduceScatter nodes that read shards() (RunState::shards). Before set_moments. On a device
+  // the update and the gather run there (DeviceBackend::sharded_optimizer_step).
   void shard(Communicator* comm);
   bool sharded() const { return comm_ != nullptr; }
   int64_t shard_begin() const { return sharded() ? shards_.bounds[size_t(rank_)] : 0; }
@@ -56,7 +57,7 @@ class FlatState {
   const FlatShards* shards() const { return sharded() ? &shards_ : nullptr; }
   // Every replica calls it (a checkpoint of a sharded state): replica 0's m_full and v_full get the
   // whole moments (floats() each) the optimizer keeps (has_m, has_v); the others' stay empty.
-  void gather_moments(bool has_m, bool has_v, std::vector<float>& m_full, std::vector<float>& v_full);
+  void gather_moments(bool has_m, bool has_v, Tensor& m_full, Tensor& v_full);
 
   // Binds a step's plan to the state (before the Plan is made from po): on a device parameter i
   // (named names[i]) is its slice of the device buffer; each value of grad_slices (value name ->
@@ -82,13 +83,14 @@ class FlatState {
   using DeviceMemory = std::shared_ptr<void>;  // released through the device
   DeviceMemory device_alloc(size_t bytes);
   std::vector<int64_t> part_counts() const;  // floats of each replica's part
+  static float* moment(Tensor* t);           // its floats, or null where the optimizer keeps none
 
   std::shared_ptr<DeviceBackend> device_;
   std::vector<size_t> offset_;
   std::vector<int64_t> sizes_;
   int64_t numel_ = 0;
   Tensor params_, grads_;
-  std::vector<float>*m_ = nullptr, *v_ = nullptr;
+  Tensor *m_ = nullptr, *v_ = nullptr;
   OptimizerUpdate update_;  // the host's step
   Communicator* comm_ = nullptr;  // sharded (--zero-stage 1): the world the parts are gathered over
   int rank_ = 0;

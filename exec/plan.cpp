@@ -90,6 +90,23 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
     view_[size_t(ni)] = 1;
   }
 
+  // Nodes that read what an asynchronous collective writes (directly or through a view) wait for
+  // the collectives in flight first: the bucket outputs of --grad-dtype bf16 are cast back in the
+  // graph, where float gradient buckets are read only after the run.
+  reads_async_.assign(graph_.nodes.size(), 0);
+  {
+    std::vector<char> async_value(nv, 0);
+    for (size_t ni = 0; ni < graph_.nodes.size(); ++ni) {
+      const Node& n = graph_.nodes[ni];
+      for (ValueId in : n.inputs)
+        if (in != kNoValue && async_value[size_t(in)]) reads_async_[ni] = 1;
+      const bool async_collective = (n.op == Op::AllReduce || n.op == Op::ReduceScatter) && n.i("async") != 0;
+      if (async_collective || (view_[ni] && reads_async_[ni]))
+        for (ValueId o : n.outputs)
+          if (o != kNoValue) async_value[size_t(o)] = 1;
+    }
+  }
+
   // Greedy placement in order of birth, largest first among equals: each value takes the lowest
   // offset that does not overlap a value whose lifetime intersects its own.
   std::vector<ValueId> order;
@@ -251,6 +268,7 @@ void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& 
   for (size_t ni = 0; ni < graph_.nodes.size(); ++ni) {
     if (view_[ni]) continue;  // its output is its input's bytes
     const Node& n = graph_.nodes[ni];
+    if (reads_async_[ni] && state.comm) state.comm->wait_all();
     KernelCtx ctx{n, {}, {}, state};
     ctx.inputs.reserve(n.inputs.size());
     for (ValueId in : n.inputs) ctx.inputs.push_back(ref(in));
@@ -359,6 +377,7 @@ void Plan::run_nodes_on_device(const RunState& state) {
       for (ValueId o : n.outputs) ctx.outputs.push_back(device_ref(o));
       dev.run(graph_, ctx);
     } else {  // the CPU kernel on host copies; its outputs go back to the device
+      if (reads_async_[ni] && state.comm) state.comm->wait_all();  // a CPU fallback's asynchronous all-reduce
       for (ValueId in : n.inputs) ctx.inputs.push_back(ref(in));
       for (ValueId o : n.outputs) {  // marked valid on the host first: ref() must not fetch stale device bytes
         if (o != kNoValue) on_host_[size_t(o)] = 1;

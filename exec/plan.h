@@ -100,6 +100,7 @@ class Plan {
   std::vector<void*> bound_;          // per value: its place in PlanOptions::bound, or null
   std::map<ValueId, Tensor> shadow_;  // on a device: host copies of bound values that are not parameters
   std::vector<char> view_;            // per node: a view whose output shares its input's bytes (runs nothing)
+  std::vector<char> reads_async_;     // per node: reads a value an asynchronous collective writes
   std::vector<char> on_device_;       // per node: has a device kernel
   std::vector<char> on_host_;         // per value, during a run: the host arena holds its bytes
   size_t device_bytes_ = 0;

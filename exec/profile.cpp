@@ -32,6 +32,10 @@ double gemm_flops(const Node& n, const KernelCtx& c) {
       const TensorRef& w = c.in(1);
       return 2.0 * double(numel_of(c.out(0))) * double(w.numel / w.dim(0));
     }
+    case Op::ConvTranspose: {  // each input element: W's M/group x kernel multiply-adds (Conv's input gradient)
+      const TensorRef& w = c.in(1);
+      return 2.0 * double(numel_of(c.in(0))) * double(w.numel / w.dim(0));
+    }
     case Op::ConvGradFilter: {  // dW [M, C/g, k...]: each element sums over N x output positions
       const TensorRef& dy = c.in(1);
       const double positions = double(dy.numel) / double(dy.dim(1));

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -45,13 +47,15 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   if (want > physical_memory_bytes())
     fail("a {} tensor of shape {} needs {} bytes, more than this machine's memory ({} bytes)", dtype_name(dtype_),
          shape_str(shape_), want, physical_memory_bytes());
-  size_t bytes = nbytes();
-  size_t alloc = (bytes + 63) / 64 * 64;
-  if (alloc == 0) alloc = 64;
-  void* p = std::aligned_alloc(64, alloc);
-  if (!p) fail("out of memory allocating a {} tensor of shape {}", dtype_name(dtype_), shape_str(shape_));
-  std::memset(p, 0, alloc);
-  data_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  // Zeros from calloc, 64 bytes over for the alignment: a large block comes straight from the
+  // kernel already zero, so its pages are written first by whoever fills the tensor (a model's
+  // weights read from the file, an arena) and not by a memset of the whole tensor before that.
+  // As before, the tensor's bytes rounded up to 64 are its own and zero.
+  const size_t alloc = (std::max<size_t>(nbytes(), 1) + 63) / 64 * 64;
+  void* raw = std::calloc(alloc + 63, 1);
+  if (!raw) fail("out of memory allocating a {} tensor of shape {}", dtype_name(dtype_), shape_str(shape_));
+  uint8_t* p = static_cast<uint8_t*>(raw) + (64 - reinterpret_cast<uintptr_t>(raw) % 64) % 64;
+  data_ = std::shared_ptr<uint8_t>(p, [raw](uint8_t*) { std::free(raw); });
 }
 
 Tensor Tensor::view(const Tensor& base, size_t byte_offset, DType dtype, Shape shape) {

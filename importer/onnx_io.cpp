@@ -2,13 +2,18 @@
 
 #include "importer/export_metadata.h"
 #include "importer/export_ties.h"
+#include "importer/model_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "graph/error.h"
 #include "graph/input_file.h"
@@ -64,11 +69,71 @@ int64_t parse_i64(const std::string& s, const std::string& tensor, const char* k
 
 }  // namespace
 
+namespace {
+
+// The model file's bytes mapped read-only (not read into memory: its large initializers are read
+// from it later, each straight into its tensor), and its identity. Like the mapped data files
+// (train/data_files.h), a file another program truncates while it is parsed ends the process
+// (SIGBUS): not guarded.
+struct MappedModel {
+  ModelFileId id;
+  const char* bytes = nullptr;
+  size_t size = 0;
+  bool mapped = false;
+  std::string read;  // the bytes where the file could not be mapped
+
+  explicit MappedModel(const std::string& path) {
+    input_file_size(path, "model file", kMaxProtoFile, "ONNX model files (protobuf's limit)");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail("model file '{}': cannot open it: {}", path, std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) > kMaxProtoFile) {
+      ::close(fd);
+      fail("model file '{}': it changed while being opened", path);
+    }
+    id = {fs::absolute(path).string(), uint64_t(st.st_dev), uint64_t(st.st_ino), uint64_t(st.st_size),
+          int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+    size = size_t(st.st_size);
+    void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    if (p != MAP_FAILED) {
+      mapped = p != nullptr;
+      bytes = static_cast<const char*>(p);
+    } else {  // a file system that cannot map files: read it whole, as before
+      read.resize(size);
+      for (size_t got = 0; got < size;) {
+        const ssize_t k = ::pread(fd, read.data() + got, size - got, off_t(got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+          const int err = errno;
+          ::close(fd);
+          fail("model file '{}': reading it failed after {} of {} bytes{}", path, got, size,
+               k < 0 ? std::string(": ") + std::strerror(err) : std::string());
+        }
+        got += size_t(k);
+      }
+      bytes = read.data();
+    }
+    ::close(fd);
+  }
+  ~MappedModel() {
+    if (mapped) ::munmap(const_cast<char*>(bytes), size);
+  }
+  MappedModel(const MappedModel&) = delete;
+  MappedModel& operator=(const MappedModel&) = delete;
+};
+
+}  // namespace
+
 onnx::ModelProto load_model_proto(const std::string& path, std::vector<std::string>* notes) {
-  std::string bytes = read_input_file(path, "model file", kMaxProtoFile, "ONNX model files (protobuf's limit)");
   onnx::ModelProto m;
-  if (!m.ParseFromString(bytes))
-    fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
+  {
+    const MappedModel file(path);
+    // The large initializers' raw_data stays in the file (importer/model_file.h); a file without
+    // any, or whose wire format the walk leaves to protobuf, is parsed whole.
+    const std::optional<std::string> lean = model_bytes_without_large_raw_data({file.bytes, file.size}, file.id);
+    const bool parsed = lean ? m.ParseFromString(*lean) : m.ParseFromArray(file.bytes, int(file.size));
+    if (!parsed) fail("model file '{}' is not a valid ONNX model (protobuf parsing failed: truncated or not ONNX)", path);
+  }
   if (!m.has_graph()) fail("model file '{}' has no graph", path);
   // What trains is what the source model trains: the exporters' merges of distinct parameters are
   // undone, their second copies of one parameter become nodes of it (importer/export_ties.h).
@@ -129,6 +194,12 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_di
     return out;
   }
 
+  if (const InFileData in_file = in_file_data(t); in_file.in_file) {  // raw_data left in the model file
+    if (in_file.length != want) size_mismatch(size_t(in_file.length), "raw_data");
+    Tensor out(dt, shape);
+    if (want) read_in_file_data(name, in_file, out.data());
+    return out;
+  }
   if (t.has_raw_data()) {
     if (t.raw_data().size() != want) size_mismatch(t.raw_data().size(), "raw_data");
     Tensor out(dt, shape);
@@ -165,7 +236,10 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& model_di
   return out;
 }
 
-void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
+namespace {
+
+// p's dims and data type t's, its values in no field yet.
+void set_tensor_header(const Tensor& t, onnx::TensorProto* p) {
   p->clear_dims();
   for (int64_t d : t.shape()) p->add_dims(d);
   p->set_data_type(dtype_to_onnx(t.dtype()));
@@ -175,6 +249,13 @@ void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
   p->clear_int64_data();
   p->clear_external_data();
   p->clear_data_location();
+  p->clear_raw_data();
+}
+
+}  // namespace
+
+void tensor_to_proto(const Tensor& t, onnx::TensorProto* p) {
+  set_tensor_header(t, p);
   p->set_raw_data(std::string(static_cast<const char*>(t.data()), t.nbytes()));
 }
 
@@ -209,21 +290,32 @@ void export_model(const std::string& in_path, const std::string& out_path, const
   bool wrote_data = false;
   int64_t data_offset = 0;
   std::string in_dir = fs::path(in_path).parent_path().string();
+  // The raw_data of initializer k, written from here as the model is written (write_model in
+  // importer/model_file.h): a trained tensor, or the input file where the parse left it. The
+  // message never holds a copy of the weights.
+  std::vector<std::optional<RawDataSource>> sources(size_t(m.graph().initializer_size()));
   try {
-    for (auto& init : *m.mutable_graph()->mutable_initializer()) {
+    for (int k = 0; k < m.graph().initializer_size(); ++k) {
+      onnx::TensorProto& init = *m.mutable_graph()->mutable_initializer(k);
       auto it = values.find(init.name());
       bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
-      if (it == values.end() && !external) continue;
+      if (it == values.end() && !external) {
+        if (const InFileData d = in_file_data(init); d.in_file) sources[size_t(k)] = RawDataSource{init.name(), nullptr, 0, d};
+        continue;
+      }
+      if (!external) {
+        set_tensor_header(it->second, &init);
+        sources[size_t(k)] = RawDataSource{init.name(), it->second.data(), it->second.nbytes(), {}};
+        continue;
+      }
       // External initializers move to the new data file whether replaced or not, so the output
       // never points back into the input's folder.
       Tensor t = it != values.end() ? it->second : tensor_from_proto(init, in_dir);
-      tensor_to_proto(t, &init);
-      if (!external) continue;
+      set_tensor_header(t, &init);
       if (!data.is_open()) {
         data.open(data_tmp, std::ios::binary | std::ios::trunc);
         if (!data) fail("export: cannot write '{}'", data_tmp);
       }
-      init.clear_raw_data();
       init.set_data_location(onnx::TensorProto::EXTERNAL);
       auto add = [&](const char* k, const std::string& v) {
         auto* e = init.add_external_data();
@@ -245,8 +337,8 @@ void export_model(const std::string& in_path, const std::string& out_path, const
     {
       errno = 0;  // a failed write's reason (a full disk: ENOSPC) in the error
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      if (!f || !m.SerializeToOstream(&f))
-        fail("export: cannot write '{}'{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
+      if (!f) fail("export: cannot write '{}'{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
+      write_model(m, sources, f, tmp);
       f.close();
       if (!f) fail("export: writing '{}' failed{}", tmp, errno ? std::string(": ") + std::strerror(errno) : "");
     }

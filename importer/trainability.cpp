@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "graph/dtype.h"
 #include "graph/error.h"
 #include "importer/export_metadata.h"
+#include "importer/model_file.h"
 
 namespace onnxdp {
 
@@ -185,30 +187,52 @@ struct ProtoGraph {
 // What constant_reason needs to know of an initializer's float32 values stored in the file (not
 // external data), in one pass over its bytes without a copy (a 160 M-parameter model's weights
 // were copied whole here): the first non-finite value, and whether every value is a mask's (0, or
-// -1e4 and below) with at least one negative.
+// -1e4 and below) with at least one negative. Raw bytes are scanned a piece at a time with no
+// branch per value (a vectorised loop: the scan of a 160 M-parameter model took 0.5 s value by
+// value); the first non-finite value is looked up only in a piece that has one.
 struct F32Facts {
   bool any = false, finite = true, mask_values = true, any_negative = false;
   float first_bad = 0.f;
+
+  void see(float x) {
+    any = true;
+    if (finite && !std::isfinite(x)) finite = false, first_bad = x;
+    mask_values &= x == 0.f || x <= -1e4f;
+    any_negative |= x <= -1e4f;
+  }
+  // n bytes of little-endian float32 values (a multiple of 4), with no alignment.
+  void see_bytes(const char* p, size_t n) {
+    uint32_t exponent_all_ones = 0, not_mask = 0, negative = 0;
+    constexpr size_t kBlock = 1024;  // values per float block on the stack: aligned, vectorised
+    float block[kBlock];
+    for (size_t done = 0; done < n / 4;) {
+      const size_t k = std::min(kBlock, n / 4 - done);
+      std::memcpy(block, p + 4 * done, 4 * k);
+      for (size_t i = 0; i < k; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &block[i], 4);
+        exponent_all_ones |= uint32_t((bits & 0x7f800000u) == 0x7f800000u);
+        not_mask |= uint32_t(!(block[i] == 0.f || block[i] <= -1e4f));
+        negative |= uint32_t(block[i] <= -1e4f);
+      }
+      if (exponent_all_ones && finite)
+        for (size_t i = 0; i < k && finite; ++i) see(block[i]);
+      done += k;
+    }
+    if (n >= 4) any = true;
+    mask_values &= !not_mask;
+    any_negative |= negative != 0;
+  }
 };
 F32Facts inline_f32_facts(const onnx::TensorProto& t) {
   F32Facts f;
   if (t.data_type() != onnx::TensorProto::FLOAT || t.data_location() == onnx::TensorProto::EXTERNAL) return f;
-  auto see = [&](float x) {
-    f.any = true;
-    if (f.finite && !std::isfinite(x)) f.finite = false, f.first_bad = x;
-    f.mask_values &= x == 0.f || x <= -1e4f;
-    f.any_negative |= x <= -1e4f;
-  };
-  if (t.has_raw_data()) {
-    const char* p = t.raw_data().data();
-    const size_t n = t.raw_data().size() / 4;
-    for (size_t i = 0; i < n; ++i) {
-      float x;
-      std::memcpy(&x, p + 4 * i, 4);  // raw_data has no alignment
-      see(x);
-    }
+  if (const InFileData d = in_file_data(t); d.in_file) {  // raw_data left in the model file (model_file.h)
+    read_in_file_data(t.name(), d, size_t(4) << 20, [&](const char* p, size_t n) { f.see_bytes(p, n); });
+  } else if (t.has_raw_data()) {
+    f.see_bytes(t.raw_data().data(), t.raw_data().size());
   } else {
-    for (float x : t.float_data()) see(x);
+    for (float x : t.float_data()) f.see(x);
   }
   return f;
 }

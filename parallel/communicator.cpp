@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -89,6 +90,10 @@ void Communicator::all_gather_bytes(const void* mine, size_t bytes, std::vector<
 
 void Communicator::barrier() {
   run_blocking([&] { do_barrier(); });
+}
+
+void Communicator::idle_barrier() {
+  run_blocking([&] { do_idle_barrier(); });
 }
 
 namespace {
@@ -266,6 +271,7 @@ class InProcessCommunicator final : public Communicator {
   int size() const override { return group_->size(); }
   std::string describe() const override { return fmt::format("in-process replica {} of {}", rank_, size()); }
   void abort(const std::string& reason) override { group_->abort(reason); }
+  bool aborted(std::string* reason) const override { return group_->aborted(reason); }
 
  protected:
   void do_all_reduce_sum(void* data, int64_t count, DType dtype) override {
@@ -362,6 +368,13 @@ class InProcessCommunicator final : public Communicator {
     group_->sync(rank_);
   }
 
+  void do_idle_barrier() override {
+    CollectiveCall c = next("idle_barrier");
+    c.untimed = true;
+    group_->arrive(rank_, c);
+    group_->sync(rank_);
+  }
+
   void do_leave() override { group_->leave(rank_, true); }
   void do_rejoin() override { group_->leave(rank_, false); }
 
@@ -400,20 +413,68 @@ CommWorld make_in_process_world(int n, CommOptions opts) {
   return world;
 }
 
+int slurm_tasks_on_node(const std::string& list, int node) {
+  int first = 0;  // the index of the node the current item starts at
+  size_t at = 0;
+  while (at < list.size()) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(at, end - at);
+    int count = 0, repeat = 1;
+    if (std::sscanf(item.c_str(), "%d(x%d)", &count, &repeat) < 1 || count < 0 || repeat < 1) return 0;
+    if (node < first + repeat) return node >= first ? count : 0;
+    first += repeat;
+    at = end + 1;
+  }
+  return 0;
+}
+
 LaunchInfo detect_launch() {
   LaunchInfo li;
-  bool has_size, has_rank;
+  bool has_size, has_rank, has_local, has_local_size;
+  // The first of these names that is set: the local rank and local size.
+  auto local = [&](std::initializer_list<const char*> ranks, std::initializer_list<const char*> sizes) {
+    for (const char* r : ranks)
+      if (int v = env_int(r, &has_local); has_local) {
+        li.local_rank = v;
+        break;
+      }
+    for (const char* s : sizes)
+      if (int v = env_int(s, &has_local_size); has_local_size) {
+        li.local_size = std::max(1, v);
+        break;
+      }
+  };
+  // Slurm's local rank and the node's task count (srun, also under --mpi=pmi2).
+  auto slurm_local = [&] {
+    local({"SLURM_LOCALID"}, {"SLURM_NTASKS_PER_NODE"});
+    if (!has_local_size) {
+      bool has_node;
+      const int node = env_int("SLURM_NODEID", &has_node);
+      for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
+        if (const char* v = std::getenv(name); v && *v)
+          if (int n = slurm_tasks_on_node(v, node); n > 0) {
+            li.local_size = n;
+            break;
+          }
+    }
+  };
   // Open MPI's mpirun/mpiexec.
   int size = env_int("OMPI_COMM_WORLD_SIZE", &has_size);
   int rank = env_int("OMPI_COMM_WORLD_RANK", &has_rank);
   if (has_size) {
-    li = {true, rank, size, fmt::format("Open MPI (OMPI_COMM_WORLD_SIZE={})", size)};
+    li.launched = true, li.rank = rank, li.size = size;
+    li.launcher = fmt::format("Open MPI (OMPI_COMM_WORLD_SIZE={})", size);
+    local({"OMPI_COMM_WORLD_LOCAL_RANK"}, {"OMPI_COMM_WORLD_LOCAL_SIZE"});
   } else {
-    // PMI: MPICH's Hydra, srun --mpi=pmi2.
+    // PMI: MPICH's Hydra, MVAPICH, srun --mpi=pmi2.
     size = env_int("PMI_SIZE", &has_size);
     rank = env_int("PMI_RANK", &has_rank);
     if (has_size) {
-      li = {true, rank, size, fmt::format("PMI (PMI_SIZE={})", size)};
+      li.launched = true, li.rank = rank, li.size = size;
+      li.launcher = fmt::format("PMI (PMI_SIZE={})", size);
+      local({"MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK"}, {"MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"});
+      if (!has_local && !has_local_size) slurm_local();
     } else {
       // srun sets SLURM_STEP_ID and SLURM_STEP_NUM_TASKS for each task; a batch script alone has
       // SLURM_NTASKS and SLURM_PROCID too but is one process, not a launch.
@@ -422,11 +483,18 @@ LaunchInfo detect_launch() {
       size = env_int("SLURM_STEP_NUM_TASKS", &has_size);
       if (!has_size && in_step) size = env_int("SLURM_NTASKS", &has_size);
       rank = env_int("SLURM_PROCID", &has_rank);
-      if (has_size) li = {true, rank, size, fmt::format("Slurm srun ({} tasks)", size)};
+      if (has_size) {
+        li.launched = true, li.rank = rank, li.size = size;
+        li.launcher = fmt::format("Slurm srun ({} tasks)", size);
+        slurm_local();
+      }
     }
   }
   if (li.launched && (li.size < 1 || li.rank >= li.size))
     fail("launcher environment is inconsistent: {} says rank {} of {}", li.launcher, li.rank, li.size);
+  if (li.launched && (li.local_size > li.size || li.local_rank >= li.local_size))
+    fail("launcher environment is inconsistent: {} says local rank {} of {} processes on this machine ({} in all)",
+         li.launcher, li.local_rank, li.local_size, li.size);
   return li;
 }
 

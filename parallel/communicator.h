@@ -75,6 +75,10 @@ class Communicator {
   void all_gather_bytes(const void* mine, size_t bytes, std::vector<std::vector<uint8_t>>& all);
   // Returns when every replica has called barrier().
   void barrier();
+  // A barrier without the timeout (an abort or a replica that finished still ends it): where the
+  // other replicas wait while replica 0 does work of its own, an evaluation or a checkpoint, for as
+  // long as that takes, instead of timing out in the next step's collectives.
+  void idle_barrier();
 
   // --zero-stage 1. data[0 .. sum of counts) is cut into the replicas' parts in replica order (part
   // r: counts[r] elements after the parts before it); every replica passes the same counts.
@@ -104,6 +108,9 @@ class Communicator {
   // memory with it (the in-process world, the local replicas of an MPI rank), fail promptly with
   // `reason`. Called by the replica runner when a replica thread dies. Idempotent.
   virtual void abort(const std::string& reason) = 0;
+  // Whether abort() was called on this communicator or one sharing memory with it (and why): a
+  // wait outside the communicator (a GPU stream's) polls it so that a dead replica ends it too.
+  virtual bool aborted(std::string* reason = nullptr) const = 0;
   // This replica will make no more collectives (its work is done): waits until its communication
   // thread is idle, then replicas sharing memory with it that wait for it in a collective fail at
   // once ("replica 1 has finished … and will not reach all_reduce #12") instead of at the timeout.
@@ -121,6 +128,7 @@ class Communicator {
   virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
   virtual void do_all_gather_bytes(const void* mine, size_t bytes, std::vector<std::vector<uint8_t>>& all) = 0;
   virtual void do_barrier() = 0;
+  virtual void do_idle_barrier() = 0;
   // Defaults from the collectives above: an all-reduce of the whole range (every part gets its
   // sums; the bytes of an all-reduce), and one broadcast per part. An implementation may do better.
   virtual void do_reduce_scatter_sum(void* data, const std::vector<int64_t>& counts, DType dtype);
@@ -179,9 +187,18 @@ struct LaunchInfo {
   bool launched = false;  // started by a launcher (even a world of 1 process)
   int rank = 0;           // process rank and count the launcher announced
   int size = 1;
+  int local_rank = 0;     // this process's index among the job's processes on this machine
+  int local_size = 1;     // how many of the job's processes run on this machine
   std::string launcher;  // "Open MPI (OMPI_COMM_WORLD_SIZE=2)", "PMI (PMI_SIZE=2)", "Slurm (...)", ""
 };
+// The one place launchers' variables are read: Open MPI (OMPI_COMM_WORLD_*), PMI (Hydra: PMI_*,
+// MPI_LOCALRANKID / MPI_LOCALNRANKS; MVAPICH's MV2_COMM_WORLD_LOCAL_*), Slurm's srun (SLURM_PROCID,
+// SLURM_LOCALID, the node's task count from SLURM_NTASKS_PER_NODE, else SLURM_STEP_TASKS_PER_NODE /
+// SLURM_TASKS_PER_NODE at SLURM_NODEID).
 LaunchInfo detect_launch();
+// Slurm's compressed per-node task counts ("2(x3),1": three nodes of 2 tasks, then one of 1): the
+// count of node `node`; 0 when the list does not say.
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node);
 
 // True when this build can run multi-process worlds (CMake found MPI).
 bool mpi_built();

@@ -215,28 +215,58 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
     buckets.back().bytes += bytes;
     used += bytes;
   }
-  // Each bucket's AllReduce goes right after the node producing its last gradient.
+  // A value like `like` under another name and dtype; a Cast node from `from` into it.
+  auto cast = [&](ValueId from, const std::string& name, DType to) {
+    Value v = g.value(from);
+    v.name = name;
+    v.dtype = to;
+    v.data = Tensor();
+    Node n;
+    n.name = name;
+    n.op = Op::Cast;
+    n.inputs = {from};
+    n.outputs = {g.add_value(std::move(v))};
+    n.attrs["to"] = Attr(int64_t(dtype_to_onnx(to)));
+    return n;
+  };
+  // Each bucket's AllReduce goes right after the node producing its last gradient (with bf16 the
+  // casts in: each after its gradient's producer; the casts out after the bucket).
   std::vector<std::pair<int, Node>> inserts;
+  std::vector<size_t> bucket_insert;
   for (size_t b = 0; b < buckets.size(); ++b) {
     Node n;
     n.name = fmt::format("dp/grad_bucket{}", b);
     n.op = o.zero_stage >= 1 ? Op::ReduceScatter : Op::AllReduce;
     n.attrs["async"] = Attr(int64_t(1));
     int last = -1;
+    std::vector<Node> casts_out;
     for (size_t i : members[b]) {
       ValueId gid = grads[i];
-      last = std::max(last, g.value(gid).producer);
+      const int producer = g.value(gid).producer;
+      last = std::max(last, producer);
+      const bool compress = o.grad_dtype == DType::bf16 && g.value(gid).dtype == DType::f32;
+      if (compress) {
+        Node in = cast(gid, g.value(gid).name + "/bf16", DType::bf16);
+        gid = in.outputs[0];
+        inserts.emplace_back(producer, std::move(in));
+      }
       n.inputs.push_back(gid);
       Value v = g.value(gid);
       v.name = g.value(gid).name + (o.zero_stage >= 1 ? "/reducescatter" : "/allreduce");
       ValueId out = g.add_value(std::move(v));
       n.outputs.push_back(out);
+      if (compress) {
+        casts_out.push_back(cast(out, g.value(grads[i]).name + "/allreduce", DType::f32));
+        out = casts_out.back().outputs[0];
+      }
       grads[i] = out;
     }
+    bucket_insert.push_back(inserts.size());
     inserts.emplace_back(last, std::move(n));
+    for (Node& c : casts_out) inserts.emplace_back(last, std::move(c));
   }
   std::vector<int> where = insert_after(g, std::move(inserts));
-  for (size_t b = 0; b < buckets.size(); ++b) buckets[b].node = where[b];
+  for (size_t b = 0; b < buckets.size(); ++b) buckets[b].node = where[bucket_insert[b]];
   return buckets;
 }
 

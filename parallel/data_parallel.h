@@ -7,7 +7,8 @@
 //     -> autodiff (the AllReduce nodes of the forward get AllReduce gradients)
 //     -> data_parallel_gradients: AllReduce buckets over the gradients, in the order backward
 //        produces them, a small first bucket then bucket_mb each, each placed right after the node
-//        producing its last gradient and launched asynchronously; with zero_stage 1 (ZeRO-1, the
+//        producing its last gradient and launched asynchronously (with grad_dtype bf16 each
+//        float gradient is cast to bfloat16 after its producer and back after the bucket); with zero_stage 1 (ZeRO-1, the
 //        optimizer state sharded over the replicas) ReduceScatter nodes instead, each replica
 //        summing only the part of the flat gradient buffer it updates (exec/flat_state.h)
 // Gradients of a replica are sums over its rows of a loss normalised by the global count, so their
@@ -30,6 +31,9 @@ struct DataParallelOptions {
   double first_bucket_mb = 1;  // as DDP: a small first bucket so communication starts early
   double bucket_mb = 25;
   int zero_stage = 0;  // 1: the buckets reduce-scatter (each replica needs the sums of its part only)
+  // bf16: float gradients are cast to bfloat16 for the all-reduce and back (DDP's bf16 compression
+  // hook: half the bytes, bfloat16's rounding of the sums); f32: as computed.
+  DType grad_dtype = DType::f32;
 };
 
 // Scatter on the graph inputs named in batch_inputs (their shape becomes the global batch's;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "graph/error.h"
+#include "graph/tensor.h"  // bf16_to_f32, f32_to_bf16
 
 namespace onnxdp {
 
@@ -21,8 +22,8 @@ std::string describe_call(const CollectiveCall& c) {
 }
 
 void check_reduce_dtype(DType dtype) {
-  if (dtype != DType::f32 && dtype != DType::f64 && dtype != DType::i64 && dtype != DType::i32)
-    fail("all_reduce_sum: dtype {} is not supported (f32, f64, i64, i32)", dtype_name(dtype));
+  if (dtype != DType::f32 && dtype != DType::f64 && dtype != DType::i64 && dtype != DType::i32 && dtype != DType::bf16)
+    fail("all_reduce_sum: dtype {} is not supported (f32, f64, i64, i32, bf16)", dtype_name(dtype));
 }
 
 namespace {
@@ -81,10 +82,11 @@ void LocalGroup::sync(int me, double extra_s) {
 void LocalGroup::wait_all(std::unique_lock<std::mutex>& lk, int me, uint64_t target, double extra_s) {
   const auto start = SpinCondition::Clock::now();
   const auto spin_until = start + SpinCondition::kSpin;
-  auto deadline = start +
-                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(opts_.timeout_s + extra_s));
   const CollectiveCall& mine = calls_[me];
+  // An untimed wait: a deadline ten years out (abort and a finished member still end it).
+  const double limit_s = mine.untimed ? 3.2e8 : opts_.timeout_s + extra_s;
+  auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(limit_s));
   for (;;) {
     // Aborted first: a member that failed may have freed the buffer it published.
     if (aborted_) throw Error(fmt::format("{} aborted: {}", describe_call(mine), abort_reason_));
@@ -196,6 +198,16 @@ void sum_range_typed(const std::vector<void*>& bufs, const std::vector<void*>& d
   }
 }
 
+// bfloat16 (--grad-dtype bf16): added in member order in float, rounded to bfloat16 once.
+void sum_range_bf16(const std::vector<void*>& bufs, const std::vector<void*>& dests, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float acc = bf16_to_f32(static_cast<const uint16_t*>(bufs[0])[i]);
+    for (size_t j = 1; j < bufs.size(); ++j) acc += bf16_to_f32(static_cast<const uint16_t*>(bufs[j])[i]);
+    const uint16_t r = f32_to_bf16(acc);
+    for (void* d : dests) static_cast<uint16_t*>(d)[i] = r;
+  }
+}
+
 }  // namespace
 
 void sum_range(const std::vector<void*>& bufs, const std::vector<void*>& dests, int64_t lo, int64_t hi,
@@ -206,6 +218,7 @@ void sum_range(const std::vector<void*>& bufs, const std::vector<void*>& dests, 
     case DType::f64: return sum_range_typed<double>(bufs, dests, lo, hi);
     case DType::i64: return sum_range_typed<int64_t>(bufs, dests, lo, hi);
     case DType::i32: return sum_range_typed<int32_t>(bufs, dests, lo, hi);
+    case DType::bf16: return sum_range_bf16(bufs, dests, lo, hi);
     default: check_reduce_dtype(dtype);
   }
 }

@@ -28,6 +28,7 @@ struct CollectiveCall {
   void* data = nullptr;         // the member's buffer (all_reduce, broadcast)
   const void* cdata = nullptr;  // the member's input (all_gather)
   size_t bytes = 0;             // size of cdata (all_gather; may differ between members)
+  bool untimed = false;         // waits without the timeout (an idle barrier; abort still ends it)
 };
 std::string describe_call(const CollectiveCall& c);  // "all_reduce #12 (1000 f32)"
 

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "compile/compile.h"
+#include "parallel/communicator.h"
 
 namespace onnxdp {
 
@@ -34,12 +35,13 @@ Evaluator::EvalPlan& Evaluator::plan_for(int64_t rows, const std::map<std::strin
   return e;
 }
 
-Evaluator::Result Evaluator::run(const std::map<std::string, Tensor>& parameters) {
+Evaluator::Result Evaluator::run(const std::map<std::string, Tensor>& parameters, Communicator* comm) {
   const int64_t eb = std::min<int64_t>(256, data_.samples);
   double loss_sum = 0;
   int64_t correct_positions = 0, positions = 0;
   const bool classifier = o_.loss == LossKind::cross_entropy;
-  for (int64_t start = 0; start < data_.samples; start += eb) {
+  const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  for (int64_t start = int64_t(rank) * eb; start < data_.samples; start += int64_t(world) * eb) {
     const int64_t b = std::min(eb, data_.samples - start);
     EvalPlan& e = plan_for(b, parameters);
     std::vector<int64_t> idx(static_cast<size_t>(b));
@@ -48,6 +50,13 @@ Evaluator::Result Evaluator::run(const std::map<std::string, Tensor>& parameters
     e.plan->execute(batch, {});
     loss_sum += double(e.plan->ref(e.loss).as<float>()[0]) * double(b);
     if (classifier) correct_positions += correct(e.plan->ref(e.prediction), batch.at(o_.label), &positions);
+  }
+  if (comm) {
+    comm->all_reduce_sum(&loss_sum, 1, DType::f64);
+    int64_t counts[2] = {correct_positions, positions};
+    comm->all_reduce_sum(counts, 2, DType::i64);
+    correct_positions = counts[0];
+    positions = counts[1];
   }
   Result res;
   res.loss = loss_sum / double(data_.samples);

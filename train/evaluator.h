@@ -14,6 +14,7 @@
 
 namespace onnxdp {
 
+class Communicator;
 class DeviceBackend;
 
 class Evaluator {
@@ -26,8 +27,11 @@ class Evaluator {
   };
   // cross_entropy: the held-out labels in [0, classes) (train/dataset.h), checked before step 1.
   void check_labels(int64_t classes) { check_class_labels(data_, path_, o_.label, classes); }
-  // parameters: the trainer's tensors by initializer name (the plans read their bytes).
-  Result run(const std::map<std::string, Tensor>& parameters);
+  // parameters: the trainer's tensors by initializer name (the plans read their bytes). With comm
+  // every replica calls it: replica r takes the batches k with k % world == r, and the sums (loss,
+  // hits, positions) are all-reduced, so each replica's plans and memory are its share and every
+  // replica gets the whole result.
+  Result run(const std::map<std::string, Tensor>& parameters, Communicator* comm = nullptr);
 
  private:
   struct EvalPlan {

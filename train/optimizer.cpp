@@ -40,8 +40,8 @@ float scheduled_lr(ScheduleKind k, float base, int64_t step, int64_t warmup, int
 }
 
 Optimizer::Optimizer(OptimizerOptions o, int64_t n) : o_(resolve_defaults(o)), n_(n) {
-  if (o_.kind != OptimizerKind::sgd) m_.assign(size_t(n), 0.0f);
-  if (o_.kind == OptimizerKind::adam || o_.kind == OptimizerKind::adamw) v_.assign(size_t(n), 0.0f);
+  if (o_.kind != OptimizerKind::sgd) m_ = Tensor(DType::f32, {n});
+  if (o_.kind == OptimizerKind::adam || o_.kind == OptimizerKind::adamw) v_ = Tensor(DType::f32, {n});
 }
 
 OptimizerUpdate Optimizer::begin_step(float lr) {
@@ -78,7 +78,7 @@ float Optimizer::step(float* p, float* g, float lr) {
 }
 
 double Optimizer::apply(const OptimizerUpdate& u, float* p, float* g) {
-  return host_optimizer_step(u, p, g, m_.data(), v_.data(), n_);
+  return host_optimizer_step(u, p, g, m_.numel() ? m_.as<float>() : nullptr, v_.numel() ? v_.as<float>() : nullptr, n_);
 }
 
 void Optimizer::undo_step() {

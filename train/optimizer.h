@@ -46,9 +46,10 @@ class Optimizer {
   // begin_step takes its place, as torch.optim's step count when GradScaler skips optimizer.step().
   void undo_step();
   int64_t steps_done() const { return t_; }
-  // State for checkpoints: m (or momentum buffer), v, and the step count.
-  std::vector<float>& m() { return m_; }
-  std::vector<float>& v() { return v_; }
+  // State for checkpoints: m (or momentum buffer), v (f32 tensors of n elements; empty where the
+  // optimizer keeps none), and the step count. Tensors, so a checkpoint writes views of them.
+  Tensor& m() { return m_; }
+  Tensor& v() { return v_; }
   void set_steps_done(int64_t t) { t_ = t; }
   const OptimizerOptions& options() const { return o_; }
 
@@ -56,7 +57,7 @@ class Optimizer {
   OptimizerOptions o_;
   int64_t n_;
   int64_t t_ = 0;
-  std::vector<float> m_, v_;
+  Tensor m_, v_;
 };
 
 }  // namespace onnxdp

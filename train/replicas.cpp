@@ -24,7 +24,8 @@ std::string cuda_report() {
 }
 
 DeviceList devices_of(const std::string& devices) {
-  return parse_devices(devices, local_rank_on_host(), processes_on_host());
+  const LaunchInfo launch = detect_launch();
+  return parse_devices(devices, launch.local_rank, launch.local_size);
 }
 
 void for_each_replica(const DeviceList& devices, const CommOptions& comm, bool tf32, const ReplicaBody& body) {
@@ -35,7 +36,7 @@ void for_each_replica(const DeviceList& devices, const CommOptions& comm, bool t
     d->allow_tf32(tf32);
     return d;
   };
-  const int host_processes = processes_on_host();
+  const int host_processes = detect_launch().local_size;
   if (devices.kind == DeviceKind::cpu) prepare_cpu_replicas(local, host_processes);
   if (local == 1 && !detect_launch().launched) {
     body(nullptr, device_of(0), 0);

@@ -134,6 +134,7 @@ std::string hyper_parameters(const TrainOptions& o) {
   line("--loss-scale-growth-interval", o.loss_scale.growth_interval);
   line("--local-bn", o.local_bn);
   line("--zero-stage", o.zero_stage);
+  line("--grad-dtype", o.grad_dtype);
   return s;
 }
 
@@ -182,6 +183,9 @@ CompileOptions train_compile_options(const TrainOptions& o, ImportOptions shapes
   co.local_bn = o.local_bn;
   co.bucket_mb = o.bucket_mb;
   co.zero_stage = o.zero_stage;
+  if (o.grad_dtype != "fp32" && o.grad_dtype != "bf16")
+    fail("--grad-dtype {}: expected fp32 (the default) or bf16", o.grad_dtype);
+  co.grad_dtype = o.grad_dtype == "bf16" ? DType::bf16 : DType::f32;
   co.step_rows = mb.step_rows;
   co.accumulate = mb.accumulate;
   co.sync = mb.sync;
@@ -222,7 +226,20 @@ class Replica {
       result_.losses.push_back(s.loss);
       result_.comm_wait_ms += s.comm_wait_ms;
       if (state_->sharded() && checkpoint_due(step)) gather_moments();  // every replica, for replica 0's checkpoint
-      if (lead_) log_step(step, s);
+      // Evaluation every --eval-every steps and after the last: every replica its share of the
+      // held-out batches, the sums all-reduced (train/evaluator.h).
+      std::optional<Evaluator::Result> ev;
+      if (evaluator_ && evaluates_at(step)) {
+        state_->pull();
+        ev = evaluator_->run(master_, comm_);
+        result_.evaluated = true;
+        result_.eval_loss = ev->loss;
+        result_.eval_accuracy = ev->accuracy;
+      }
+      if (lead_) log_step(step, s, ev);
+      // Replica 0 writes a checkpoint: the others wait for it without the timeout (--comm-timeout
+      // bounds a collective's wait for a peer, not replica 0's own work).
+      if (comm_ && checkpoint_due(step)) comm_->idle_barrier();
     }
     finish();
   }
@@ -258,10 +275,8 @@ class Replica {
     if (o_.zero_stage < 0 || o_.zero_stage > 1)
       fail("--zero-stage {}: onnxdp has stage 0 (every replica holds the whole optimizer state) and 1 (sharded)",
            o_.zero_stage);
-    if (o_.zero_stage == 1 && device_)
-      fail("--zero-stage 1 runs on CPU replicas and MPI ranks; on {} it is not built yet", device_->name());
     // Held-out data is checked before step 1, not after the training.
-    if (lead_ && !o_.eval_data.empty())
+    if (!o_.eval_data.empty())
       evaluator_ = std::make_unique<Evaluator>(o_.eval_data, proto_, model_dir_, lo_, o_, device_);
   }
 
@@ -354,6 +369,19 @@ class Replica {
     }
   }
 
+  // The epoch's last step may be shorter than full_step_ (the data's remainder, unless
+  // --drop-last): each of its micro-batches must give every replica a row. Checked before step 1,
+  // not when the step comes (DataParallel would hand a replica an empty batch).
+  void check_epoch_end_splits() const {
+    const int64_t rest = data_.samples % full_step_;
+    if (o_.drop_last || rest == 0) return;
+    for (const int64_t mb : {std::min(batch_, rest), last_micro(rest)})
+      if (shard_rows(mb, world_)[size_t(world_ - 1)] == 0)
+        fail("the last step of each epoch has {} rows (the {} samples in steps of {}): its {} of {} rows cannot be split "
+             "over {} replicas (each needs a row); use --drop-last or another --batch-size", rest, data_.samples,
+             full_step_, o_.grad_accum > 1 ? "micro-batch" : "batch", mb, world_);
+  }
+
   // A step of n rows runs micro-batches of batch_ rows and a last one of the rest.
   int64_t last_micro(int64_t n) const { return n - (n - 1) / batch_ * batch_; }
 
@@ -361,6 +389,7 @@ class Replica {
   void start() {
     // Rows of a whole optimizer step (grad_accum * batch_, at most the data; no product that wraps).
     full_step_ = o_.grad_accum > data_.samples / batch_ ? data_.samples : o_.grad_accum * batch_;
+    check_epoch_end_splits();
     TrainPlan& full = plan_for(last_micro(full_step_), full_step_, true);
     // Gradient buckets that are one range of the flat buffer: one all-reduce call each.
     result_.contiguous_buckets = full.plan->contiguous_all_reduces(full.bucket_nodes);
@@ -537,13 +566,12 @@ class Replica {
   // --- checkpoints: the master tensors, the optimizer state under torch.optim's names, the state ---
   // "exp_avg/<parameter>" and "exp_avg_sq/<parameter>" (adam, adamw), "momentum_buffer/<parameter>"
   // (momentum).
-  // The vectors given to f hold the moments of flat-buffer floats [base, base + their size).
+  // The tensors given to f hold the moments of flat-buffer floats [base, base + their size).
   bool keeps_m() const { return opt_->options().kind != OptimizerKind::sgd; }
   bool keeps_v() const {
     return opt_->options().kind == OptimizerKind::adam || opt_->options().kind == OptimizerKind::adamw;
   }
-  void for_each_state(std::vector<float>& m, std::vector<float>& v,
-                      const std::function<void(const std::string&, size_t, std::vector<float>&)>& f) {
+  void for_each_state(Tensor& m, Tensor& v, const std::function<void(const std::string&, size_t, Tensor&)>& f) {
     for (size_t i = 0; i < trainable_.size(); ++i) {
       if (keeps_m()) f((keeps_v() ? "exp_avg/" : "momentum_buffer/") + trainable_[i], i, m);
       if (keeps_v()) f("exp_avg_sq/" + trainable_[i], i, v);
@@ -551,6 +579,9 @@ class Replica {
   }
   // --zero-stage 1 before a checkpoint: every replica sends its part of the moments to replica 0.
   void gather_moments() { state_->gather_moments(keeps_m(), keeps_v(), full_m_, full_v_); }
+  bool evaluates_at(int64_t step) const {  // every replica knows; only replica 0 has the evaluator
+    return !o_.eval_data.empty() && ((o_.eval_every > 0 && step % o_.eval_every == 0) || step == total_steps_);
+  }
   bool checkpoint_due(int64_t step) const {
     return !o_.checkpoint_dir.empty() &&
            ((o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0) || step == total_steps_);
@@ -590,7 +621,7 @@ class Replica {
     // Checkpoints hold whole moments: each replica takes the floats of its part (all without
     // --zero-stage 1), so a run resumes with any number of replicas.
     const int64_t lo = state_->shard_begin(), hi = state_->shard_end();
-    for_each_state(opt_->m(), opt_->v(), [&](const std::string& key, size_t i, std::vector<float>& state) {
+    for_each_state(opt_->m(), opt_->v(), [&](const std::string& key, size_t i, Tensor& state) {
       auto it = c.optimizer.find(key);
       const Tensor& p = master_.at(trainable_[i]);
       if (it == c.optimizer.end() || it->second.shape() != p.shape() || it->second.dtype() != DType::f32)
@@ -598,7 +629,8 @@ class Replica {
              last_checkpoint_, key);
       const int64_t begin = int64_t(state_->offset(i)), end = begin + p.numel();
       const int64_t a = std::max(begin, lo), b = std::min(end, hi);
-      if (a < b) std::memcpy(state.data() + (a - lo), it->second.as<float>() + (a - begin), size_t(b - a) * sizeof(float));
+      if (a < b)
+        std::memcpy(state.as<float>() + (a - lo), it->second.as<float>() + (a - begin), size_t(b - a) * sizeof(float));
     });
     opt_->set_steps_done(c.state.at("optimizer_steps").get<int64_t>());
     if (scaler_ && c.state.contains("loss_scale"))  // else a checkpoint of a run without fp16: the scale starts afresh
@@ -618,15 +650,12 @@ class Replica {
     Checkpoint c;
     c.model = master_;
     const bool gathered = state_->sharded();  // the moments train() gathered for this checkpoint
+    // Each tensor a view of the moments (no copy of the optimizer state while it is written).
     for_each_state(gathered ? full_m_ : opt_->m(), gathered ? full_v_ : opt_->v(),
-                   [&](const std::string& key, size_t i, std::vector<float>& state) {
-      const Tensor& p = master_.at(trainable_[i]);
-      Tensor t(DType::f32, p.shape());
-      std::memcpy(t.data(), state.data() + state_->offset(i), p.nbytes());
-      c.optimizer[key] = std::move(t);
-    });
-    std::vector<float>().swap(full_m_);  // held only while a checkpoint is made
-    std::vector<float>().swap(full_v_);
+                   [&](const std::string& key, size_t i, Tensor& state) {
+                     c.optimizer[key] = Tensor::view(state, state_->offset(i) * sizeof(float), DType::f32,
+                                                     master_.at(trainable_[i]).shape());
+                   });
     c.state = {{"step", step}, {"epoch", epoch_}, {"cursor", cursor_}, {"seed", o_.seed}, {"shuffle", o_.shuffle},
                {"batch_size", batch_}, {"grad_accum", o_.grad_accum}, {"total_steps", total_steps_},
                {"optimizer_steps", opt_->steps_done()}, {"base_lr", base_lr_}, {"model", o_.model}};
@@ -641,6 +670,8 @@ class Replica {
            no_checkpoint_or_last("The last good checkpoint is ") +
                (last_checkpoint_.empty() ? "" : " (--resume continues from it)."));
     }
+    full_m_ = Tensor();  // --zero-stage 1: the gathered moments are held only while a checkpoint is written
+    full_v_ = Tensor();
   }
 
   std::string no_checkpoint_or_last(const char* lead_in) const {
@@ -736,18 +767,9 @@ class Replica {
            no_checkpoint_or_last("The last good checkpoint is ") + (last_checkpoint_.empty() ? "" : "."));
   }
 
-  // --- the log: evaluation, metrics.jsonl, TensorBoard, checkpoints, the progress line ---
-  void log_step(int64_t step, const StepOutcome& s) {
+  // --- the log: metrics.jsonl, TensorBoard, checkpoints, the progress line ---
+  void log_step(int64_t step, const StepOutcome& s, const std::optional<Evaluator::Result>& ev) {
     const double samples_per_s = s.seconds > 0 ? double(s.rows) / s.seconds : 0.0;
-    // Evaluation every --eval-every steps, and after the last step when --eval-data is given.
-    std::optional<Evaluator::Result> ev;
-    if (evaluator_ && ((o_.eval_every > 0 && step % o_.eval_every == 0) || step == total_steps_)) {
-      state_->pull();
-      ev = evaluator_->run(master_);
-      result_.evaluated = true;
-      result_.eval_loss = ev->loss;
-      result_.eval_accuracy = ev->accuracy;
-    }
     const double memory_mib = mib(plans_bytes() + state_->bytes());
     if (metrics_.is_open()) {
       nlohmann::json j = {{"step", step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
@@ -843,6 +865,19 @@ class Replica {
                megabytes(double(r.peak_bytes)), device_ ? " and constants" : "", plans_.size(),
                plans_.size() == 1 ? "" : "s", megabytes(double(plans_bytes())), megabytes(double(state_->bytes())),
                megabytes(double(ru.ru_maxrss) * 1024));
+    {  // The rest of the process's memory: the host copies outside the plans and the flat state.
+      size_t frozen = 0;
+      for (const auto& [name, t] : master_)
+        if (std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end()) frozen += t.nbytes();
+      // Checkpoints write views of the optimizer state; with --zero-stage 1 replica 0 gathers it whole first.
+      const size_t gathered = size_t(keeps_m() + keeps_v()) * size_t(state_->floats()) * sizeof(float);
+      fmt::print("host memory besides: frozen parameters and running statistics {}, data held {}{}\n",
+                 megabytes(double(frozen)), megabytes(double(data_.held_bytes())),
+                 last_checkpoint_.empty() || !state_->sharded()
+                     ? std::string()
+                     : "; a checkpoint gathers the whole optimizer state on replica 0 while it writes (" +
+                           megabytes(double(gathered)) + ")");
+    }
     if (data_.shards.size() > 1 || data_.mapped_bytes() > 0) {  // what the data costs: a batch and the one read ahead
       size_t row = 0;
       for (const auto& [name, a] : data_.arrays) row += a.row_bytes();
@@ -906,7 +941,7 @@ class Replica {
   std::future<std::map<std::string, Tensor>> ahead_;  // the next micro-batch, being read
   BatchPlace ahead_place_;
   std::string last_checkpoint_;
-  std::vector<float> full_m_, full_v_;  // --zero-stage 1: replica 0's whole moments for a checkpoint
+  Tensor full_m_, full_v_;  // --zero-stage 1: replica 0's whole moments for a checkpoint
   // outputs
   std::ofstream metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

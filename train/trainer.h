@@ -50,7 +50,8 @@ struct TrainOptions {
   bool quiet = false;
   std::string devices = "auto";  // --devices: exec/device_backend.h's parse_devices (auto, cpu, cpu:N, cuda, cuda:i,j, cuda-emulated)
   bool local_bn = false;        // per-replica BatchNormalization statistics (DDP's default)
-  int zero_stage = 0;           // 1: ZeRO-1, the optimizer state sharded over the replicas (CPU replicas, MPI ranks)
+  int zero_stage = 0;           // 1: ZeRO-1, the optimizer state sharded over the replicas
+  std::string grad_dtype = "fp32";  // bf16: gradients all-reduced in bfloat16 (DDP's bf16 compression hook)
   double bucket_mb = 25;        // gradient all-reduce bucket size (the first is 1 MB)
   double comm_timeout_s = 300;  // a collective waiting longer fails (a peer died or diverged)
   int64_t log_every = 0;       // 0: about 10 lines per run (when output is not a terminal)

@@ -2,7 +2,7 @@
 // float64. Sums accumulate in double except inside the BLAS calls.
 //
 //   ConvGradFilter        dW[g] [Mg, Cg*K] = sum over images of dy[g] [Mg, P] x col[g]^T [P, Cg*K]
-//                         (col: the im2col of x, as Conv's forward builds it)
+//                         (col: the im2col of x, as Conv's forward builds it; exec/cpu/conv_gemm.h)
 //   MaxPoolGrad           each dy element goes to the first maximum of its window (the tap the
 //                         forward MaxPool picks), added where windows overlap
 //   AveragePoolGrad       each dy element spread evenly over its window's counted taps
@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
+#include "exec/cpu/conv_gemm.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/gather_elements.h"
 #include "exec/cpu/gather_nd.h"
@@ -39,12 +39,6 @@
 namespace onnxdp {
 
 namespace {
-
-int64_t prod(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (int64_t d : v) p *= d;
-  return p;
-}
 
 std::vector<int64_t> ints_of(const TensorRef& t) {
   std::vector<int64_t> v(size_t(t.numel));
@@ -74,108 +68,23 @@ void dispatch_float(const KernelCtx& c, DType t, F&& f) {
 
 // ---- ConvGradFilter ----------------------------------------------------------------------------
 
-// C [m, n] (+)= A [m, k] x op(B) [k, n], row-major; beta 0 overwrites, 1 accumulates.
-template <class T>
-void gemm(bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
-  blas_gemm(false, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
-}
-
-int blas_int(const KernelCtx& c, int64_t v) {
-  if (v > int64_t(std::numeric_limits<int>::max())) c.fail("a GEMM dimension of {} exceeds the BLAS int range", v);
-  return int(v);
-}
-
-// The im2col gather table [K, P]: for kernel tap t and output position p (both row-major), the
-// flat offset in x's spatial grid of the element they meet (o*stride - pad_begin + k*dilation per
-// dim), or -1 where that is padding.
-std::vector<int64_t> im2col_table(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
-                                  const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
-                                  const std::vector<int64_t>& dilations, const std::vector<int64_t>& pad_begin) {
-  const size_t n = in.size();
-  const int64_t K = prod(kernel), P = prod(out);
-  std::vector<int64_t> table(size_t(K * P));
-  std::vector<int64_t> k(n, 0), o(n, 0);
-  for (int64_t t = 0; t < K; ++t) {
-    std::fill(o.begin(), o.end(), 0);
-    for (int64_t p = 0; p < P; ++p) {
-      int64_t off = 0;
-      bool inside = true;
-      for (size_t i = 0; i < n; ++i) {
-        const int64_t x = o[i] * strides[i] - pad_begin[i] + k[i] * dilations[i];
-        inside = inside && x >= 0 && x < in[i];
-        off = off * in[i] + x;
-      }
-      table[size_t(t * P + p)] = inside ? off : -1;
-      for (size_t i = n; i-- > 0;) {
-        if (++o[i] < out[i]) break;
-        o[i] = 0;
-      }
-    }
-    for (size_t i = n; i-- > 0;) {
-      if (++k[i] < kernel[i]) break;
-      k[i] = 0;
-    }
-  }
-  return table;
-}
-
-// x [N, C, D..], dy [N, M, O..] -> dW [M, Cg, k..]. Images are split over threads, each adding
-// into its own dW; the partial sums are added at the end (in thread order, so deterministic for a
-// given thread count).
+// x [N, C, D..], dy [N, M, O..] -> dW [M, Cg, k..]: the attributes as a window geometry (the
+// pads explicit), the work done by the convolution engine (exec/cpu/conv_gemm.h).
 template <class T>
 void conv_grad_filter(KernelCtx& c) {
-  const TensorRef &xr = c.in(0), &dyr = c.in(1), &dwr = c.out(0);
-  const Shape &xs = *xr.shape, &ys = *dyr.shape;
+  const Shape &xs = *c.in(0).shape, &ys = *c.in(1).shape;
   const size_t n = xs.size() - 2;
-  const int64_t N = xs[0], C = xs[1], M = ys[1], group = c.node.i("group");
-  const int64_t Cg = C / group, Mg = M / group;
-  const std::vector<int64_t> in(xs.begin() + 2, xs.end()), out(ys.begin() + 2, ys.end());
-  const std::vector<int64_t> kernel = c.node.ints("kernel_shape");
-  const std::vector<int64_t> strides = c.node.ints_or("strides", std::vector<int64_t>(n, 1));
-  const std::vector<int64_t> dil = c.node.ints_or("dilations", std::vector<int64_t>(n, 1));
+  const int64_t group = c.node.i("group");
+  ConvWindows g;
+  g.bound.assign(xs.begin() + 2, xs.end());
+  g.iter.assign(ys.begin() + 2, ys.end());
+  g.kernel = c.node.ints("kernel_shape");
+  g.strides = c.node.ints_or("strides", std::vector<int64_t>(n, 1));
+  g.dilations = c.node.ints_or("dilations", std::vector<int64_t>(n, 1));
   const std::vector<int64_t> pads = c.node.ints_or("pads", std::vector<int64_t>(2 * n, 0));
-  const std::vector<int64_t> pad_begin(pads.begin(), pads.begin() + int64_t(n));
-  const int64_t K = prod(kernel), P = prod(out), S = prod(in);
-  // A 1x1 window with unit strides and no padding reads x itself: col = x_g [Cg, S].
-  bool direct = K == 1 && P == S;
-  for (size_t i = 0; i < n; ++i) direct = direct && strides[i] == 1 && pad_begin[i] == 0;
-  const std::vector<int64_t> table = direct ? std::vector<int64_t>() : im2col_table(in, out, kernel, strides, dil, pad_begin);
-
-  const T* x = xr.as<T>();
-  const T* dy = dyr.as<T>();
-  T* dw = dwr.as<T>();
-  const int64_t wsize = dwr.numel;  // group * Mg * Cg * K
-  const int bm = blas_int(c, Mg), bn = blas_int(c, Cg * K), bk = blas_int(c, P);
-  const int threads = int(std::min<int64_t>(in_thread_share() ? 1 : cpu_threads(), N));
-  std::vector<T> partial(size_t(std::max(0, threads - 1)) * size_t(wsize));
-  std::fill(dw, dw + wsize, T(0));
-  if (wsize == 0) return;
-
-  // Each thread sums its share of the images into its own buffer (thread 0 into dw).
-  split_rows(N, threads > 1, [&](int tid, int64_t lo, int64_t hi) {
-    T* acc = tid == 0 ? dw : partial.data() + size_t(tid - 1) * size_t(wsize);
-    std::vector<T> col(direct ? 0 : size_t(Cg * K * P));
-    for (int64_t img = lo; img < hi; ++img) {
-      for (int64_t gi = 0; gi < group; ++gi) {
-        const T* xg = x + (img * C + gi * Cg) * S;   // [Cg, S]
-        const T* dyg = dy + (img * M + gi * Mg) * P;  // [Mg, P]
-        const T* colp = xg;                           // [Cg*K, P]
-        if (!direct) {
-          for (int64_t ch = 0; ch < Cg; ++ch) {
-            const T* xc = xg + ch * S;
-            T* cc = col.data() + ch * K * P;
-            for (int64_t j = 0; j < K * P; ++j) cc[j] = table[size_t(j)] < 0 ? T(0) : xc[table[size_t(j)]];
-          }
-          colp = col.data();
-        }
-        gemm(true, bm, bn, bk, dyg, bk, colp, bk, T(1), acc + gi * Mg * Cg * K, bn);
-      }
-    }
-  });
-  for (int t = 1; t < threads; ++t) {
-    const T* p = partial.data() + size_t(t - 1) * size_t(wsize);
-    for (int64_t i = 0; i < wsize; ++i) dw[i] += p[i];
-  }
+  g.pad_begin.assign(pads.begin(), pads.begin() + int64_t(n));
+  const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group};
+  conv_filter_grad<T>(g, ch, c.in(0).as<T>(), c.in(1).as<T>(), c.out(0).as<T>());
 }
 
 // ---- pooling -----------------------------------------------------------------------------------
@@ -233,43 +142,63 @@ void average_pool_grad(KernelCtx& c) {
 // the biased variance var, inv = 1/sqrt(var + eps) and xhat = (x - mu) * inv:
 //   dbias = sum(dy), dscale = sum(dy * xhat),
 //   dx = scale * inv * (dy - dbias / M - xhat * dscale / M).
+// One channel of BatchNormalizationGrad: the batch statistics, sums[0] = sum(dy) (dbias) and
+// sums[1] = sum(dy * xhat) (dscale), and dx when it is wanted (dx != nullptr); returns 1/std.
+// Each (image, channel) row's sums are row_sum's four partial sums in double, so the loops
+// vectorize (the x86-64-v3 build); the rows are added in order.
+template <class T>
+ONNXDP_CPU_CLONES void batch_norm_grad_channel(const T* x, const T* dy, T* dx, int64_t N, int64_t C, int64_t S,
+                                               int64_t ch, double eps, double scale, double* sums) {
+  const double M = double(N * S);
+  double s = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + (n * C + ch) * S;
+    s += row_sum(S, [&](int64_t i) { return double(xr[i]); });
+  }
+  const double mu = s / M;
+  double ss = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + (n * C + ch) * S;
+    ss += row_sum(S, [&](int64_t i) {
+      const double d = double(xr[i]) - mu;
+      return d * d;
+    });
+  }
+  const double inv = 1.0 / std::sqrt(ss / M + eps);
+  double sum_dy = 0, sum_dy_xc = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + (n * C + ch) * S;
+    const T* dyr = dy + (n * C + ch) * S;
+    sum_dy += row_sum(S, [&](int64_t i) { return double(dyr[i]); });
+    sum_dy_xc += row_sum(S, [&](int64_t i) { return double(dyr[i]) * (double(xr[i]) - mu); });
+  }
+  const double sum_dy_xhat = sum_dy_xc * inv;
+  sums[0] = sum_dy;
+  sums[1] = sum_dy_xhat;
+  if (!dx) return;
+  const double a = scale * inv, mean_dy = sum_dy / M, mean_dy_xhat = sum_dy_xhat / M;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t row = (n * C + ch) * S;
+    for (int64_t i = 0; i < S; ++i) {
+      const double xhat = (double(x[row + i]) - mu) * inv;
+      dx[row + i] = T(a * (double(dy[row + i]) - mean_dy - xhat * mean_dy_xhat));
+    }
+  }
+}
+
 template <class T>
 void batch_norm_grad(KernelCtx& c) {
   const TensorRef &dyr = c.in(0), &xr = c.in(1), &sr = c.in(2);
   const int64_t N = xr.dim(0), C = xr.dim(1), S = N * C != 0 ? xr.numel / (N * C) : 0;
-  const double eps = c.node.f("epsilon"), M = double(N * S);
+  const double eps = c.node.f("epsilon");
   const T* dy = dyr.as<T>();
   const T* x = xr.as<T>();
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
   parallel_for(C, xr.numel > parallel_min_elements(), [&](int64_t ch) {
-    double s = 0;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < S; ++i) s += double(x[(n * C + ch) * S + i]);
-    const double mu = s / M;
-    double ss = 0;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < S; ++i) {
-        const double d = double(x[(n * C + ch) * S + i]) - mu;
-        ss += d * d;
-      }
-    const double inv = 1.0 / std::sqrt(ss / M + eps);
-    double sum_dy = 0, sum_dy_xhat = 0;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < S; ++i) {
-        const int64_t j = (n * C + ch) * S + i;
-        sum_dy += double(dy[j]);
-        sum_dy_xhat += double(dy[j]) * (double(x[j]) - mu) * inv;
-      }
-    if (c.has_out(1)) store(c.out(1), ch, sum_dy_xhat);
-    if (c.has_out(2)) store(c.out(2), ch, sum_dy);
-    if (!dx) return;
-    const double a = load(sr, ch) * inv, mean_dy = sum_dy / M, mean_dy_xhat = sum_dy_xhat / M;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < S; ++i) {
-        const int64_t j = (n * C + ch) * S + i;
-        const double xhat = (double(x[j]) - mu) * inv;
-        dx[j] = T(a * (double(dy[j]) - mean_dy - xhat * mean_dy_xhat));
-      }
+    double sums[2];
+    batch_norm_grad_channel(x, dy, dx, N, C, S, ch, eps, load(sr, ch), sums);
+    if (c.has_out(1)) store(c.out(1), ch, sums[1]);
+    if (c.has_out(2)) store(c.out(2), ch, sums[0]);
   });
 }
 

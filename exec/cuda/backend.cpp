@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -67,7 +68,12 @@ class CudaBackend final : public DeviceBackend {
   ~CudaBackend() override {
     if (emulated_) return;
     cudaSetDevice(index_);
-    if (nccl_) ncclCommDestroy(nccl_);
+    // A replica that fails (unwinding, or its world aborted) aborts its communicator: destroying
+    // it would wait for operations its peers will never finish.
+    if (nccl_) {
+      if (std::uncaught_exceptions() > 0 || (comm_ && comm_->aborted())) ncclCommAbort(nccl_);
+      else ncclCommDestroy(nccl_);
+    }
     if (norm_partial_) cudaFree(norm_partial_);
     if (reduce_partial_) cudaFree(reduce_partial_);
     if (comm_done_) cudaEventDestroy(comm_done_);
@@ -158,6 +164,7 @@ class CudaBackend final : public DeviceBackend {
 
   void dispatch(const Graph& g, KernelCtx& c) {
     const Node& n = c.node;
+    if (comm_pending_ && reads_pending(c)) join_collectives();  // a bf16 bucket's cast back
     const cuda::CudaContext cc{stream_, blas_, dnn_, emulated_};
     switch (cuda::kernel_family(n.op)) {
       case cuda::KernelFamily::none: break;
@@ -179,6 +186,7 @@ class CudaBackend final : public DeviceBackend {
         if (n.op == Op::Scatter) return scatter(c);
         if (n.op == Op::AllReduce) return all_reduce(c);
         if (n.op == Op::AllGather) return all_gather(c);
+        if (n.op == Op::ReduceScatter) return reduce_scatter(c);
         break;
     }
     c.fail("no kernel on {}", name());
@@ -224,6 +232,36 @@ class CudaBackend final : public DeviceBackend {
     join_collectives();  // the gradient buckets' all-reduces
     cuda::squared_norm_launch(g, n, norm_partial_, squared_norm, stream_);
     cuda::optimizer_launch(u, squared_norm, p, g, m, v, n, stream_);
+  }
+
+  void sharded_optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m, float* v,
+                              const std::vector<int64_t>& bounds, int rank) override {
+    if (!comm_)
+      fail("{}: --zero-stage 1 needs every replica on a device of this kind (the parts are exchanged by the device)",
+           name());
+    const int64_t lo = bounds[size_t(rank)], n = bounds[size_t(rank) + 1] - lo;
+    std::vector<int64_t> counts;
+    for (size_t r = 0; r + 1 < bounds.size(); ++r) counts.push_back(bounds[r + 1] - bounds[r]);
+    if (emulated_) {
+      auto step = [=, this] {
+        cuda::squared_norm_emulate(g + lo, n, squared_norm);
+        comm_->all_reduce_sum(squared_norm, 1, DType::f64);
+        cuda::optimizer_emulate(u, squared_norm, p + lo, g + lo, m, v, n);
+        comm_->all_gather_parts(p, counts, DType::f32);
+      };
+      if (capturing_) return recorded_->push_back(step);
+      return step();
+    }
+    join_collectives();  // the gradient buckets' reduce-scatters
+    cuda::squared_norm_launch(g + lo, n, norm_partial_, squared_norm, stream_);
+    ONNXDP_NCCL_SETTLE(ncclAllReduce(squared_norm, squared_norm, 1, ncclFloat64, ncclSum, nccl_, stream_), {nccl_});
+    cuda::optimizer_launch(u, squared_norm, p + lo, g + lo, m, v, n, stream_);
+    // The parts are uneven (the last may be short): one broadcast per owner in one group.
+    ONNXDP_CUDA_CHECK(ncclGroupStart());
+    for (size_t r = 0; r < counts.size(); ++r)
+      if (counts[r] > 0)
+        ONNXDP_CUDA_CHECK(ncclBroadcast(p + bounds[r], p + bounds[r], size_t(counts[r]), ncclFloat32, int(r), nccl_, stream_));
+    ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
   }
 
   bool can_capture() const override { return true; }
@@ -440,6 +478,7 @@ class CudaBackend final : public DeviceBackend {
       ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
       s = comm_stream_;
       comm_pending_ = true;
+      for (const TensorRef& y : c.outputs) pending_.push_back(y);
     }
     if (span) {
       void* y = c.out(0).data;
@@ -450,6 +489,40 @@ class CudaBackend final : public DeviceBackend {
     for (size_t k = 0; k < c.inputs.size(); ++k) {
       const TensorRef &x = c.in(int(k)), &y = c.out(int(k));
       ONNXDP_CUDA_CHECK(ncclAllReduce(x.data, y.data, size_t(y.numel), nccl_type(c, y.dtype), ncclSum, nccl_, s));
+    }
+    ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
+  }
+
+  // --zero-stage 1's gradient bucket: over a range of the flat gradient buffer (RunState::shards),
+  // each replica receives the sums of its part: one NCCL reduce per owner in one group (the parts
+  // of a bucket are uneven). Elsewhere every element is summed (all_reduce), each owner's too.
+  void reduce_scatter(KernelCtx& c) {
+    const FlatShards* sh = c.run.shards;
+    const int64_t span = world_ > 1 && comm_ ? all_reduce_span(c) : 0;
+    float* begin = static_cast<float*>(c.out(0).data);
+    if (!sh || !span || c.out(0).dtype != DType::f32 || begin < sh->base || begin + span > sh->base + sh->bounds.back())
+      return all_reduce(c);
+    for (size_t k = 0; k < c.inputs.size(); ++k)  // in place in the outputs
+      copy(c.out(int(k)).data, c.in(int(k)).data, size_t(c.out(int(k)).numel) * dtype_size(c.out(int(k)).dtype));
+    const int64_t lo = begin - sh->base, hi = lo + span;
+    std::vector<int64_t> counts(sh->bounds.size() - 1);
+    for (size_t r = 0; r < counts.size(); ++r)
+      counts[r] = std::max<int64_t>(0, std::min(hi, sh->bounds[r + 1]) - std::max(lo, sh->bounds[r]));
+    if (emulated_) return comm_->reduce_scatter_sum(begin, counts, DType::f32);
+    cudaStream_t s = stream_;
+    if (c.node.i("async") != 0) {
+      ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
+      ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
+      s = comm_stream_;
+      comm_pending_ = true;
+      for (const TensorRef& y : c.outputs) pending_.push_back(y);
+    }
+    ONNXDP_CUDA_CHECK(ncclGroupStart());
+    int64_t off = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] > 0)
+        ONNXDP_CUDA_CHECK(ncclReduce(begin + off, begin + off, size_t(counts[r]), ncclFloat32, ncclSum, int(r), nccl_, s));
+      off += counts[r];
     }
     ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
   }
@@ -511,6 +584,14 @@ class CudaBackend final : public DeviceBackend {
       if (e != cudaErrorNotReady) ONNXDP_CUDA_CHECK(e);
       ncclResult_t async = ncclSuccess;
       ONNXDP_CUDA_CHECK(ncclCommGetAsyncError(nccl_, &async));
+      // A replica of this world that failed (its thread threw, run_replicas aborted the host
+      // communicator): stop now, not at the timeout.
+      std::string why;
+      if (comm_ && comm_->aborted(&why)) {
+        ncclCommAbort(nccl_);
+        nccl_ = nullptr;
+        fail("{} ({}): stopped waiting for the device: {}", name(), comm_->describe(), why);
+      }
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if ((async != ncclSuccess && async != ncclInProgress) || waited > timeout_s) {
         ncclCommAbort(nccl_);
@@ -531,6 +612,21 @@ class CudaBackend final : public DeviceBackend {
     ONNXDP_CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
     ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_, 0));
     comm_pending_ = false;
+    pending_.clear();
+  }
+
+  // Whether a node reads bytes an asynchronous collective still writes.
+  bool reads_pending(const KernelCtx& c) const {
+    auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    for (const TensorRef& x : c.inputs) {
+      if (!x.present() || !x.numel) continue;
+      const uintptr_t a = at(x.data), b = a + size_t(x.numel) * dtype_size(x.dtype);
+      for (const TensorRef& y : pending_) {
+        const uintptr_t ya = at(y.data), yb = ya + size_t(y.numel) * dtype_size(y.dtype);
+        if (a < yb && ya < b) return true;
+      }
+    }
+    return false;
   }
 
   void copy(void* dst, const void* src, size_t bytes) {
@@ -553,6 +649,7 @@ class CudaBackend final : public DeviceBackend {
   bool device_collectives_ = false;
   Communicator* comm_ = nullptr;
   double timeout_s_ = 300;  // the world's --comm-timeout
+  std::vector<TensorRef> pending_;  // outputs of the asynchronous collectives queued since the last join
   ncclComm_t nccl_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;

@@ -139,4 +139,5 @@
   X(Unsqueeze,                      reshape)                        \
   X(Scatter,                        collective)                     \
   X(AllReduce,                      collective)                     \
-  X(AllGather,                      collective)
+  X(AllGather,                      collective)                     \
+  X(ReduceScatter,                  collective)

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "graph/error.h"
+#include "graph/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/local_group.h"
 
@@ -105,10 +106,11 @@ struct MpiWorld {
   }
 
   // Polls req until done; throws on timeout or when the local group was aborted.
-  void wait(MPI_Request& req, const std::string& what) {
+  // untimed: no deadline (an idle barrier); an abort still ends the wait.
+  void wait(MPI_Request& req, const std::string& what, bool untimed = false) {
     auto start = std::chrono::steady_clock::now();
     auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                std::chrono::duration<double>(opts.timeout_s));
+                                std::chrono::duration<double>(untimed ? 3.2e8 : opts.timeout_s));
     for (;;) {
       int done = 0;
       MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
@@ -152,6 +154,7 @@ class MpiCommunicator final : public Communicator {
     mpi_process().failed = true;
     w_->group->abort(reason);
   }
+  bool aborted(std::string* reason) const override { return w_->group->aborted(reason); }
 
  protected:
   void do_all_reduce_sum(void* data, int64_t count, DType dtype) override {
@@ -172,6 +175,19 @@ class MpiCommunicator final : public Communicator {
       g.sync(local_);
     }
     leader_phase(c, [&] {
+      if (dtype == DType::bf16) {  // MPI has no bfloat16 sum: the processes' sums travel as float
+        uint16_t* h = static_cast<uint16_t*>(data);
+        std::vector<float> f(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) f[size_t(i)] = bf16_to_f32(h[i]);
+        for (int64_t off = 0; off < count; off += kMaxMpiCount) {
+          MPI_Request req;
+          MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, f.data() + off, static_cast<int>(std::min(kMaxMpiCount, count - off)),
+                                   MPI_FLOAT, MPI_SUM, w_->comm, &req));
+          w_->wait(req, describe_call(c));
+        }
+        for (int64_t i = 0; i < count; ++i) h[i] = f32_to_bf16(f[size_t(i)]);
+        return;
+      }
       MPI_Datatype type = mpi_type(dtype);
       size_t elem = dtype_size(dtype);
       for (int64_t off = 0; off < count; off += kMaxMpiCount) {
@@ -269,6 +285,17 @@ class MpiCommunicator final : public Communicator {
       MPI_Request req;
       MPI_CHECK(MPI_Ibarrier(w_->comm, &req));
       w_->wait(req, describe_call(c));
+    });
+  }
+
+  void do_idle_barrier() override {
+    CollectiveCall c = next("idle_barrier");
+    c.untimed = true;
+    w_->group->arrive(local_, c);
+    leader_phase(c, [&] {
+      MPI_Request req;
+      MPI_CHECK(MPI_Ibarrier(w_->comm, &req));
+      w_->wait(req, describe_call(c), true);
     });
   }
 

@@ -32,7 +32,7 @@ Graph negate_graph(int64_t n) {
 // gradient is -x for x = [2, -4, 6]: p - 0.5 * (-x) = [2, 0, 6]; squared norm 4 + 16 + 36 = 56.
 void sgd_step_on(std::shared_ptr<DeviceBackend> device) {
   FlatState s({3}, {0}, device);
-  std::vector<float> m, v;  // SGD keeps no moments
+  Tensor m, v;  // SGD keeps no moments
   s.set_moments(&m, &v);
   float* p = s.params().as<float>();
   p[0] = 1, p[1] = 2, p[2] = 3;
@@ -63,7 +63,7 @@ TEST_CASE("flat state: tensors at 64-byte offsets in the layout's order, the gap
   CHECK(s.offset(1) == 32);
   CHECK(s.floats() == 64);
   CHECK(s.numel() == 24);
-  std::vector<float> m(64), v(64);
+  Tensor m(DType::f32, {64}), v(DType::f32, {64});
   s.set_moments(&m, &v);
   CHECK(s.bytes() == 4 * 64 * 4);  // parameters, gradients and two moments
 }

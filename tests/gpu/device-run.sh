@@ -7,7 +7,8 @@
 #   device: bash tests/gpu/device-run.sh                  (carrying .deps; NO_BENCH=1 to skip the bench)
 #
 # Since 2026-12-04 (second GPU session) it also trains the model zoo on cuda:0 against the
-# frameworks' losses (tests/gpu/zoo_on_gpu.py, $OUT/zoo-gpu.md).
+# frameworks' losses (tests/gpu/zoo_on_gpu.py, $OUT/zoo-gpu.md), and since 2026-12-05 runs the
+# multi-GPU checks (tests/gpu/multi-gpu.sh, $OUT/multi-gpu.md; a world of one on one GPU).
 #
 # It finds cuDNN and NCCL where that host has them (PyTorch's nvidia-* wheels, not the CUDA
 # folder), unpacks the Debian packages into /tmp/prefix, configures with their paths, runs
@@ -53,6 +54,14 @@ if [ -x $B/onnxdp ]; then
   timeout 240 python3 tests/gpu/zoo_on_gpu.py --onnxdp $B/onnxdp --devices cuda:0 --md "$OUT/zoo-gpu.md" > "$OUT/zoo-gpu.log" 2>&1
   echo "zoo rc=$? $(el)"; tail -3 "$OUT/zoo-gpu.log"
 fi
+echo "== multi-GPU checks $(el)"
+left=$(( 540 - $(date +%s) + T0 ))
+if [ -x $B/onnxdp ] && [ $left -gt 120 ]; then
+  budget=$(( left > 260 ? 200 : left - 60 ))
+  BUDGET_S=$budget ${NO_SCALING:+NO_SCALING=1} timeout $(( budget + 60 )) bash tests/gpu/multi-gpu.sh $B/onnxdp \
+    > "$OUT/multi-gpu.log" 2>&1
+  echo "multi-gpu rc=$? $(el)"; tail -4 "$OUT/multi-gpu.log"
+fi
 echo "== bench $(el)"
 left=$(( 540 - $(date +%s) + T0 ))
 if [ -z "${NO_BENCH:-}" ] && [ -x $B/onnxdp ] && [ $left -gt 60 ]; then
@@ -62,3 +71,5 @@ if [ -z "${NO_BENCH:-}" ] && [ -x $B/onnxdp ] && [ $left -gt 60 ]; then
 fi
 echo "== table $(el)"
 sed -n '/^step  /,$p' "$OUT/run-all.log"
+[ -f "$OUT/multi-gpu.md" ] && grep -c '| PASS |' "$OUT/multi-gpu.md" | sed 's/^/multi-gpu checks passed: /' &&
+  grep -E '\| (FAIL|SKIP) \|' "$OUT/multi-gpu.md"

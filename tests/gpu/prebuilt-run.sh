@@ -33,5 +33,8 @@ rows+=("suite cuda (emulated)|rc $?|$(grep -m1 -E '^\[doctest\] test cases' "$OU
 echo "== zoo $(el)"
 timeout 200 python3 tests/gpu/zoo_on_gpu.py --onnxdp build/onnxdp --devices cuda:0 --md "$OUT/zoo-gpu.md" > "$OUT/zoo-gpu.log" 2>&1
 rows+=("zoo on cuda:0|rc $?|$(tail -1 "$OUT/zoo-gpu.log")")
+echo "== multi-GPU checks $(el)"
+BUDGET_S=150 NO_SCALING=1 timeout 220 bash tests/gpu/multi-gpu.sh build/onnxdp > "$OUT/multi-gpu.log" 2>&1
+rows+=("multi-gpu checks|rc $?|$(grep -c '| PASS |' "$OUT/multi-gpu.md" 2>/dev/null) passed, $(grep -c '| FAIL |' "$OUT/multi-gpu.md" 2>/dev/null) failed")
 echo "== table $(el)"
 for r in "${rows[@]}"; do IFS='|' read -r a b c <<<"$r"; printf '%-24s %-8s %s\n' "$a" "$b" "$c"; done

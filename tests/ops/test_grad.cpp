@@ -8,6 +8,7 @@
 #include "exec/cpu/clones.h"  // parallel_min_elements()
 #include "exec/kernel.h"
 #include "importer/importer.h"
+#include "tests/ops/conv_reference.h"
 
 using namespace onnxdp;
 
@@ -194,6 +195,32 @@ TEST_CASE("grad ops: ConvGradFilter 1x1 (no im2col)") {
   auto out = run_op(Op::ConvGradFilter, {x, dy}, 1, {{"group", Attr(int64_t(2))}, {"kernel_shape", Attr(Ints{1, 1})}});
   CHECK(out[0].shape() == Shape{6, 2, 1, 1});
   check_close(out[0], kConv1x1Dw);
+}
+
+// ConvGradFilter on every path of the CPU convolution engine (tests/ops/conv_reference.h's cases
+// name theirs), float32 and float64, on 1, 2 and 3 threads (each thread sums its own chunks; the
+// count changes the chunks), against the reference's naive loop.
+TEST_CASE("grad ops: ConvGradFilter on every path of the CPU convolution engine matches a naive loop") {
+  convref::KeepThreads keep;
+  for (const convref::Case& cs : convref::engine_cases()) {
+    const std::string path = cs.path;
+    CAPTURE(path);
+    const Shape ys = convref::conv_output_shape(cs);
+    const Tensor x = pattern(cs.x, .3), dy = pattern(ys, .7);
+    const std::vector<double> want = convref::filter_grad(x, dy, convref::windows_of(cs, ys), cs.group);
+    const Attrs a = {{"group", cs.group}, {"strides", Attr(cs.strides)}, {"dilations", Attr(cs.dilations)},
+                     {"pads", Attr(cs.pads)}, {"kernel_shape", Attr(cs.kernel)}};
+    for (DType t : {DType::f32, DType::f64})
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(dtype_name(t));
+        CAPTURE(threads);
+        set_cpu_threads(threads);
+        auto dw = run_op(Op::ConvGradFilter, {pattern(cs.x, .3, 1, t), pattern(ys, .7, 1, t)}, 1, a);
+        // float32: sums of up to ~25,000 products of size ~1 (the large image's taps)
+        if (t == DType::f64) check_close(dw[0], want, 1e-10, 1e-10);
+        else check_close(dw[0], want, 1e-4, 2e-3);
+      }
+  }
 }
 
 TEST_CASE("grad ops: MaxPoolGrad routes dy to the first maximum of each window") {

@@ -14,6 +14,7 @@
 #include "exec/plan.h"
 #include "importer/onnx_io.h"
 #include "compile/compile.h"
+#include "tests/ops/conv_reference.h"
 #include "tests/ops/op_test_util.h"
 #include "tests/test_util.h"
 
@@ -302,6 +303,81 @@ TEST_CASE("nn: ConvTranspose 1-D SAME_UPPER and output_shape") {
   REQUIRE(full[0].shape() == Shape{1, 1, 7});
   std::vector<float> tail(full[0].as<float>() + 1, full[0].as<float>() + 7);
   check_close(z[0], tail);
+}
+
+// ---- the CPU convolution engine (exec/cpu/conv_gemm.h) against a naive loop ----------------------
+
+namespace {
+
+Tensor as_dtype(const Tensor& f, DType t) {
+  if (t == DType::f32) return f;
+  Tensor d(DType::f64, f.shape());
+  for (int64_t i = 0; i < f.numel(); ++i) d.as<double>()[i] = f.as<float>()[i];
+  return d;
+}
+
+// Within float32's rounding of sums of a few dozen terms of size ~1, or float64's.
+void check_near(const Tensor& got, const std::vector<double>& want) {
+  const double tol = got.dtype() == DType::f64 ? 1e-10 : 2e-5;
+  REQUIRE(got.numel() == int64_t(want.size()));
+  const std::vector<double> g = got.to_f64();
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::fabs(g[i] - want[i]) <= tol * (10 + std::fabs(want[i]))) continue;
+    if (bad++ == 0) {
+      INFO("first mismatch at " << i << ": got " << g[i] << ", expected " << want[i]);
+      CHECK(g[i] == doctest::Approx(want[i]));
+    }
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+// Conv and, as its input gradient, ConvTranspose with Conv's attributes and output_padding (what
+// grad_Conv emits), on every path of the engine (tests/ops/conv_reference.h's cases name theirs),
+// in float32 and float64 and on 1, 2 and 3 threads (the thread count changes how the batch is cut
+// into chunks, and so which product a chunk takes), against the reference's naive loops.
+TEST_CASE("nn: Conv and ConvTranspose on every path of the CPU convolution engine match a naive loop") {
+  convref::KeepThreads keep;
+  for (const convref::Case& cs : convref::engine_cases()) {
+    const std::string path = cs.path;
+    CAPTURE(path);
+    const size_t n = cs.kernel.size();
+    Shape ws = {cs.M, cs.x[1] / cs.group};
+    ws.insert(ws.end(), cs.kernel.begin(), cs.kernel.end());
+    const Shape ys = convref::conv_output_shape(cs);
+    const Tensor x = pattern(cs.x, .3), w = pattern(ws, 1.1, .5), b = pattern({cs.M}, 2), dy = pattern(ys, .7);
+    const Tensor bt = pattern({cs.x[1]}, 2.5);  // ConvTranspose's bias: one per channel of its output (x)
+    const convref::Windows win = convref::windows_of(cs, ys);
+    const std::vector<double> want_y = convref::conv(x, w, cs.bias ? &b : nullptr, win, cs.group);
+    const std::vector<double> want_dx = convref::conv_transpose(dy, w, cs.bias ? &bt : nullptr, win, cs.group);
+    std::map<std::string, Attr> a = {{"group", cs.group}, {"strides", Attr(cs.strides)},
+                                     {"dilations", Attr(cs.dilations)}, {"pads", Attr(cs.pads)}};
+    Ints out_pad;  // the rows the stride skipped at the end (grad_Conv's output_padding)
+    for (size_t i = 0; i < n; ++i)
+      out_pad.push_back((cs.x[i + 2] + cs.pads[i] + cs.pads[i + n] - (cs.kernel[i] - 1) * cs.dilations[i] - 1) %
+                        cs.strides[i]);
+    std::map<std::string, Attr> at = a;
+    at["output_padding"] = Attr(out_pad);
+    for (DType t : {DType::f32, DType::f64})
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(dtype_name(t));
+        CAPTURE(threads);
+        set_cpu_threads(threads);
+        std::vector<Tensor> ins = {as_dtype(x, t), as_dtype(w, t)}, tins = {as_dtype(dy, t), as_dtype(w, t)};
+        if (cs.bias) {
+          ins.push_back(as_dtype(b, t));
+          tins.push_back(as_dtype(bt, t));
+        }
+        auto y = run_op(Op::Conv, ins, 1, a);
+        REQUIRE(y[0].shape() == ys);
+        check_near(y[0], want_y);
+        auto dx = run_op(Op::ConvTranspose, tins, 1, at);
+        REQUIRE(dx[0].shape() == cs.x);
+        check_near(dx[0], want_dx);
+      }
+  }
 }
 
 // ---- pools ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "graph/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/spin_condition.h"
 
@@ -173,6 +174,58 @@ TEST_CASE("communicator: reduce_scatter_sum gives each replica its part's sums, 
     part += counts[size_t(r)];
   }
   CHECK_THROWS_WITH_AS(world[0]->reduce_scatter_sum(nullptr, {1, 2}, DType::f32), doctest::Contains("2 parts for a world of 4"), Error);
+}
+
+// --grad-dtype bf16: bfloat16 sums added in replica order in float and rounded once.
+TEST_CASE("communicator: bfloat16 all-reduce sums in float and rounds once") {
+  const int n = 3;
+  const std::vector<float> vals = {1.0f, 0.00390625f, 0.00390625f};  // 1 + 2^-8 + 2^-8 = 1 + 2^-7: bf16 holds it
+  auto world = make_in_process_world(n);
+  std::vector<uint16_t> out(n);
+  run_replicas(world, [&](Communicator& c) {
+    uint16_t x = f32_to_bf16(vals[size_t(c.rank())]);
+    c.all_reduce_sum(&x, 1, DType::bf16);
+    out[size_t(c.rank())] = x;
+  });
+  // Rounded after each addition it would stay 1 (1 + 2^-8 ties to even in bf16's 8 bits).
+  for (uint16_t x : out) CHECK(bf16_to_f32(x) == 1.0f + 0.0078125f);
+}
+
+// The replicas that wait while replica 0 evaluates or writes a checkpoint: an idle barrier outlasts
+// --comm-timeout (where a plain barrier reports the late replica), and still fails at once when a
+// replica dies.
+TEST_CASE("communicator: idle_barrier waits past the timeout for a slow replica, not for a dead one") {
+  CommOptions opts;
+  opts.timeout_s = 0.3;
+  for (const bool idle : {true, false}) {
+    CAPTURE(idle);
+    auto world = make_in_process_world(3, opts);
+    const std::vector<std::string> errors = run_collect(world, [&](Communicator& c) {
+      if (c.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      if (idle) c.idle_barrier();
+      else c.barrier();
+    });
+    if (idle) {
+      for (const std::string& e : errors) CHECK(e.empty());
+    } else {
+      CHECK(errors[1].find("did not reach") != std::string::npos);
+    }
+  }
+  auto world = make_in_process_world(3, opts);
+  const auto t0 = Clock::now();
+  const std::vector<std::string> errors = run_collect(world, [&](Communicator& c) {
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      fail("replica 0 broke");
+    }
+    c.idle_barrier();
+  });
+  CHECK(seconds_since(t0) < 5);
+  CHECK(errors[1].find("aborted") != std::string::npos);
+  std::string why;  // what a GPU stream's wait polls (exec/cuda/backend.cpp's wait_for)
+  CHECK(world[2]->aborted(&why));
+  CHECK(why.find("replica 0 broke") != std::string::npos);
+  CHECK(!make_in_process_world(2)[0]->aborted());
 }
 
 TEST_CASE("communicator: broadcast from every root and all_gather of different sizes") {

@@ -2,7 +2,8 @@
 """onnxdp train under mpirun: per-step losses and final parameters of `mpirun -np 2` and
 `mpirun -np 2 ... --devices cpu:2` (a world of 4) equal one device's on the same global batch
 (rtol 1e-5), also with --grad-accum and on the emulated CUDA device (its NCCL set-up across
-processes); --mixed-precision fp16 over 2 ranks of 2 equals a world of 4 in one process (losses,
+processes); --zero-stage 1 equals the unsharded run (rtol 1e-6) on CPU replicas and the emulated
+device; --mixed-precision fp16 over 2 ranks of 2 equals a world of 4 in one process (losses,
 parameters, loss scales, skipped steps); `onnxdp run` under mpirun writes one device's outputs; ranks that disagree on the model stop with a clear error; a killed rank ends the job
 within bounded time, never a hang.
 
@@ -96,6 +97,14 @@ def main():
             ok = same(plain, zero, f"{model}: mpirun -np 2 --devices {devices} --zero-stage 1 vs unsharded", rtol=1e-6)
             passed, failed = passed + ok, failed + (not ok)
 
+        # --grad-dtype bf16 across ranks: bfloat16 sums travel through MPI as float and are rounded
+        # once, as the in-process world of the same size rounds them.
+        args = ["--grad-dtype", "bf16"]
+        inproc = train([onnxdp], "mlp", tmp, "bf16_cpu2", args + ["--devices", "cpu:2"])
+        ranks = train([mpiexec, *FLAGS, "-np", "2", onnxdp], "mlp", tmp, "bf16_np2", args)
+        ok = same(inproc, ranks, "mlp: mpirun -np 2 --grad-dtype bf16 vs --devices cpu:2", rtol=1e-6)
+        passed, failed = passed + ok, failed + (not ok)
+
         # The CUDA backend's NCCL set-up across processes, on the emulated device: the first replica
         # of each rank makes its rank's communicators and hands them to its replicas (each checks it
         # got its own), then the device all-reduces train as one device does.
@@ -104,6 +113,12 @@ def main():
                         ["--devices", "cuda-emulated:2"])
             ok = same(train([onnxdp], "mlp", tmp, "mlp_one_again"), emu,
                       "mlp: mpirun -np 2 --devices cuda-emulated:2 vs one device")
+            passed, failed = passed + ok, failed + (not ok)
+            # ZeRO-1 on the device across processes: the reduce-scatter, the norm and the gather
+            # through the communicators the ranks set up.
+            zero = train([mpiexec, *FLAGS, "-np", "2", onnxdp], "mlp", tmp, "mlp_np2x2_emulated_zero",
+                         ["--devices", "cuda-emulated:2", "--zero-stage", "1"])
+            ok = same(emu, zero, "mlp: mpirun -np 2 --devices cuda-emulated:2 --zero-stage 1 vs unsharded", rtol=1e-6)
             passed, failed = passed + ok, failed + (not ok)
         else:
             print("mlp: mpirun -np 2 --devices cuda-emulated:2: SKIPPED, this build has no CUDA backend")

@@ -576,6 +576,16 @@ TEST_CASE("train: bad input gives a clear error before step 1") {
     o.data = (d / "count.npz").string();
     CHECK_THROWS_WITH_AS(train(o), doctest::Contains("samples"), Error);
   }
+  SUBCASE("an epoch's last batch too small for the replicas is found before step 1") {
+    o.devices = "cpu:4";
+    o.batch_size = 1498;  // 1500 samples: the epoch's second step has 2 rows, for 4 replicas
+    CHECK_THROWS_WITH_AS(train(o), doctest::Contains("the last step of each epoch has 2 rows"), Error);
+    o.grad_accum = 2;  // micro-batches of 749 then 749, the epoch's last step 1500 % 1498 = 2 rows
+    o.batch_size = 749;
+    CHECK_THROWS_WITH_AS(train(o), doctest::Contains("micro-batch of 2 rows cannot be split over 4 replicas"), Error);
+    o.drop_last = true;  // the short step is dropped: nothing to refuse
+    CHECK(train(o).losses.size() == 1);
+  }
   SUBCASE("a NaN loss stops the run naming the step and the last checkpoint") {
     o.optimizer.kind = OptimizerKind::sgd;
     o.optimizer.lr = 1e30f;

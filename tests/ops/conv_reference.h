@@ -1,0 +1,185 @@
+// A naive N-D convolution in double, straight from the definition (one loop per image, channel,
+// position and tap; no im2col, no BLAS, no chunks): the independent reference the CPU
+// convolution engine's tests (tests/ops/test_nn.cpp: Conv, ConvTranspose; tests/ops/test_grad.cpp:
+// ConvGradFilter) hold its three kernels against on the shapes each of its paths takes.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "exec/cpu/threads.h"
+#include "graph/tensor.h"
+
+namespace onnxdp::convref {
+
+// Position o of the iterated grid and tap k meet bound coordinate o*stride - pad_begin + k*dilation
+// in each spatial dim. f(o_flat, k_flat, b_flat) for every pair that lands inside the bound grid.
+struct Windows {
+  Shape iter, bound, kernel;
+  std::vector<int64_t> strides, dilations, pad_begin;
+};
+
+inline int64_t numel(const Shape& s) {
+  int64_t p = 1;
+  for (int64_t d : s) p *= d;
+  return p;
+}
+
+// The multi-index of flat index i in shape s (row-major).
+inline std::vector<int64_t> unflat(int64_t i, const Shape& s) {
+  std::vector<int64_t> v(s.size());
+  for (size_t d = s.size(); d-- > 0;) {
+    v[d] = i % s[d];
+    i /= s[d];
+  }
+  return v;
+}
+
+template <class F>
+void each_tap(const Windows& w, const F& f) {
+  for (int64_t o = 0; o < numel(w.iter); ++o)
+    for (int64_t k = 0; k < numel(w.kernel); ++k) {
+      const std::vector<int64_t> oi = unflat(o, w.iter), ki = unflat(k, w.kernel);
+      int64_t b = 0;
+      bool inside = true;
+      for (size_t d = 0; d < oi.size(); ++d) {
+        const int64_t c = oi[d] * w.strides[d] - w.pad_begin[d] + ki[d] * w.dilations[d];
+        inside = inside && c >= 0 && c < w.bound[d];
+        b = b * w.bound[d] + c;
+      }
+      if (inside) f(o, k, b);
+    }
+}
+
+inline double at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::f64 ? t.as<double>()[i] : double(t.as<float>()[i]);
+}
+
+// Conv: x [N, C, bound], w [M, C/group, kernel], bias [M] (or empty) -> y [N, M, iter].
+inline std::vector<double> conv(const Tensor& x, const Tensor& w, const Tensor* bias, const Windows& g, int64_t group) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], M = w.shape()[0], Cg = C / group, Mg = M / group;
+  const int64_t P = numel(g.iter), S = numel(g.bound), K = numel(g.kernel);
+  std::vector<double> y(size_t(N * M * P), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t p = 0; p < P; ++p) y[size_t((n * M + m) * P + p)] = bias ? at(*bias, m) : 0.0;
+      for (int64_t cl = 0; cl < Cg; ++cl) {
+        const int64_t c = m / Mg * Cg + cl;
+        each_tap(g, [&](int64_t o, int64_t k, int64_t b) {
+          y[size_t((n * M + m) * P + o)] += at(x, (n * C + c) * S + b) * at(w, (m * Cg + cl) * K + k);
+        });
+      }
+    }
+  return y;
+}
+
+// ConvTranspose: x [N, C, iter], w [C, M/group, kernel], bias [M] (or empty) -> y [N, M, bound]:
+// each input element spread over the outputs its taps reach.
+inline std::vector<double> conv_transpose(const Tensor& x, const Tensor& w, const Tensor* bias, const Windows& g,
+                                          int64_t group) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], Mg = w.shape()[1], M = Mg * group, Cg = C / group;
+  const int64_t P = numel(g.iter), S = numel(g.bound), K = numel(g.kernel);
+  std::vector<double> y(size_t(N * M * S), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t s = 0; s < S; ++s) y[size_t((n * M + m) * S + s)] = bias ? at(*bias, m) : 0.0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t ml = 0; ml < Mg; ++ml) {
+        const int64_t m = c / Cg * Mg + ml;
+        each_tap(g, [&](int64_t o, int64_t k, int64_t b) {
+          y[size_t((n * M + m) * S + b)] += at(x, (n * C + c) * P + o) * at(w, (c * Mg + ml) * K + k);
+        });
+      }
+  return y;
+}
+
+// ConvGradFilter: x [N, C, bound], dy [N, M, iter] -> dW [M, C/group, kernel].
+inline std::vector<double> filter_grad(const Tensor& x, const Tensor& dy, const Windows& g, int64_t group) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], M = dy.shape()[1], Cg = C / group, Mg = M / group;
+  const int64_t P = numel(g.iter), S = numel(g.bound), K = numel(g.kernel);
+  std::vector<double> dw(size_t(M * Cg * K), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t cl = 0; cl < Cg; ++cl) {
+        const int64_t c = m / Mg * Cg + cl;
+        each_tap(g, [&](int64_t o, int64_t k, int64_t b) {
+          dw[size_t((m * Cg + cl) * K + k)] += at(dy, (n * M + m) * P + o) * at(x, (n * C + c) * S + b);
+        });
+      }
+  return dw;
+}
+
+}  // namespace onnxdp::convref
+
+namespace onnxdp::convref {
+
+// The cases the engine's tests run: each takes one of its paths (`path` says which), and the
+// set covers every one: gathered images, rows of one image in chunks, Conv's three product
+// orientations (y^T, in place for wide outputs, W x col for narrow windows), the 1x1 window read
+// in place, windows as shifted (phase) planes at strides 1 and 2, short rows (flat table), rows
+// where planes would drop too many positions (runs), the direct depthwise loops on short and
+// long rows, 1-D and 3-D.
+struct Case {
+  const char* path;
+  Shape x;
+  int64_t M;
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  int64_t group;
+  bool bias;
+};
+
+inline std::vector<Case> engine_cases() {
+  return {
+      {"grouped, strided, dilated, asymmetric pads, 3 images in one product", {3, 6, 7, 9}, 8, {3, 2}, {2, 1}, {1, 2}, {1, 0, 2, 1}, 2, true},
+      {"depthwise, short rows (flat table), stride 2", {2, 4, 6, 7}, 4, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 2}, 4, true},
+      {"depthwise, long rows (runs), dilation 2", {2, 3, 5, 21}, 3, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, 3, false},
+      {"depthwise, long rows (runs), stride 3", {1, 2, 4, 60}, 2, {2, 5}, {1, 3}, {1, 1}, {0, 2, 1, 1}, 2, true},
+      {"depth multiplier 2 (direct loops)", {2, 3, 5, 5}, 6, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 3, true},
+      {"one input channel, 8 outputs (product)", {5, 1, 8, 8}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"stride 1, long rows (planes), dilation 2", {3, 5, 9, 20}, 6, {3, 2}, {1, 1}, {2, 3}, {2, 1, 0, 3}, 1, true},
+      {"stride 1, one large image in chunks of rows (planes)", {1, 2, 90, 90}, 3, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"stride 2, one large image in chunks of rows (phase planes)", {1, 2, 180, 180}, 3, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"dilation 4 on long rows, one large image in chunks of rows (runs)", {1, 2, 300, 36}, 3, {3, 3}, {1, 1}, {1, 4}, {1, 4, 1, 4}, 1, true},
+      {"stride 2, 72 taps x channels (phase planes, the y^T product)", {3, 8, 9, 11}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 1}, 1, true},
+      {"stride 2, 72 taps x channels, short rows (flat table, the y^T product)", {3, 8, 5, 5}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"stride 2, 64 outputs per group (in-place product)", {2, 3, 6, 6}, 64, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"stride 1, short rows (flat table)", {4, 3, 6, 6}, 5, {3, 3}, {1, 1}, {1, 1}, {1, 0, 0, 1}, 1, false},
+      {"1x1 read in place, 2 groups", {2, 4, 3, 5}, 6, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 2, true},
+      {"1x1 stride 2 (phase planes)", {3, 4, 5, 6}, 5, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, false},
+      {"1-D, stride 2 (phase planes)", {3, 2, 11}, 4, {4}, {2}, {2}, {3, 1}, 1, true},
+      {"3-D, strides 1, 2, 1 (runs)", {2, 2, 4, 5, 6}, 3, {2, 3, 2}, {1, 2, 1}, {2, 1, 1}, {1, 0, 1, 0, 1, 1}, 1, false},
+  };
+}
+
+// Restores the calling thread's kernel thread count (the cases run at several) when it ends.
+struct KeepThreads {
+  int before = cpu_threads();
+  ~KeepThreads() { set_cpu_threads(before); }
+};
+
+// The case's window geometry, given Conv's output spatial shape.
+inline Windows windows_of(const Case& c, const Shape& y) {
+  const size_t n = c.kernel.size();
+  Windows w;
+  w.iter.assign(y.begin() + 2, y.end());
+  w.bound.assign(c.x.begin() + 2, c.x.end());
+  w.kernel = c.kernel;
+  w.strides = c.strides;
+  w.dilations = c.dilations;
+  w.pad_begin.assign(c.pads.begin(), c.pads.begin() + int64_t(n));
+  return w;
+}
+
+// Conv's output spatial size per dim: floor((D + pads - span) / stride) + 1.
+inline Shape conv_output_shape(const Case& c) {
+  const size_t n = c.kernel.size();
+  Shape y = {c.x[0], c.M};
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t span = (c.kernel[i] - 1) * c.dilations[i] + 1;
+    y.push_back((c.x[i + 2] + c.pads[i] + c.pads[i + n] - span) / c.strides[i] + 1);
+  }
+  return y;
+}
+
+}  // namespace onnxdp::convref
