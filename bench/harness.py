@@ -36,7 +36,23 @@ def prepare(name, workdir, batch, batches_of_data=4):
         warnings.simplefilter("ignore")
         bm.export(name, model, example, onnx_path)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    with open(os.path.join(d, "trainable.json"), "w") as f:
+        json.dump(trainable_initializers(model, onnx_path), f)
     return onnx_path, npz_path, params
+
+
+def trainable_initializers(model, onnx_path):
+    """The file's initializers that hold a trainable parameter of the torch module: those named
+    like one, and the dynamo exporter's transposed copies (make_models.transposed_parameters).
+    ORT Training is told to train these and to freeze the rest (BatchNorm's running statistics,
+    constants)."""
+    import onnx
+    import make_models as mm
+    m = onnx.load(onnx_path)
+    params = {name for name, p in model.named_parameters() if p.requires_grad}
+    transposed = mm.transposed_parameters(m)
+    return [i.name for i in m.graph.initializer
+            if i.name in params or transposed.get(i.name) in params]
 
 
 def thread_env(threads, wait_policy="default"):
@@ -144,11 +160,30 @@ def machine_info(onnxdp, threads):
         "threads": threads,
         "onnxdp": onnxdp_version(onnxdp),
         "onnxdp_binary": os.path.abspath(onnxdp),
+        "onnxdp_binary_mtime": binary_mtime(onnxdp),
         "torch": torch.__version__,
         "onnx": onnx.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
     }
+
+
+def ort_versions(ort_python):
+    """The versions in the ORT Training virtualenv (its python, not this one)."""
+    code = ("import json, platform, numpy, onnx, onnxruntime; print(json.dumps({'onnxruntime': onnxruntime.__version__, "
+            "'onnx': onnx.__version__, 'numpy': numpy.__version__, 'python': platform.python_version()}))")
+    try:
+        r = subprocess.run([ort_python, "-c", code], capture_output=True, text=True, timeout=120)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
+        return {"error": f"{ort_python}: {e}"}
+
+
+def binary_mtime(path):
+    """When the binary was last written (UTC): a build that replaces it during a run would mix
+    two onnxdp versions in one table; compare.py checks this at the end."""
+    t = os.path.getmtime(path)
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def result_paths(kind, out_dir):
