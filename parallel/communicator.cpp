@@ -139,11 +139,16 @@ void Communicator::do_all_gather_parts(void* data, const std::vector<int64_t>& c
 Communicator::Handle Communicator::start_reduce_scatter_sum(void* data, std::vector<int64_t> counts, DType dtype) {
   check_reduce_dtype(dtype);
   const int64_t total = parts_total("start_reduce_scatter_sum", counts, size(), data);
+  return enqueue(Task{0, data, total, dtype, std::move(counts)});
+}
+
+Communicator::Handle Communicator::enqueue(Task t) {
   std::lock_guard<std::mutex> lk(mu_);
   check_usable();
   if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
-  uint64_t id = next_id_++;
-  queue_.push_back(Task{id, data, total, dtype, std::move(counts)});
+  t.id = next_id_++;
+  const uint64_t id = t.id;
+  queue_.push_back(std::move(t));
   results_[id] = Result{};
   cv_.notify_all();
   return Handle{id};
@@ -153,14 +158,7 @@ Communicator::Handle Communicator::start_all_reduce_sum(void* data, int64_t coun
   check_reduce_dtype(dtype);
   if (count < 0) fail("start_all_reduce_sum: negative count {}", count);
   if (count > 0 && !data) fail("start_all_reduce_sum: null buffer for {} elements", count);
-  std::lock_guard<std::mutex> lk(mu_);
-  check_usable();
-  if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
-  uint64_t id = next_id_++;
-  queue_.push_back(Task{id, data, count, dtype, {}});
-  results_[id] = Result{};
-  cv_.notify_all();
-  return Handle{id};
+  return enqueue(Task{0, data, count, dtype, {}});
 }
 
 void Communicator::comm_thread_main() {

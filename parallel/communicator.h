@@ -154,6 +154,8 @@ class Communicator {
   };
 
   void check_usable() const;
+  // Queues t (its id assigned here) on the communication thread, started with the first call.
+  Handle enqueue(Task t);
   // Runs f (a collective) on the caller's thread after the communication thread went idle;
   // records the first error so later calls fail at once.
   template <class F>

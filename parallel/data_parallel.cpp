@@ -215,7 +215,7 @@ std::vector<Bucket> data_parallel_gradients(Graph& g, std::vector<ValueId>& grad
     buckets.back().bytes += bytes;
     used += bytes;
   }
-  // A value like `like` under another name and dtype; a Cast node from `from` into it.
+  // A Cast node from `from` into a new value of `from`'s shape, named `name`, of dtype `to`.
   auto cast = [&](ValueId from, const std::string& name, DType to) {
     Value v = g.value(from);
     v.name = name;

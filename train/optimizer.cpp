@@ -40,8 +40,8 @@ float scheduled_lr(ScheduleKind k, float base, int64_t step, int64_t warmup, int
 }
 
 Optimizer::Optimizer(OptimizerOptions o, int64_t n) : o_(resolve_defaults(o)), n_(n) {
-  if (o_.kind != OptimizerKind::sgd) m_ = Tensor(DType::f32, {n});
-  if (o_.kind == OptimizerKind::adam || o_.kind == OptimizerKind::adamw) v_ = Tensor(DType::f32, {n});
+  if (keeps_m()) m_ = Tensor(DType::f32, {n});
+  if (keeps_v()) v_ = Tensor(DType::f32, {n});
 }
 
 OptimizerUpdate Optimizer::begin_step(float lr) {

@@ -52,6 +52,10 @@ class Optimizer {
   Tensor& v() { return v_; }
   void set_steps_done(int64_t t) { t_ = t; }
   const OptimizerOptions& options() const { return o_; }
+  // Which moments the kind keeps (whatever the element count, which is 0 for a replica's empty
+  // part under --zero-stage 1): m for momentum and Adam, v for Adam.
+  bool keeps_m() const { return o_.kind != OptimizerKind::sgd; }
+  bool keeps_v() const { return o_.kind == OptimizerKind::adam || o_.kind == OptimizerKind::adamw; }
 
  private:
   OptimizerOptions o_;

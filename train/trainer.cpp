@@ -459,7 +459,7 @@ class Replica {
       fmt::print("onnxdp train: --zero-stage 1: each replica updates {} of the {} floats of the flat state and holds "
                  "their optimizer state ({:.1f} MiB, 1/{} of the {:.1f} MiB each would hold unsharded)\n",
                  state_->shard_end() - state_->shard_begin(), state_->floats(), mib(state_->moment_bytes()), world_,
-                 mib(size_t(keeps_m() + keeps_v()) * size_t(state_->floats()) * sizeof(float)));
+                 mib(size_t(opt_->keeps_m() + opt_->keeps_v()) * size_t(state_->floats()) * sizeof(float)));
     else if (o_.zero_stage == 1)
       fmt::print("onnxdp train: --zero-stage 1 has nothing to shard in a world of one replica\n");
     // The data's memory: mapped files are read per batch (a batch's pages, given back after it);
@@ -567,18 +567,14 @@ class Replica {
   // "exp_avg/<parameter>" and "exp_avg_sq/<parameter>" (adam, adamw), "momentum_buffer/<parameter>"
   // (momentum).
   // The tensors given to f hold the moments of flat-buffer floats [base, base + their size).
-  bool keeps_m() const { return opt_->options().kind != OptimizerKind::sgd; }
-  bool keeps_v() const {
-    return opt_->options().kind == OptimizerKind::adam || opt_->options().kind == OptimizerKind::adamw;
-  }
   void for_each_state(Tensor& m, Tensor& v, const std::function<void(const std::string&, size_t, Tensor&)>& f) {
     for (size_t i = 0; i < trainable_.size(); ++i) {
-      if (keeps_m()) f((keeps_v() ? "exp_avg/" : "momentum_buffer/") + trainable_[i], i, m);
-      if (keeps_v()) f("exp_avg_sq/" + trainable_[i], i, v);
+      if (opt_->keeps_m()) f((opt_->keeps_v() ? "exp_avg/" : "momentum_buffer/") + trainable_[i], i, m);
+      if (opt_->keeps_v()) f("exp_avg_sq/" + trainable_[i], i, v);
     }
   }
   // --zero-stage 1 before a checkpoint: every replica sends its part of the moments to replica 0.
-  void gather_moments() { state_->gather_moments(keeps_m(), keeps_v(), full_m_, full_v_); }
+  void gather_moments() { state_->gather_moments(opt_->keeps_m(), opt_->keeps_v(), full_m_, full_v_); }
   bool evaluates_at(int64_t step) const {  // every replica knows; only replica 0 has the evaluator
     return !o_.eval_data.empty() && ((o_.eval_every > 0 && step % o_.eval_every == 0) || step == total_steps_);
   }
@@ -885,7 +881,7 @@ class Replica {
       for (const auto& [name, t] : master_)
         if (std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end()) frozen += t.nbytes();
       // Checkpoints write views of the optimizer state; with --zero-stage 1 replica 0 gathers it whole first.
-      const size_t gathered = size_t(keeps_m() + keeps_v()) * size_t(state_->floats()) * sizeof(float);
+      const size_t gathered = size_t(opt_->keeps_m() + opt_->keeps_v()) * size_t(state_->floats()) * sizeof(float);
       fmt::print("host memory besides: frozen parameters and running statistics {}, data held {}{}\n",
                  megabytes(double(frozen)), megabytes(double(data_.held_bytes())),
                  last_checkpoint_.empty() || !state_->sharded()

@@ -42,29 +42,22 @@ void AllReduce_forward(KernelCtx& c) {
 // bucket). Anywhere else (a bucket not laid out in the flat buffer) every element is summed, which
 // gives each owner its sums too.
 void ReduceScatter_forward(KernelCtx& c) {
-  const bool async = c.node.i("async") != 0;
-  for (int k = 0; k < int(c.inputs.size()); ++k) {
+  const FlatShards* sh = c.run.shards;
+  const int64_t span = c.run.comm ? all_reduce_span(c) : 0;
+  const float* begin = static_cast<const float*>(c.out(0).data);
+  if (!sh || span == 0 || c.out(0).dtype != DType::f32 || begin < sh->base ||
+      begin + span > sh->base + sh->bounds.back())
+    return AllReduce_forward(c);
+  for (int k = 0; k < int(c.inputs.size()); ++k) {  // in place in the outputs, as AllReduce
     const TensorRef &x = c.in(k), &y = c.out(k);
     if (x.data != y.data && x.numel) std::memcpy(y.data, x.data, size_t(x.numel) * dtype_size(x.dtype));
   }
-  if (!c.run.comm) return;
-  const FlatShards* sh = c.run.shards;
-  const int64_t span = all_reduce_span(c);
-  const float* begin = static_cast<const float*>(c.out(0).data);
-  if (sh && span > 0 && c.out(0).dtype == DType::f32 && begin >= sh->base &&
-      begin + span <= sh->base + sh->bounds.back()) {
-    const int64_t lo = begin - sh->base, hi = lo + span;
-    std::vector<int64_t> counts(sh->bounds.size() - 1);
-    for (size_t r = 0; r + 1 < sh->bounds.size(); ++r)
-      counts[r] = std::max<int64_t>(0, std::min(hi, sh->bounds[r + 1]) - std::max(lo, sh->bounds[r]));
-    if (async) c.run.comm->start_reduce_scatter_sum(c.out(0).data, std::move(counts), DType::f32);
-    else c.run.comm->reduce_scatter_sum(c.out(0).data, counts, DType::f32);
-    return;
-  }
-  for (const TensorRef& y : c.outputs) {
-    if (async) c.run.comm->start_all_reduce_sum(y.data, y.numel, y.dtype);
-    else c.run.comm->all_reduce_sum(y.data, y.numel, y.dtype);
-  }
+  const int64_t lo = begin - sh->base, hi = lo + span;
+  std::vector<int64_t> counts(sh->bounds.size() - 1);
+  for (size_t r = 0; r + 1 < sh->bounds.size(); ++r)
+    counts[r] = std::max<int64_t>(0, std::min(hi, sh->bounds[r + 1]) - std::max(lo, sh->bounds[r]));
+  if (c.node.i("async") != 0) c.run.comm->start_reduce_scatter_sum(c.out(0).data, std::move(counts), DType::f32);
+  else c.run.comm->reduce_scatter_sum(c.out(0).data, counts, DType::f32);
 }
 
 // x [rows_r, ...] on replica r -> y [sum of rows, ...], the shards in replica order.

@@ -544,6 +544,16 @@ void to_virtual(const Plane& pl, const Chunk& ck, const T* src, int64_t image_st
 }
 
 // The plane paths of the three kernels (see conv_forward & co. below for the shapes).
+// The padded planes of a task's `count` images from n0, group gi's Cg channels of x [N, Cin, S],
+// into xp [count, Cg, pl.size] (forward and filter gradient read the same).
+template <class T>
+void pad_task_planes(const Plane& pl, const T* x, int64_t n0, int64_t count, int64_t gi, int64_t Cg, int64_t Cin,
+                     int64_t S, T* xp) {
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t c = 0; c < Cg; ++c)
+      pad_plane(pl, x + ((n0 + b) * Cin + gi * Cg + c) * S, xp + (b * Cg + c) * pl.size);
+}
+
 template <class T>
 void plane_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y) {
   const Plane pl = make_plane(g);
@@ -557,9 +567,7 @@ void plane_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, con
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t gi = task % ch.groups, n0 = task / ch.groups * cut.images_per_task;
       const int64_t count = std::min(cut.images_per_task, ch.images - n0);
-      for (int64_t b = 0; b < count; ++b)
-        for (int64_t c = 0; c < Cg; ++c)
-          pad_plane(pl, x + ((n0 + b) * Cin + gi * Cg + c) * S, xp + (b * Cg + c) * pl.size);
+      pad_task_planes(pl, x, n0, count, gi, Cg, Cin, S, xp);
       for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t, const Chunk& ck) {
         const int64_t len = (ck.q1 - ck.q0) * pl.L, R = ck.images * len;
         plane_im2col(pl, ck, xp + (ck.n0 - n0) * Cg * pl.size, Cg, col);
@@ -625,9 +633,7 @@ void plane_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x,
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t gi = task % ch.groups, n0 = task / ch.groups * cut.images_per_task;
       const int64_t count = std::min(cut.images_per_task, ch.images - n0);
-      for (int64_t b = 0; b < count; ++b)
-        for (int64_t c = 0; c < Cg; ++c)
-          pad_plane(pl, x + ((n0 + b) * Cin + gi * Cg + c) * S, xp + (b * Cg + c) * pl.size);
+      pad_task_planes(pl, x, n0, count, gi, Cg, Cin, S, xp);
       for_each_chunk(cut, ch.images, ch.groups, task, [&](int64_t, const Chunk& ck) {
         const int64_t R = ck.images * (ck.q1 - ck.q0) * pl.L;
         plane_im2col(pl, ck, xp + (ck.n0 - n0) * Cg * pl.size, Cg, col);

@@ -461,7 +461,6 @@ class CudaBackend final : public DeviceBackend {
   // stream has produced the inputs, so backward goes on; the compute stream waits for it before
   // anything reads the sums.
   void all_reduce(KernelCtx& c) {
-    const bool async = c.node.i("async") != 0;
     const int64_t span = world_ > 1 ? all_reduce_span(c) : 0;
     if (world_ == 1 || span || emulated_)  // in place in the outputs (no copy where they are the inputs)
       for (size_t k = 0; k < c.inputs.size(); ++k)
@@ -472,14 +471,7 @@ class CudaBackend final : public DeviceBackend {
       for (const TensorRef& y : c.outputs) comm_->all_reduce_sum(y.data, y.numel, y.dtype);
       return;
     }
-    cudaStream_t s = stream_;
-    if (async) {
-      ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
-      ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
-      s = comm_stream_;
-      comm_pending_ = true;
-      for (const TensorRef& y : c.outputs) pending_.push_back(y);
-    }
+    const cudaStream_t s = collective_stream(c);
     if (span) {
       void* y = c.out(0).data;
       ONNXDP_NCCL_SETTLE(ncclAllReduce(y, y, size_t(span), nccl_type(c, c.out(0).dtype), ncclSum, nccl_, s), {nccl_});
@@ -491,6 +483,18 @@ class CudaBackend final : public DeviceBackend {
       ONNXDP_CUDA_CHECK(ncclAllReduce(x.data, y.data, size_t(y.numel), nccl_type(c, y.dtype), ncclSum, nccl_, s));
     }
     ONNXDP_NCCL_SETTLE(ncclGroupEnd(), {nccl_});
+  }
+
+  // The stream a collective node's NCCL calls go on: the compute stream, or with async=1 the
+  // communication stream after the compute stream's work so far (its outputs then pending until
+  // join_collectives).
+  cudaStream_t collective_stream(const KernelCtx& c) {
+    if (c.node.i("async") == 0) return stream_;
+    ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
+    ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
+    comm_pending_ = true;
+    for (const TensorRef& y : c.outputs) pending_.push_back(y);
+    return comm_stream_;
   }
 
   // --zero-stage 1's gradient bucket: over a range of the flat gradient buffer (RunState::shards),
@@ -509,14 +513,7 @@ class CudaBackend final : public DeviceBackend {
     for (size_t r = 0; r < counts.size(); ++r)
       counts[r] = std::max<int64_t>(0, std::min(hi, sh->bounds[r + 1]) - std::max(lo, sh->bounds[r]));
     if (emulated_) return comm_->reduce_scatter_sum(begin, counts, DType::f32);
-    cudaStream_t s = stream_;
-    if (c.node.i("async") != 0) {
-      ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
-      ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
-      s = comm_stream_;
-      comm_pending_ = true;
-      for (const TensorRef& y : c.outputs) pending_.push_back(y);
-    }
+    const cudaStream_t s = collective_stream(c);
     ONNXDP_CUDA_CHECK(ncclGroupStart());
     int64_t off = 0;
     for (size_t r = 0; r < counts.size(); ++r) {
