@@ -1,9 +1,13 @@
 // `onnxdp train MODEL ...`: the training issue's CLI, names exactly as documented in docs/CLI.md.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
+#include "train/replicas.h"
 #include "train/trainer.h"
 
 namespace onnxdp::cli {
@@ -62,6 +66,11 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--eval-data", o->eval_data, "Evaluate on this data after training (loss, accuracy); as --data");
   cmd->add_option("--eval-every,--eval-steps", o->eval_every, "Also evaluate every N steps (needs --eval-data)");
   cmd->add_option("--devices", o->devices, "auto (every GPU, else the CPU), cpu, cpu:N (N replicas; under mpirun N per process), cuda (every GPU; under mpirun one per process) or cuda:0,1,...")
+      ->capture_default_str();
+  cmd->add_option("--launch", o->launch,
+                  "processes: one worker process per device, started by onnxdp (as torchrun would); threads: every "
+                  "replica a thread of this process; auto: processes for several GPUs, else threads")
+      ->check(CLI::IsMember({"auto", "threads", "processes"}))
       ->capture_default_str();
   cmd->add_flag("--local-bn", o->local_bn, "Per-replica BatchNormalization statistics (DDP's default; not equivalent to one device)");
   cmd->add_option("--grad-dtype", o->grad_dtype,
@@ -122,6 +131,17 @@ Command add_train_command(CLI::App& app) {
       for (int n = 2; !opts.resume && std::filesystem::exists(opts.output_dir) &&
                       !std::filesystem::is_empty(opts.output_dir); ++n)
         opts.output_dir = "runs/" + name + "-" + std::to_string(n);
+    }
+    // One process per device: this one only starts and watches the workers, which run this same
+    // command line (with the output folder decided here, so that they all use the one folder).
+    if (const int workers = worker_processes_for(opts.devices, opts.launch); workers > 1) {
+      std::vector<std::string> argv = command_line();
+      if (!given("--output-dir")) argv.insert(argv.end(), {"--output-dir", opts.output_dir});
+      if (!opts.quiet)
+        fmt::print("onnxdp: {} worker processes, one per device of --devices {} (--launch threads: one process)\n",
+                   workers, opts.devices);
+      std::fflush(stdout);
+      return run_workers(workers, argv);
     }
     opts.shuffle = !*no_shuffle;
     opts.cuda_graph = !*no_cuda_graph;

@@ -4,6 +4,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace onnxdp::cli {
 
@@ -17,6 +19,9 @@ Command add_run_command(CLI::App& parent);
 Command add_train_command(CLI::App& parent);
 Command add_graph_command(CLI::App& parent);
 Command add_plot_command(CLI::App& parent);
+
+// The command line as main received it (argv[0] first): what `train` hands its worker processes.
+std::vector<std::string>& command_line();
 
 // `onnxdp --version`: the version and what CUDA onnxdp sees.
 void print_version();

@@ -9,8 +9,14 @@
 #include "cli/commands.h"
 #include "graph/error.h"
 
+std::vector<std::string>& onnxdp::cli::command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+
 int main(int argc, char** argv) {
   using namespace onnxdp::cli;
+  command_line().assign(argv, argv + argc);
   CLI::App app{"onnxdp: train ONNX models data-parallel across devices and machines"};
   app.require_subcommand(0, 1);
   bool version = false;

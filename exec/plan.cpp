@@ -189,6 +189,7 @@ Plan::Plan(Graph g, PlanOptions opts) : graph_(std::move(g)), opts_(opts) {
       dev.to_device(device_ptr(ValueId(v)), graph_.values[v].data.data(), graph_.values[v].data.nbytes());
   on_device_.resize(size_t(nn));
   capturable_ = opts_.device_graph && dev.can_capture();
+  for (const Node& n : graph_.nodes) talks_ = talks_ || n.op == Op::AllReduce || n.op == Op::ReduceScatter || n.op == Op::AllGather;
   for (int ni = 0; ni < nn; ++ni) {
     const Node& n = graph_.nodes[size_t(ni)];
     on_device_[size_t(ni)] = dev.has_kernel(graph_, n);
@@ -351,15 +352,32 @@ void Plan::execute_on_device(const std::map<std::string, Tensor>& inputs, const 
       if (opts_.after_run) opts_.after_run(*this);
       recording_ = dev.end_capture();
       recorded_batch_offset_ = state.batch_offset;
-    } catch (const Error& e) {  // nothing recorded has run: go on node by node
+    } catch (const Error& e) {  // nothing recorded has run: go on node by node (below)
       dev.abort_capture();
       capturable_ = false;
       fmt::print(stderr, "onnxdp: {}: recording the run as a CUDA graph failed, running node by node: {}\n",
                  dev.name(), e.what());
+    }
+    // Replicas that talk to each other all replay or none does: a graph's NCCL calls must be alike
+    // on every rank (NCCL's rule for CUDA graphs), and one replica launching node by node while
+    // the others replay is what it warns against. Agreed before anything runs, so that every
+    // replica's collectives keep one order.
+    if (state.comm && talks_) {
+      int32_t failed = recording_ ? 0 : 1;
+      state.comm->all_reduce_sum(&failed, 1, DType::i32);
+      if (failed && recording_) {
+        recording_.reset();
+        capturable_ = false;
+        fmt::print(stderr, "onnxdp: {}: another replica could not record its run as a CUDA graph: every replica "
+                           "runs node by node\n", dev.name());
+      }
+    }
+    if (recording_) {
+      dev.replay(recording_.get());
+    } else {
       run_nodes_on_device(run);
       if (opts_.after_run) opts_.after_run(*this);
     }
-    if (recording_) dev.replay(recording_.get());
   } else {
     run_nodes_on_device(run);
     if (opts_.after_run) {

@@ -106,6 +106,7 @@ class Plan {
   std::vector<char> on_host_;         // per value, during a run: the host arena holds its bytes
   size_t device_bytes_ = 0;
   bool capturable_ = false;           // device_graph and every node may be recorded
+  bool talks_ = false;                // has collectives that exchange data with the other replicas
   int64_t device_runs_ = 0;
   std::shared_ptr<void> recording_;   // the recorded run, once made
 };

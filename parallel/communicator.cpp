@@ -10,6 +10,7 @@
 
 #include "graph/error.h"
 #include "parallel/local_group.h"
+#include "parallel/workers.h"
 
 namespace onnxdp {
 
@@ -457,9 +458,21 @@ LaunchInfo detect_launch() {
           }
     }
   };
+  // onnxdp's own worker processes (parallel/workers.h): every worker on this machine.
+  int size = env_int("ONNXDP_WORKER_SIZE", &has_size);
+  int rank = env_int("ONNXDP_WORKER_RANK", &has_rank);
+  if (has_size) {
+    li.launched = li.self_launched = true, li.rank = rank, li.size = size;
+    li.local_rank = rank, li.local_size = std::max(1, size);
+    li.launcher = fmt::format("onnxdp worker processes (ONNXDP_WORKER_SIZE={})", size);
+    if (!has_rank || li.size < 1 || li.rank >= li.size)
+      fail("launcher environment is inconsistent: {} says rank {} of {}", li.launcher,
+           has_rank ? std::to_string(rank) : std::string("(none)"), size);
+    return li;
+  }
   // Open MPI's mpirun/mpiexec.
-  int size = env_int("OMPI_COMM_WORLD_SIZE", &has_size);
-  int rank = env_int("OMPI_COMM_WORLD_RANK", &has_rank);
+  size = env_int("OMPI_COMM_WORLD_SIZE", &has_size);
+  rank = env_int("OMPI_COMM_WORLD_RANK", &has_rank);
   if (has_size) {
     li.launched = true, li.rank = rank, li.size = size;
     li.launcher = fmt::format("Open MPI (OMPI_COMM_WORLD_SIZE={})", size);
@@ -505,6 +518,7 @@ CommWorld make_mpi_world(int, CommOptions) {
 
 CommWorld make_world(int local_replicas, CommOptions opts) {
   LaunchInfo li = detect_launch();
+  if (li.self_launched) return make_worker_world(local_replicas, opts);
   if (li.launched) {
     if (mpi_built()) return make_mpi_world(local_replicas, opts);
     if (li.size > 1)

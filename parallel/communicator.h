@@ -192,8 +192,12 @@ struct LaunchInfo {
   int local_rank = 0;     // this process's index among the job's processes on this machine
   int local_size = 1;     // how many of the job's processes run on this machine
   std::string launcher;  // "Open MPI (OMPI_COMM_WORLD_SIZE=2)", "PMI (PMI_SIZE=2)", "Slurm (...)", ""
+  // Started by onnxdp itself as one of its worker processes (parallel/workers.h): one device each,
+  // the workers' own sockets instead of MPI.
+  bool self_launched = false;
 };
-// The one place launchers' variables are read: Open MPI (OMPI_COMM_WORLD_*), PMI (Hydra: PMI_*,
+// The one place launchers' variables are read: onnxdp's own workers (ONNXDP_WORKER_RANK / _SIZE,
+// parallel/workers.h), Open MPI (OMPI_COMM_WORLD_*), PMI (Hydra: PMI_*,
 // MPI_LOCALRANKID / MPI_LOCALNRANKS; MVAPICH's MV2_COMM_WORLD_LOCAL_*), Slurm's srun (SLURM_PROCID,
 // SLURM_LOCALID, the node's task count from SLURM_NTASKS_PER_NODE, else SLURM_STEP_TASKS_PER_NODE /
 // SLURM_TASKS_PER_NODE at SLURM_NODEID).

@@ -1,6 +1,8 @@
 #include "train/replicas.h"
 
 #include "exec/device.h"
+#include "graph/error.h"
+#include "parallel/workers.h"
 
 namespace onnxdp {
 
@@ -25,8 +27,29 @@ std::string cuda_report() {
 
 DeviceList devices_of(const std::string& devices) {
   const LaunchInfo launch = detect_launch();
-  return parse_devices(devices, launch.local_rank, launch.local_size);
+  if (!launch.self_launched) return parse_devices(devices, launch.local_rank, launch.local_size);
+  // The parent started one worker per device of the list: this one takes the device of its rank.
+  DeviceList d = parse_devices(devices, 0, 1);
+  if (int(d.index.size()) != launch.size)
+    fail("--devices {} names {} device{} but onnxdp started {} worker processes for it (did the machine's GPUs "
+         "change?)",
+         devices, d.index.size(), d.index.size() == 1 ? "" : "s", launch.size);
+  d.index = {d.index[size_t(launch.rank)]};
+  return d;
 }
+
+int worker_processes_for(const std::string& devices, const std::string& launch) {
+  if (launch != "auto" && launch != "threads" && launch != "processes")
+    fail("--launch '{}' is not understood: use auto, threads or processes", launch);
+  if (launch == "threads" || detect_launch().launched) return 0;
+  const DeviceList d = parse_devices(devices, 0, 1);
+  const int n = int(d.index.size());
+  if (n < 2) return 0;
+  if (launch == "processes") return n;
+  return d.kind == DeviceKind::cuda ? n : 0;
+}
+
+int run_workers(int n, const std::vector<std::string>& argv) { return run_worker_processes(n, argv); }
 
 void for_each_replica(const DeviceList& devices, const CommOptions& comm, bool tf32, const ReplicaBody& body) {
   const int local = int(devices.index.size());

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "exec/device_backend.h"
 #include "parallel/communicator.h"
@@ -23,7 +24,18 @@ void for_each_replica(const DeviceList& devices, const CommOptions& comm, bool t
 // N devices" (or why not built / no device), then one indented line per GPU.
 std::string cuda_report();
 
-// --devices parsed for this process (its local rank and the processes on its host).
+// --devices parsed for this process (its local rank and the processes on its host). A worker
+// onnxdp started itself (parallel/workers.h) takes the one device of its rank in the list.
 DeviceList devices_of(const std::string& devices);
+
+// --launch: how many worker processes `onnxdp train` starts for --devices, one per device, or 0 to
+// run every replica as a thread of this process. launch: "processes" (one process per device when
+// there are several), "threads" (never), "auto" (processes for real GPUs, several of them; threads
+// on the CPU and the emulated device). 0 under a launcher (mpirun, srun) and in a worker.
+int worker_processes_for(const std::string& devices, const std::string& launch);
+
+// Starts n workers running the command line argv and waits for them (parallel/workers.h); the
+// exit status for main.
+int run_workers(int n, const std::vector<std::string>& argv);
 
 }  // namespace onnxdp

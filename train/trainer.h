@@ -49,6 +49,7 @@ struct TrainOptions {
   bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
   bool quiet = false;
   std::string devices = "auto";  // --devices: exec/device_backend.h's parse_devices (auto, cpu, cpu:N, cuda, cuda:i,j, cuda-emulated)
+  std::string launch = "auto";  // --launch: worker processes or threads (train/replicas.h's worker_processes_for)
   bool local_bn = false;        // per-replica BatchNormalization statistics (DDP's default)
   int zero_stage = 0;           // 1: ZeRO-1, the optimizer state sharded over the replicas
   std::string grad_dtype = "fp32";  // bf16: gradients all-reduced in bfloat16 (DDP's bf16 compression hook)
