@@ -311,13 +311,12 @@ class CudaBackend final : public DeviceBackend {
   }
 
   // NCCL set-up. Every replica tells the others its kind of device, its GPU and its process; then
-  //   - one process holding the whole world (`--devices cuda:0,1`): replica 0 makes every
-  //     replica's communicator with one ncclCommInitAll and hands them out in memory;
-  //   - several processes (mpirun, one or more GPUs each): replica 0's ncclUniqueId goes to all
-  //     through the host communicator (MPI), and the first replica of each process makes the
-  //     communicators of its process's GPUs in one group (ncclGroupStart, ncclCommInitRankConfig
-  //     per GPU, ncclGroupEnd), non-blocking, so that a process that died before its part makes
-  //     the others fail after --comm-timeout instead of waiting for ever.
+  // replica 0's ncclUniqueId goes to all through the host communicator (memory, sockets or MPI),
+  // and the first replica of each process (one process with every GPU under --launch threads; one
+  // per GPU under --launch processes or a launcher) makes the communicators of its process's GPUs
+  // in one group (ncclGroupStart, ncclCommInitRankConfig per GPU, ncclGroupEnd), non-blocking and
+  // polled, so that a process that died before its part makes the others fail after
+  // --comm-timeout instead of waiting for ever.
   // The emulated device runs the same exchange with stand-in communicators and checks that each
   // replica received its own.
   void connect(Communicator* comm) override {
@@ -342,27 +341,20 @@ class CudaBackend final : public DeviceBackend {
       if (std::string(a.begin() + 5, a.end()) == me.substr(5)) local.push_back(r);
     }
     ncclComm_t mine = nullptr;
-    if (int(local.size()) == world_) {
-      std::vector<ncclComm_t> comms(size_t(world_), nullptr);
-      if (rank == 0) comms = init_all(devices);
-      comm->broadcast(comms.data(), comms.size() * sizeof(ncclComm_t), 0);
-      mine = comms[size_t(rank)];
-    } else {
-      ncclUniqueId id{};
-      if (rank == 0 && !emulated_) ONNXDP_CUDA_CHECK(ncclGetUniqueId(&id));
-      comm->broadcast(&id, sizeof id, 0);
-      std::vector<ncclComm_t> comms;
-      if (rank == local[0]) comms = init_group(id, local, devices);
-      // The first replica of each process sends its process's communicators with everyone's.
-      const size_t bytes = comms.size() * sizeof(ncclComm_t);
-      comm->all_gather_bytes(comms.data(), bytes, all);
-      const std::vector<uint8_t>& from = all[size_t(local[0])];
-      const size_t k = size_t(std::find(local.begin(), local.end(), rank) - local.begin());
-      if (from.size() != local.size() * sizeof(ncclComm_t))
-        fail("{}: NCCL set-up: replica {} made {} communicators for the {} replicas of its process", name(), local[0],
-             from.size() / sizeof(ncclComm_t), local.size());
-      std::memcpy(&mine, from.data() + k * sizeof(ncclComm_t), sizeof mine);
-    }
+    ncclUniqueId id{};
+    if (rank == 0 && !emulated_) ONNXDP_CUDA_CHECK(ncclGetUniqueId(&id));
+    comm->broadcast(&id, sizeof id, 0);
+    std::vector<ncclComm_t> comms;
+    if (rank == local[0]) comms = init_group(id, local, devices);
+    // The first replica of each process sends its process's communicators with everyone's.
+    const size_t bytes = comms.size() * sizeof(ncclComm_t);
+    comm->all_gather_bytes(comms.data(), bytes, all);
+    const std::vector<uint8_t>& from = all[size_t(local[0])];
+    const size_t k = size_t(std::find(local.begin(), local.end(), rank) - local.begin());
+    if (from.size() != local.size() * sizeof(ncclComm_t))
+      fail("{}: NCCL set-up: replica {} made {} communicators for the {} replicas of its process", name(), local[0],
+           from.size() / sizeof(ncclComm_t), local.size());
+    std::memcpy(&mine, from.data() + k * sizeof(ncclComm_t), sizeof mine);
     if (emulated_) {
       if (mine != stand_in(rank))
         fail("{}: NCCL set-up handed replica {} the communicator made for another replica", name(), rank);
@@ -387,20 +379,8 @@ class CudaBackend final : public DeviceBackend {
   // The emulated device's communicator for a rank: a value no real one has, that says whose it is.
   static ncclComm_t stand_in(int rank) { return reinterpret_cast<ncclComm_t>(uintptr_t(0x1000 + rank)); }
 
-  // One communicator per replica of a one-process world (replica r on GPU devices[r]).
-  std::vector<ncclComm_t> init_all(const std::vector<int>& devices) {
-    std::vector<ncclComm_t> comms(devices.size(), nullptr);
-    if (emulated_) {
-      for (size_t r = 0; r < comms.size(); ++r) comms[r] = stand_in(int(r));
-      return comms;
-    }
-    ONNXDP_CUDA_CHECK(ncclCommInitAll(comms.data(), int(comms.size()), devices.data()));
-    activate();
-    return comms;
-  }
-
-  // The communicators of the replicas `local` of this process in a world spanning processes, made
-  // in one group, non-blocking: waited for within --comm-timeout.
+  // The communicators of the replicas `local` of this process (replica local[k] on GPU
+  // devices[local[k]]), made in one group, non-blocking: waited for within --comm-timeout.
   std::vector<ncclComm_t> init_group(const ncclUniqueId& id, const std::vector<int>& local,
                                      const std::vector<int>& devices) {
     std::vector<ncclComm_t> comms(local.size(), nullptr);

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The multi-GPU checks of a lent GPU machine (tests/gpu/multi-gpu.sh runs this), for 1 to 8 GPUs.
 
-    multi_gpu.py ONNXDP [--devices cuda] [--one cuda:0] [--md FILE] [--budget-s 400] [--no-scaling]
+    multi_gpu.py ONNXDP [--devices cuda] [--launch auto] [--one cuda:0] [--md FILE] [--budget-s 400] [--no-scaling]
 
-`--devices` is the world under test (default `cuda`: every GPU, one replica each); `--one` the
-single device the data-parallel runs are compared with. Without a GPU, `--devices cuda-emulated:2
+`--devices` is the world under test (default `cuda`: every GPU, one replica each, one worker
+process per GPU as `--launch auto` starts them; `--launch threads`: one process drives them all);
+`--one` the single device the data-parallel runs are compared with. Without a GPU, `--devices cuda-emulated:2
 --one cuda-emulated` runs every check on the emulated device (what this machine can say: the host
 side, not the kernels or NCCL). With one GPU the world is one replica: the equality checks then
 compare a world of one with itself, and the table says so.
@@ -18,7 +19,8 @@ Checks, each PASS / FAIL / SKIP with its figures, the table printed last:
   - scaling: the GPT-2-small-shaped model (bench/bench_models.py gpt2_small, exported with torch)
     at a fixed per-GPU batch on one device and on the world: ms/step and efficiency;
   - overlap: 25 MB buckets against one bucket (--bucket-mb 100000) on the world: ms/step;
-  - a killed rank: needs one process per GPU (issue 23 item 1, not built yet): SKIP with the reason.
+  - worker processes (--launch processes) equal one process's threads (--launch threads);
+  - a killed worker: SIGKILL to worker 1 ends the job within 60 s with an error naming it.
 """
 import argparse
 import json
@@ -83,11 +85,47 @@ def same(a, b, rtol=1e-5, atol=1e-6, keys=("loss",)):
     return True, f"worst loss rel {worst:.1e}"
 
 
+def killed_worker(onnxdp, devices, tmp):
+    """SIGKILL to worker 1 of a long --launch processes run: (ended in time and named it, figures)."""
+    args = [onnxdp, "train", os.path.join(ROOT, "models", "tiny_lm", "model.onnx"), "--steps", "1000000",
+            "--batch-size", "8", "--devices", devices, "--launch", "processes", "--quiet", "--comm-timeout", "30",
+            "--output-dir", os.path.join(tmp, "killed")]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    for _ in range(600):  # workers up and past their first steps (a GPU's set-up takes seconds)
+        time.sleep(0.05)
+        for entry in os.listdir("/proc"):
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                if entry.isdigit() and int(stat[stat.rindex(")") + 2:].split()[1]) == p.pid and \
+                        b"ONNXDP_WORKER_RANK=1" in open(f"/proc/{entry}/environ", "rb").read().split(b"\0"):
+                    victim = int(entry)
+            except (OSError, ValueError, IndexError):
+                pass
+        if victim and os.path.exists(os.path.join(tmp, "killed", "metrics.jsonl")):
+            break
+    if not victim:
+        p.kill()
+        p.communicate()
+        return False, "no worker 1 found"
+    os.kill(victim, 9)
+    start = time.time()
+    try:
+        _, err = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    took = time.time() - start
+    ok = p.returncode != 0 and took < 60 and "worker 1 of" in err
+    return ok, f"exit {p.returncode} after {took:.1f} s: {err.strip().splitlines()[-1][:150] if err.strip() else ''}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("onnxdp")
     ap.add_argument("--devices", default="cuda")
     ap.add_argument("--one", default="cuda:0")
+    ap.add_argument("--launch", default="auto", help="--launch of the world's runs (auto, threads, processes)")
     ap.add_argument("--md", default="")
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--no-scaling", action="store_true")
@@ -106,8 +144,14 @@ def main():
     record("topology", None if not gpus else True, f"{gpus} GPU(s); world {world}" + (" (emulated)" if emulated else ""))
     note = " (world of one: compares one device with itself)" if world == 1 else ""
 
+    launch = ["--launch", a.launch]
+    plain_train = train
+
+    def train_on(onnxdp, model, devices, tmp, tag, extra=(), **kw):  # the world's runs with --launch
+        return plain_train(onnxdp, model, devices, tmp, tag, [*extra, *(launch if devices == a.devices else [])], **kw)
+
     with tempfile.TemporaryDirectory() as tmp:
-        smoke = train(a.onnxdp, "mlp", a.devices, tmp, "smoke", steps=5)
+        smoke = train_on(a.onnxdp, "mlp", a.devices, tmp, "smoke", steps=5)
         record("NCCL smoke test (mlp, 5 steps on the world)", smoke is not None,
                f"loss {smoke['metrics'][-1]['loss']:.4f}" if smoke else "")
 
@@ -122,28 +166,28 @@ def main():
                 # The world's run against one device's with the same options and global batch
                 # (buckets and graphs change nothing on one device; with --grad-accum both see each
                 # micro-batch's BatchNorm statistics).
-                x = train(a.onnxdp, model, a.one, tmp, f"{model}-{what}-one", extra, batch=b)
-                y = train(a.onnxdp, model, a.devices, tmp, f"{model}-{what}-dp", extra, batch=b)
+                x = train_on(a.onnxdp, model, a.one, tmp, f"{model}-{what}-one", extra, batch=b)
+                y = train_on(a.onnxdp, model, a.devices, tmp, f"{model}-{what}-dp", extra, batch=b)
                 ok, fig = same(y, x)
                 record(f"DP = one device: {model}, {what}{note}", ok, fig)
         if left() > 60:
             # A scale that grows every 4 steps until float16 overflows: the skipped steps and scales
             # must match one device's (the world all-reduces the overflow to every replica).
             fp16 = ["--mixed-precision", "fp16", "--loss-scale-init", "65536", "--loss-scale-growth-interval", "4"]
-            x = train(a.onnxdp, "mlp", a.one, tmp, "fp16-one", fp16)
-            y = train(a.onnxdp, "mlp", a.devices, tmp, "fp16-dp", fp16)
+            x = train_on(a.onnxdp, "mlp", a.one, tmp, "fp16-one", fp16)
+            y = train_on(a.onnxdp, "mlp", a.devices, tmp, "fp16-dp", fp16)
             ok, fig = same(y, x, rtol=1e-2, atol=1e-3, keys=("loss", "loss_scale", "skipped"))
             record(f"DP = one device: mlp fp16, loss scales and skipped steps{note}", ok, fig)
 
         if left() > 60:
             clip = ["--max-grad-norm", "0.5"]
-            plain = train(a.onnxdp, "mlp", a.devices, tmp, "zero0", clip, optimizer="adamw", lr="0.003")
-            zero = train(a.onnxdp, "mlp", a.devices, tmp, "zero1", clip + ["--zero-stage", "1"], optimizer="adamw",
+            plain = train_on(a.onnxdp, "mlp", a.devices, tmp, "zero0", clip, optimizer="adamw", lr="0.003")
+            zero = train_on(a.onnxdp, "mlp", a.devices, tmp, "zero1", clip + ["--zero-stage", "1"], optimizer="adamw",
                          lr="0.003")
             ok, fig = same(zero, plain)
             record("--zero-stage 1 = unsharded (mlp, AdamW, clipping)" + note, ok, fig)
-            fp32 = train(a.onnxdp, "mlp", a.devices, tmp, "fp32-grads")
-            bf16 = train(a.onnxdp, "mlp", a.devices, tmp, "bf16-grads", ["--grad-dtype", "bf16"])
+            fp32 = train_on(a.onnxdp, "mlp", a.devices, tmp, "fp32-grads")
+            bf16 = train_on(a.onnxdp, "mlp", a.devices, tmp, "bf16-grads", ["--grad-dtype", "bf16"])
             ok, fig = same(bf16, fp32, rtol=1e-3, atol=1e-4)
             record("--grad-dtype bf16 within 1e-3 of fp32 gradients" + note, ok, fig)
 
@@ -165,8 +209,8 @@ def main():
         if scaling_model:
             per_gpu = 2
             common = ["--data", scaling_model[:-5] + ".npz", "--mixed-precision", "bf16"]
-            one = train(a.onnxdp, scaling_model, a.one, tmp, "gpt2-one", common, steps=6, batch=str(per_gpu))
-            many = train(a.onnxdp, scaling_model, a.devices, tmp, "gpt2-world", common, steps=6,
+            one = train_on(a.onnxdp, scaling_model, a.one, tmp, "gpt2-one", common, steps=6, batch=str(per_gpu))
+            many = train_on(a.onnxdp, scaling_model, a.devices, tmp, "gpt2-world", common, steps=6,
                          batch=str(per_gpu * world))
             if one and many:
                 s1 = one["metrics"][-1]["samples_per_s"]
@@ -175,7 +219,7 @@ def main():
                 record(f"scaling: GPT-2-small-shaped model, bf16, {per_gpu} sequences per GPU", True,
                        f"{s1:.2f} samples/s on one, {sn:.2f} on {world}: efficiency {100 * eff:.0f} %")
                 if left() > 90 and world > 1:
-                    single = train(a.onnxdp, scaling_model, a.devices, tmp, "gpt2-one-bucket",
+                    single = train_on(a.onnxdp, scaling_model, a.devices, tmp, "gpt2-one-bucket",
                                    common + ["--bucket-mb", "100000"], steps=6, batch=str(per_gpu * world))
                     if single:
                         record("overlap: 25 MB buckets vs one bucket", True,
@@ -185,8 +229,18 @@ def main():
             else:
                 record("scaling: GPT-2-small-shaped model", False, "a run failed")
 
-        record("a killed rank ends the job", None,
-               "needs one process per GPU (issue 23 item 1, not built yet); mpi_train.py checks it on CPU ranks")
+        if world > 1 and left() > 60:
+            procs = plain_train(a.onnxdp, "mlp", a.devices, tmp, "launch-processes", ["--launch", "processes"])
+            threads = plain_train(a.onnxdp, "mlp", a.devices, tmp, "launch-threads", ["--launch", "threads"])
+            ok, fig = same(procs, threads)
+            record("worker processes = one process's threads (mlp)", ok, fig)
+        else:
+            record("worker processes = one process's threads (mlp)", None, "world of one" if world == 1 else "out of time")
+        if world > 1 and left() > 60:
+            ok, fig = killed_worker(a.onnxdp, a.devices, tmp)
+            record("a killed worker ends the job, named, within 60 s", ok, fig)
+        else:
+            record("a killed worker ends the job, named, within 60 s", None, "world of one" if world == 1 else "out of time")
 
     lines = ["| check | result | figures |", "|---|---|---|"] + [f"| {c} | {s} | {f} |" for c, s, f in rows]
     table = "\n".join(lines)
