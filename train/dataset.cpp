@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 
 #include "importer/onnx_io.h"
@@ -90,6 +91,41 @@ size_t Dataset::held_bytes() const {
   size_t n = 0;
   for (const auto& s : shards) n += s->held_bytes();
   return n;
+}
+
+Dataset load_shared_dataset(const std::string& path, const onnx::ModelProto& m, const std::string& label,
+                            bool need_label) {
+  // What the loaded arrays depend on: the files, the label, and the model's inputs (names, types).
+  std::string key = path + '\0' + label + '\0' + (need_label ? "1" : "0");
+  for (const onnx::ValueInfoProto& v : m.graph().input()) key += '\0' + v.SerializeAsString();
+  // An entry: the dataset without its shards, and the shards as long as a replica holds them.
+  struct Loaded {
+    Dataset meta;
+    std::vector<std::weak_ptr<const Shard>> shards;
+  };
+  static std::mutex mu;
+  static std::map<std::string, Loaded> loaded;
+  std::lock_guard<std::mutex> lk(mu);  // the other replicas wait for the first one's read
+  auto alive = [](const Loaded& l, std::vector<std::shared_ptr<const Shard>>* out) {
+    for (const auto& w : l.shards) {
+      auto s = w.lock();
+      if (!s) return false;
+      if (out) out->push_back(std::move(s));
+    }
+    return true;
+  };
+  for (auto it = loaded.begin(); it != loaded.end();)  // forget what no replica holds any more
+    it = alive(it->second, nullptr) ? std::next(it) : loaded.erase(it);
+  if (auto it = loaded.find(key); it != loaded.end()) {
+    Dataset d = it->second.meta;
+    if (alive(it->second, &d.shards)) return d;
+  }
+  Dataset d = load_dataset(path, m, label, need_label);
+  Loaded l{d, {}};
+  l.meta.shards.clear();
+  for (const auto& s : d.shards) l.shards.push_back(s);
+  loaded[key] = std::move(l);
+  return d;
 }
 
 Dataset load_dataset(const std::string& path, const onnx::ModelProto& m, const std::string& label, bool need_label) {

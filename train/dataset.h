@@ -37,6 +37,12 @@ struct Dataset {
 // model's one token input [batch, T] (T from the model: a fixed dim 1) and, with need_label,
 // `label` the next tokens, both of the token input's dtype.
 Dataset load_dataset(const std::string& path, const onnx::ModelProto& m, const std::string& label, bool need_label);
+// The same, read once per process: the replicas of one process (threads) that ask for the same
+// files, label and model inputs while an earlier one's Dataset is alive get a copy of it that
+// shares its shards (the arrays' bytes, read-only: each replica reads its own rows), instead of
+// reading and holding the data once each.
+Dataset load_shared_dataset(const std::string& path, const onnx::ModelProto& m, const std::string& label,
+                            bool need_label);
 
 // Rows `idx` of every array, a batch of idx.size() rows of which only rows [own_begin, own_end)
 // are read (a replica's share: the graph's Scatter takes its rows from the global batch; the

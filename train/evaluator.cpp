@@ -11,7 +11,7 @@ namespace onnxdp {
 Evaluator::Evaluator(const std::string& path, const onnx::ModelProto& proto, const std::string& model_dir,
                      const LossOptions& lo, const TrainOptions& o, std::shared_ptr<DeviceBackend> device)
     : path_(path), proto_(proto), model_dir_(model_dir), lo_(lo), o_(o),
-      data_(load_dataset(path, proto, o.label, lo.kind != LossKind::none)), device_(std::move(device)) {}
+      data_(load_shared_dataset(path, proto, o.label, lo.kind != LossKind::none)), device_(std::move(device)) {}
 
 Evaluator::EvalPlan& Evaluator::plan_for(int64_t rows, const std::map<std::string, Tensor>& parameters) {
   auto it = plans_.find(rows);

@@ -259,7 +259,7 @@ class Replica {
     for (const std::string& n : decide_trainability(proto_, {o_.freeze, o_.trainable}).notes) export_notes_.push_back(n);
     data_path_ = training_data_path(o_);
     const bool need_label = o_.loss != LossKind::none;
-    data_ = load_dataset(data_path_, proto_, o_.label, need_label);
+    data_ = load_shared_dataset(data_path_, proto_, o_.label, need_label);
     if (o_.batch_size <= 0) fail("--batch-size must be positive");
     batch_ = std::min(o_.batch_size, data_.samples);
     if (batch_ < o_.batch_size && !quiet_)  // not silently: the step is smaller than asked for
@@ -882,7 +882,7 @@ class Replica {
         if (std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end()) frozen += t.nbytes();
       // Checkpoints write views of the optimizer state; with --zero-stage 1 replica 0 gathers it whole first.
       const size_t gathered = size_t(opt_->keeps_m() + opt_->keeps_v()) * size_t(state_->floats()) * sizeof(float);
-      fmt::print("host memory besides: frozen parameters and running statistics {}, data held {}{}\n",
+      fmt::print("host memory besides: frozen parameters and running statistics {}, data held {} (one copy per process){}\n",
                  megabytes(double(frozen)), megabytes(double(data_.held_bytes())),
                  last_checkpoint_.empty() || !state_->sharded()
                      ? std::string()

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "importer/onnx_io.h"
 #include "tests/test_util.h"
@@ -123,6 +125,33 @@ TEST_CASE("data: .npy files and a stored .npz are mapped, a deflated .npz is hel
   const std::string cut = error_of([&] { load_dataset(tmp.file("cut.npy"), mlp, "label", false); });
   CHECK(contains(cut, "cut.npy"));
   CHECK(contains(cut, "(truncated)"));
+}
+
+TEST_CASE("data: the replicas of a process share one read of the data while one holds it") {
+  TempDir tmp("onnxdp_data_shared");
+  const onnx::ModelProto mlp = load_model_proto(sample_model("mlp"));
+  write_npz(tmp.file("a.npz"), mlp_rows(0, 20), true);
+  write_npz(tmp.file("b.npz"), mlp_rows(0, 10), true);
+  std::optional<Dataset> first, second;
+  std::thread t1([&] { first = load_shared_dataset(tmp.file("a.npz"), mlp, "label", true); });
+  std::thread t2([&] { second = load_shared_dataset(tmp.file("a.npz"), mlp, "label", true); });
+  t1.join();
+  t2.join();
+  REQUIRE(first->shards.size() == 1);
+  CHECK(first->shards[0].get() == second->shards[0].get());  // one copy of the bytes for both
+  CHECK(first->held_bytes() == size_t(20 * 64 * 4 + 20 * 8));
+  auto b = take_rows(*second, {7});
+  CHECK(x_at(b, 0, 5) == 705.f);
+  const Dataset other = load_shared_dataset(tmp.file("b.npz"), mlp, "label", true);
+  CHECK(other.shards[0].get() != first->shards[0].get());
+  CHECK(other.samples == 10);
+  // Another label request is another dataset (its arrays differ).
+  CHECK(load_shared_dataset(tmp.file("a.npz"), mlp, "label", false).shards[0].get() != first->shards[0].get());
+  // Once no replica holds it, the next run reads the file again (a changed file is seen).
+  first.reset();
+  second.reset();
+  write_npz(tmp.file("a.npz"), mlp_rows(0, 12), true);
+  CHECK(load_shared_dataset(tmp.file("a.npz"), mlp, "label", true).samples == 12);
 }
 
 TEST_CASE("data: a folder or a glob of shards is one dataset, rows in file-name order, shards must agree") {
