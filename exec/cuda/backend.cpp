@@ -718,12 +718,10 @@ class CudaBackend final : public DeviceBackend {
     host_comm_stream_->synchronize(poll);
   }
   // Both streams drained, errors left for synchronize (a release in a destructor must not throw).
-  // A replica unwinding from an error aborts its world first: a collective it queued waits for
-  // peers that may in turn wait for it (run_replicas aborts the world only after the unwinding).
+  // A replica unwinding from an error drains too, without aborting its world (run_replicas does
+  // that after the unwinding, with the error): every collective it queued, the others reach as
+  // well (collectives are matched in call order), or they fail, and the world is aborted then.
   void quiesce() {
-    if (host_stream_->idle() && host_comm_stream_->idle()) return;
-    if (std::uncaught_exceptions() > 0 && comm_)
-      comm_->abort(fmt::format("replica {} failed ({} stopped with work queued)", comm_->rank(), name()));
     host_stream_->drain();
     host_comm_stream_->drain();
   }
