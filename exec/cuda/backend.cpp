@@ -9,7 +9,10 @@
 //
 // The emulated device (DeviceKind::cuda_emulated) is this class with host memory and the kernels'
 // host emulations: the same has_kernel decisions and the same kernel dispatch, run where there is
-// no GPU. It checks the host side; it is no evidence that the device code works.
+// no GPU. Its streams are host threads (exec/cuda/host_stream.h), the compute stream and the
+// communication stream each a queue run in order, with events that order them as CUDA's do: a
+// missing event wait, or a buffer reused before a queued all-reduce read it, fails here too. It
+// checks the host side; it is no evidence that the device code works.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -24,12 +27,14 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "exec/cuda/check.h"
 #include "exec/cuda/elementwise.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/host_stream.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/optimizer.h"
 #include "exec/cuda/reduce.h"
@@ -47,7 +52,11 @@ namespace {
 class CudaBackend final : public DeviceBackend {
  public:
   CudaBackend(int index, bool emulated) : index_(index), emulated_(emulated) {
-    if (emulated_) return;
+    if (emulated_) {
+      host_stream_ = std::make_unique<cuda::HostStream>(name() + " compute stream");
+      host_comm_stream_ = std::make_unique<cuda::HostStream>(name() + " communication stream");
+      return;
+    }
     activate();
     ONNXDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ONNXDP_CUDA_CHECK(cublasCreate(&blas_));
@@ -66,7 +75,12 @@ class CudaBackend final : public DeviceBackend {
     ONNXDP_CUDA_CHECK(cudaMalloc(&reduce_partial_, kReduceScratch * sizeof(double)));
   }
   ~CudaBackend() override {
-    if (emulated_) return;
+    if (emulated_) {
+      quiesce();  // a wait queued on one stream may name the other: both drain before either goes
+      host_stream_.reset();
+      host_comm_stream_.reset();
+      return;
+    }
     cudaSetDevice(index_);
     // A replica that fails (unwinding, or its world aborted) aborts its communicator: destroying
     // it would wait for operations its peers will never finish.
@@ -114,18 +128,32 @@ class CudaBackend final : public DeviceBackend {
 
   void release(void* p) override {
     if (!p) return;
-    if (emulated_) return std::free(p);
+    if (emulated_) {  // cudaFree waits for the device: nothing queued may write freed memory
+      quiesce();
+      return std::free(p);
+    }
     cudaFree(p);  // in destructors: a failure here has nobody to report to
   }
 
+  // From pageable host memory (every host buffer here): cudaMemcpyAsync returns once the bytes
+  // were staged, and writes the device memory in stream order. Emulated: staged here, queued.
   void to_device(void* dst, const void* src, size_t bytes) override {
-    if (emulated_) return void(std::memcpy(dst, src, bytes));
+    if (emulated_) {
+      if (!bytes) return;
+      auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
+                                                           static_cast<const uint8_t*>(src) + bytes);
+      return host_stream_->enqueue([dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    }
     ONNXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
 
+  // Synchronous, as cudaMemcpy: after everything queued before it, the collectives joined.
   void to_host(void* dst, const void* src, size_t bytes) override {
-    if (emulated_) return void(std::memcpy(dst, src, bytes));
     join_collectives();
+    if (emulated_) {
+      wait_for_host_stream();
+      return void(std::memcpy(dst, src, bytes));
+    }
     ONNXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     wait_for(stream_);
   }
@@ -151,20 +179,33 @@ class CudaBackend final : public DeviceBackend {
     return false;
   }
 
+  // What the host does for a node runs here (the stream a collective goes on, the events); the
+  // kernel itself is launched on the stream or, emulated, queued there with copies of its
+  // arguments (its refs and run state), as a launch copies them.
   void run(const Graph& g, KernelCtx& c) override {
-    if (emulated_ && capturing_) {  // recorded with its arguments, as a graph's kernel nodes are
-      recorded_->push_back([&g, node = &c.node, ins = c.inputs, outs = c.outputs, rs = c.run, index = c.index, this] {
-        KernelCtx again{*node, ins, outs, rs, index};
-        dispatch(g, again);
-      });
-      return;
-    }
-    dispatch(g, c);
-  }
-
-  void dispatch(const Graph& g, KernelCtx& c) {
     const Node& n = c.node;
     if (comm_pending_ && reads_pending(c)) join_collectives();  // a bf16 bucket's cast back
+    switch (cuda::kernel_family(n.op)) {
+      case cuda::KernelFamily::reshape:  // the same bytes under another shape (the Plan gives outputs their own)
+        return copy(c.out(0).data, c.in(0).data, size_t(c.out(0).numel) * dtype_size(c.out(0).dtype));
+      case cuda::KernelFamily::collective:
+        if (n.op == Op::Scatter) return scatter(c);
+        if (n.op == Op::AllReduce) return all_reduce(c);
+        if (n.op == Op::AllGather) return all_gather(c);
+        if (n.op == Op::ReduceScatter) return reduce_scatter(c);
+        c.fail("no kernel on {}", name());
+      default: break;
+    }
+    if (!emulated_) return kernel(g, c);
+    queue(*host_stream_, [&g, node = &n, ins = c.inputs, outs = c.outputs, rs = c.run, index = c.index, this] {
+      KernelCtx again{*node, ins, outs, rs, index};
+      kernel(g, again);
+    });
+  }
+
+  // The kernel of a node of the compute families, on the compute stream (emulated: run on its thread).
+  void kernel(const Graph& g, KernelCtx& c) {
+    const Node& n = c.node;
     const cuda::CudaContext cc{stream_, blas_, dnn_, emulated_};
     switch (cuda::kernel_family(n.op)) {
       case cuda::KernelFamily::none: break;
@@ -180,21 +221,15 @@ class CudaBackend final : public DeviceBackend {
       case cuda::KernelFamily::norm: return cuda::norm_forward(g, c, cc);
       case cuda::KernelFamily::tensor: return cuda::tensor_forward(g, c, cc);
       case cuda::KernelFamily::conv: return cuda::conv_forward(g, c, cc);
-      case cuda::KernelFamily::reshape:  // the same bytes under another shape (the Plan gives outputs their own)
-        return copy(c.out(0).data, c.in(0).data, size_t(c.out(0).numel) * dtype_size(c.out(0).dtype));
-      case cuda::KernelFamily::collective:
-        if (n.op == Op::Scatter) return scatter(c);
-        if (n.op == Op::AllReduce) return all_reduce(c);
-        if (n.op == Op::AllGather) return all_gather(c);
-        if (n.op == Op::ReduceScatter) return reduce_scatter(c);
-        break;
+      case cuda::KernelFamily::reshape:
+      case cuda::KernelFamily::collective: break;  // run() did them
     }
     c.fail("no kernel on {}", name());
   }
 
   void synchronize() override {
-    if (emulated_) return;
     join_collectives();
+    if (emulated_) return wait_for_host_stream();
     wait_for(stream_);
   }
 
@@ -202,10 +237,7 @@ class CudaBackend final : public DeviceBackend {
     return cuda::tensor_check_message(g, n, element, value);
   }
 
-  void copy_on_device(void* dst, const void* src, size_t bytes) override {
-    if (emulated_ && capturing_) return recorded_->push_back([=, this] { copy(dst, src, bytes); });
-    copy(dst, src, bytes);
-  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
 
   void allow_tf32(bool on) override {
     tf32_ = on;
@@ -214,22 +246,19 @@ class CudaBackend final : public DeviceBackend {
 
   void zero(void* dst, size_t bytes) override {
     if (!bytes) return;
-    if (emulated_ && capturing_) return recorded_->push_back([=] { std::memset(dst, 0, bytes); });
-    if (emulated_) return void(std::memset(dst, 0, bytes));
+    if (emulated_) return queue(*host_stream_, [=] { std::memset(dst, 0, bytes); });
     ONNXDP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
   }
 
   void optimizer_step(const OptimizerUpdate* u, double* squared_norm, float* p, float* g, float* m, float* v,
                       int64_t n) override {
+    join_collectives();  // the gradient buckets' all-reduces
     if (emulated_) {
-      auto step = [=] {
+      return queue(*host_stream_, [=] {
         cuda::squared_norm_emulate(g, n, squared_norm);
         cuda::optimizer_emulate(u, squared_norm, p, g, m, v, n);
-      };
-      if (capturing_) return recorded_->push_back(step);
-      return step();
+      });
     }
-    join_collectives();  // the gradient buckets' all-reduces
     cuda::squared_norm_launch(g, n, norm_partial_, squared_norm, stream_);
     cuda::optimizer_launch(u, squared_norm, p, g, m, v, n, stream_);
   }
@@ -242,17 +271,14 @@ class CudaBackend final : public DeviceBackend {
     const int64_t lo = bounds[size_t(rank)], n = bounds[size_t(rank) + 1] - lo;
     std::vector<int64_t> counts;
     for (size_t r = 0; r + 1 < bounds.size(); ++r) counts.push_back(bounds[r + 1] - bounds[r]);
-    if (emulated_) {
-      auto step = [=, this] {
-        cuda::squared_norm_emulate(g + lo, n, squared_norm);
-        comm_->all_reduce_sum(squared_norm, 1, DType::f64);
-        cuda::optimizer_emulate(u, squared_norm, p + lo, g + lo, m, v, n);
-        comm_->all_gather_parts(p, counts, DType::f32);
-      };
-      if (capturing_) return recorded_->push_back(step);
-      return step();
-    }
     join_collectives();  // the gradient buckets' reduce-scatters
+    if (emulated_) {
+      Communicator* comm = comm_;
+      queue(*host_stream_, [=] { cuda::squared_norm_emulate(g + lo, n, squared_norm); });
+      queue_collective(*host_stream_, [=] { comm->all_reduce_sum(squared_norm, 1, DType::f64); });
+      queue(*host_stream_, [=] { cuda::optimizer_emulate(u, squared_norm, p + lo, g + lo, m, v, n); });
+      return queue_collective(*host_stream_, [=] { comm->all_gather_parts(p, counts, DType::f32); });
+    }
     cuda::squared_norm_launch(g + lo, n, norm_partial_, squared_norm, stream_);
     ONNXDP_NCCL_SETTLE(ncclAllReduce(squared_norm, squared_norm, 1, ncclFloat64, ncclSum, nccl_, stream_), {nccl_});
     cuda::optimizer_launch(u, squared_norm, p + lo, g + lo, m, v, n, stream_);
@@ -277,9 +303,9 @@ class CudaBackend final : public DeviceBackend {
   }
 
   std::shared_ptr<void> end_capture() override {
+    join_collectives();  // the communication stream rejoins inside the capture
     capturing_ = false;
     if (emulated_) return std::move(recorded_);
-    join_collectives();  // the communication stream rejoins inside the capture
     cudaGraph_t graph = nullptr;
     ONNXDP_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
@@ -293,9 +319,11 @@ class CudaBackend final : public DeviceBackend {
     });
   }
 
+  // Emulated: the recording's stream operations issued again, in order (closures queued, events
+  // recorded and waited for), as a graph launch replays its nodes and their dependencies.
   void replay(void* recording) override {
     if (emulated_) {
-      for (auto& call : *static_cast<std::vector<std::function<void()>>*>(recording)) call();
+      for (auto& issue : *static_cast<std::vector<std::function<void()>>*>(recording)) issue();
       return;
     }
     ONNXDP_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(recording), stream_));
@@ -447,9 +475,11 @@ class CudaBackend final : public DeviceBackend {
         copy(c.out(int(k)).data, c.in(int(k)).data, size_t(c.out(int(k)).numel) * dtype_size(c.out(int(k)).dtype));
     if (world_ == 1) return;
     if (emulated_) {
-      if (span) return comm_->all_reduce_sum(c.out(0).data, span, c.out(0).dtype);
-      for (const TensorRef& y : c.outputs) comm_->all_reduce_sum(y.data, y.numel, y.dtype);
-      return;
+      std::vector<TensorRef> sums = c.outputs;
+      if (span) sums = {TensorRef{c.out(0).data, c.out(0).dtype, nullptr, span}};
+      return queue_collective(host_collective_stream(c), [comm = comm_, sums] {
+        for (const TensorRef& y : sums) comm->all_reduce_sum(y.data, y.numel, y.dtype);
+      });
     }
     const cudaStream_t s = collective_stream(c);
     if (span) {
@@ -468,13 +498,22 @@ class CudaBackend final : public DeviceBackend {
   // The stream a collective node's NCCL calls go on: the compute stream, or with async=1 the
   // communication stream after the compute stream's work so far (its outputs then pending until
   // join_collectives).
-  cudaStream_t collective_stream(const KernelCtx& c) {
-    if (c.node.i("async") == 0) return stream_;
-    ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
-    ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
+  cudaStream_t collective_stream(const KernelCtx& c) { return on_comm_stream(c) ? comm_stream_ : stream_; }
+  cuda::HostStream& host_collective_stream(const KernelCtx& c) {
+    return on_comm_stream(c) ? *host_comm_stream_ : *host_stream_;
+  }
+  bool on_comm_stream(const KernelCtx& c) {
+    if (c.node.i("async") == 0) return false;
+    if (emulated_) {
+      record(host_grads_ready_, *host_stream_);
+      wait(*host_comm_stream_, host_grads_ready_);
+    } else {
+      ONNXDP_CUDA_CHECK(cudaEventRecord(grads_ready_, stream_));
+      ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grads_ready_, 0));
+    }
     comm_pending_ = true;
     for (const TensorRef& y : c.outputs) pending_.push_back(y);
-    return comm_stream_;
+    return true;
   }
 
   // --zero-stage 1's gradient bucket: over a range of the flat gradient buffer (RunState::shards),
@@ -492,7 +531,9 @@ class CudaBackend final : public DeviceBackend {
     std::vector<int64_t> counts(sh->bounds.size() - 1);
     for (size_t r = 0; r < counts.size(); ++r)
       counts[r] = std::max<int64_t>(0, std::min(hi, sh->bounds[r + 1]) - std::max(lo, sh->bounds[r]));
-    if (emulated_) return comm_->reduce_scatter_sum(begin, counts, DType::f32);
+    if (emulated_)
+      return queue_collective(host_collective_stream(c),
+                              [comm = comm_, begin, counts] { comm->reduce_scatter_sum(begin, counts, DType::f32); });
     const cudaStream_t s = collective_stream(c);
     ONNXDP_CUDA_CHECK(ncclGroupStart());
     int64_t off = 0;
@@ -516,16 +557,19 @@ class CudaBackend final : public DeviceBackend {
     const size_t row_bytes = y.dim(0) ? size_t(y.numel / y.dim(0)) * dtype_size(y.dtype) : 0;
     if (world == 1) return copy(y.data, x.data, size_t(x.numel) * dtype_size(x.dtype));
     uint8_t* out = static_cast<uint8_t*>(y.data);
-    if (emulated_) {
-      std::vector<std::vector<uint8_t>> all;
-      comm_->all_gather_bytes(x.data, size_t(x.numel) * dtype_size(x.dtype), all);
-      for (int r = 0; r < world; ++r) {
-        if (all[size_t(r)].size() != size_t(shard[size_t(r)]) * row_bytes)
-          c.fail("replica {} sent {} bytes, its shard is {} rows of {} bytes", r, all[size_t(r)].size(), shard[size_t(r)], row_bytes);
-        if (!all[size_t(r)].empty()) std::memcpy(out, all[size_t(r)].data(), all[size_t(r)].size());
-        out += all[size_t(r)].size();
-      }
-      return;
+    if (emulated_) {  // on the compute stream, as the broadcasts below
+      return queue_collective(*host_stream_, [comm = comm_, node = &c.node, x, out, shard, row_bytes, world] {
+        std::vector<std::vector<uint8_t>> all;
+        comm->all_gather_bytes(x.data, size_t(x.numel) * dtype_size(x.dtype), all);
+        uint8_t* at = out;
+        for (int r = 0; r < world; ++r) {
+          if (all[size_t(r)].size() != size_t(shard[size_t(r)]) * row_bytes)
+            fail("{}: replica {} sent {} bytes, its shard is {} rows of {} bytes", node->describe(), r,
+                 all[size_t(r)].size(), shard[size_t(r)], row_bytes);
+          if (!all[size_t(r)].empty()) std::memcpy(at, all[size_t(r)].data(), all[size_t(r)].size());
+          at += all[size_t(r)].size();
+        }
+      });
     }
     ONNXDP_CUDA_CHECK(ncclGroupStart());
     for (int r = 0; r < world; ++r) {
@@ -586,8 +630,13 @@ class CudaBackend final : public DeviceBackend {
   // The compute stream waits for the all-reduces queued on the communication stream.
   void join_collectives() {
     if (!comm_pending_) return;
-    ONNXDP_CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
-    ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_, 0));
+    if (emulated_) {
+      record(host_comm_done_, *host_comm_stream_);
+      wait(*host_stream_, host_comm_done_);
+    } else {
+      ONNXDP_CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
+      ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_, 0));
+    }
     comm_pending_ = false;
     pending_.clear();
   }
@@ -608,8 +657,53 @@ class CudaBackend final : public DeviceBackend {
 
   void copy(void* dst, const void* src, size_t bytes) {
     if (!bytes || dst == src) return;
-    if (emulated_) return void(std::memcpy(dst, src, bytes));
+    if (emulated_) return queue(*host_stream_, [=] { std::memcpy(dst, src, bytes); });
     ONNXDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  // ---- the emulated streams (exec/cuda/host_stream.h) ----
+  // A stream operation issued now, or appended to the recording while capturing (replay issues
+  // it again): as CUDA graph capture records a stream's work and its events instead of running it.
+  void issue(std::function<void()> op) {
+    if (capturing_) return recorded_->push_back(std::move(op));
+    op();
+  }
+  void queue(cuda::HostStream& s, std::function<void()> work) {
+    issue([&s, work = std::move(work)] { s.enqueue(work); });
+  }
+  void record(cuda::HostEvent& e, cuda::HostStream& s) {
+    issue([&e, &s] { e = s.record(); });
+  }
+  void wait(cuda::HostStream& s, const cuda::HostEvent& e) {
+    issue([&s, &e] { s.wait(e); });
+  }
+  // An emulated NCCL call on stream s. NCCL runs one communicator's operations in the order they
+  // were issued, whatever their streams (the host communicator too matches calls by order): each
+  // waits for the one issued before it.
+  void queue_collective(cuda::HostStream& s, std::function<void()> work) {
+    wait(s, host_last_collective_);
+    queue(s, std::move(work));
+    record(host_last_collective_, s);
+  }
+  // A host wait for the compute stream, as wait_for: a replica of this world that failed (its
+  // thread threw, run_replicas aborted the host communicator) ends it at once. Then the
+  // communication stream's error, if a collective failed (NCCL's asynchronous error): its work
+  // was joined into the compute stream's, so it has ended too.
+  void wait_for_host_stream() {
+    auto poll = [this] {
+      std::string why;
+      if (comm_ && comm_->aborted(&why)) fail("{} ({}): stopped waiting for the device: {}", name(), comm_->describe(), why);
+    };
+    host_stream_->synchronize(poll);
+    host_comm_stream_->synchronize(poll);
+  }
+  // Both streams drained, errors left for synchronize (a release in a destructor must not throw).
+  // A replica unwinding from an error drains too, without aborting its world (run_replicas does
+  // that after the unwinding, with the error): every collective it queued, the others reach as
+  // well (collectives are matched in call order), or they fail, and the world is aborted then.
+  void quiesce() {
+    host_stream_->drain();
+    host_comm_stream_->drain();
   }
 
   int index_;
@@ -641,9 +735,13 @@ class CudaBackend final : public DeviceBackend {
     if (reduce_partial_host_.empty()) reduce_partial_host_.resize(kReduceScratch);
     return reduce_partial_host_.data();
   }
-  // Recording (begin_capture .. end_capture); emulated: the calls themselves.
+  // Recording (begin_capture .. end_capture); emulated: the stream operations (issue()).
   bool capturing_ = false;
   std::shared_ptr<std::vector<std::function<void()>>> recorded_;
+  // Emulated: the streams (stream_, comm_stream_) and events (grads_ready_, comm_done_, and the
+  // last collective issued, which the next one waits for).
+  std::unique_ptr<cuda::HostStream> host_stream_, host_comm_stream_;
+  cuda::HostEvent host_grads_ready_, host_comm_done_, host_last_collective_;
 };
 
 }  // namespace
