@@ -46,6 +46,10 @@ class DeviceBackend {
   virtual void allow_tf32(bool on) = 0;
   // Waits for everything queued on the device.
   virtual void synchronize() = 0;
+  // After synchronize(): milliseconds the compute stream waited for the communication stream's
+  // collectives since the last call (the device's part of the metric comm_wait_ms: communication
+  // not hidden behind compute). 0 where it cannot be measured.
+  virtual double take_comm_wait_ms() { return 0.0; }
 
   // The fused optimizer over flat device buffers of n floats, queued on the device (and recorded
   // like run() between begin_capture and end_capture): the gradient's squared global norm in

@@ -681,6 +681,7 @@ class Replica {
     s.rows = rows;
     const auto t0 = std::chrono::steady_clock::now();
     if (comm_) comm_->reset_comm_wait_ms();
+    if (device_) device_->take_comm_wait_ms();  // what an evaluation or a checkpoint waited
     s.lr = scheduled_lr(o_.schedule, base_lr_, step, o_.warmup_steps, total_steps_);
     // The step's update scalars; with fp16 the gradients come scaled by the step's loss scale.
     OptimizerUpdate u = opt_->begin_step(s.lr);
@@ -713,7 +714,9 @@ class Replica {
       profiled_wall_ += s.seconds;
       profiled_optimizer_ += std::chrono::duration<double>(t_end - t_opt).count();
     }
-    s.comm_wait_ms = comm_ ? comm_->comm_wait_ms() : 0.0;
+    // The host's waits for asynchronous collectives, and a device's compute stream's waits for its
+    // communication stream (measured there: the host never waits for a GPU's all-reduces).
+    s.comm_wait_ms = (comm_ ? comm_->comm_wait_ms() : 0.0) + (device_ ? device_->take_comm_wait_ms() : 0.0);
     samples_seen_ += rows;
     return s;
   }

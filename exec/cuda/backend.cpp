@@ -91,6 +91,7 @@ class CudaBackend final : public DeviceBackend {
     if (norm_partial_) cudaFree(norm_partial_);
     if (reduce_partial_) cudaFree(reduce_partial_);
     if (comm_done_) cudaEventDestroy(comm_done_);
+    for (const WaitTimer& t : timers_) cudaEventDestroy(t.reached), cudaEventDestroy(t.done);
     if (grads_ready_) cudaEventDestroy(grads_ready_);
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (dnn_) cudnnDestroy(dnn_);
@@ -308,14 +309,18 @@ class CudaBackend final : public DeviceBackend {
     if (emulated_) return std::move(recorded_);
     cudaGraph_t graph = nullptr;
     ONNXDP_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    auto rec = std::make_unique<Recording>();
+    rec->timers = std::move(capture_timers_);
+    capture_timers_.clear();
+    cudaError_t e = cudaGraphInstantiate(&rec->exec, graph, 0);
     cudaGraphDestroy(graph);
     ONNXDP_CUDA_CHECK(e);
     const int device = index_;
-    return std::shared_ptr<void>(exec, [device](void* x) {
+    return std::shared_ptr<void>(rec.release(), [device](void* x) {
+      auto* r = static_cast<Recording*>(x);
       cudaSetDevice(device);
-      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(x));
+      cudaGraphExecDestroy(r->exec);
+      delete r;
     });
   }
 
@@ -326,12 +331,15 @@ class CudaBackend final : public DeviceBackend {
       for (auto& issue : *static_cast<std::vector<std::function<void()>>*>(recording)) issue();
       return;
     }
-    ONNXDP_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(recording), stream_));
+    const auto* rec = static_cast<const Recording*>(recording);
+    ONNXDP_CUDA_CHECK(cudaGraphLaunch(rec->exec, stream_));
+    to_read_.insert(to_read_.end(), rec->timers.begin(), rec->timers.end());
   }
 
   void abort_capture() override {
     capturing_ = false;
     comm_pending_ = false;
+    capture_timers_.clear();  // their events stay in timers_, unused
     if (emulated_) return void(recorded_.reset());
     cudaGraph_t graph = nullptr;
     if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
@@ -635,12 +643,99 @@ class CudaBackend final : public DeviceBackend {
       wait(*host_stream_, host_comm_done_);
     } else {
       ONNXDP_CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
+      time_join();
       ONNXDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_, 0));
     }
     comm_pending_ = false;
     pending_.clear();
   }
 
+  // comm_wait_ms on the GPU: at each join a pair of timing events, `reached` on the compute stream
+  // where it starts to wait and `done` on the communication stream after the collectives; the
+  // compute stream waited elapsed(reached, done) when that is positive. In a captured graph they
+  // are external event-record nodes, recorded again by every replay; each recording has its own
+  // pairs (Recording::timers). Whether this GPU and driver time events in graphs is tried once,
+  // on a scratch stream (graph_timing_ok()); where they do not, replayed steps report 0.
+  struct WaitTimer {
+    cudaEvent_t reached = nullptr, done = nullptr;
+  };
+  struct Recording {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<size_t> timers;  // indices into timers_
+  };
+
+  size_t new_timer() {
+    WaitTimer t;
+    ONNXDP_CUDA_CHECK(cudaEventCreate(&t.reached));
+    ONNXDP_CUDA_CHECK(cudaEventCreate(&t.done));
+    timers_.push_back(t);
+    return timers_.size() - 1;
+  }
+
+  void time_join() {
+    if (capturing_ && !graph_timing_ok()) return;
+    size_t k;
+    if (capturing_) {
+      k = new_timer();
+      capture_timers_.push_back(k);
+    } else {
+      if (loose_used_ == loose_timers_.size()) loose_timers_.push_back(new_timer());
+      k = loose_timers_[loose_used_++];
+      to_read_.push_back(k);
+    }
+    const unsigned flags = capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault;
+    ONNXDP_CUDA_CHECK(cudaEventRecordWithFlags(timers_[k].reached, stream_, flags));
+    ONNXDP_CUDA_CHECK(cudaEventRecordWithFlags(timers_[k].done, comm_stream_, flags));
+  }
+
+  bool graph_timing_ok() {
+    if (graph_timing_ >= 0) return graph_timing_ == 1;
+    graph_timing_ = 0;
+    cudaStream_t s = nullptr;
+    cudaEvent_t a = nullptr, b = nullptr;
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t x = nullptr;
+    float ms = -1;
+    bool ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess && cudaEventCreate(&a) == cudaSuccess &&
+              cudaEventCreate(&b) == cudaSuccess &&
+              cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (ok) {
+      ok = cudaEventRecordWithFlags(a, s, cudaEventRecordExternal) == cudaSuccess &&
+           cudaEventRecordWithFlags(b, s, cudaEventRecordExternal) == cudaSuccess;
+      ok = cudaStreamEndCapture(s, &g) == cudaSuccess && ok;
+    }
+    ok = ok && cudaGraphInstantiate(&x, g, 0) == cudaSuccess && cudaGraphLaunch(x, s) == cudaSuccess &&
+         cudaStreamSynchronize(s) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms >= 0;
+    if (x) cudaGraphExecDestroy(x);
+    if (g) cudaGraphDestroy(g);
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    if (s) cudaStreamDestroy(s);
+    cudaGetLastError();  // a failure here only means replayed steps report no wait
+    graph_timing_ = ok ? 1 : 0;
+    return ok;
+  }
+
+ public:
+  double take_comm_wait_ms() override {
+    if (emulated_) return host_stream_->take_waited_ms();
+    double total = 0;
+    std::sort(to_read_.begin(), to_read_.end());
+    to_read_.erase(std::unique(to_read_.begin(), to_read_.end()), to_read_.end());
+    for (size_t k : to_read_) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, timers_[k].reached, timers_[k].done) == cudaSuccess) {
+        if (ms > 0) total += ms;
+      } else {
+        cudaGetLastError();  // not recorded (yet): no figure, never an error
+      }
+    }
+    to_read_.clear();
+    loose_used_ = 0;
+    return total;
+  }
+
+ private:
   // Whether a node reads bytes an asynchronous collective still writes.
   bool reads_pending(const KernelCtx& c) const {
     auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
@@ -725,6 +820,12 @@ class CudaBackend final : public DeviceBackend {
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t grads_ready_ = nullptr, comm_done_ = nullptr;
   bool comm_pending_ = false;
+  // comm_wait_ms's timing events (time_join): every pair made; the node-by-node joins' pairs,
+  // reused after each take; those of the recording being captured; those to read at the next take.
+  std::vector<WaitTimer> timers_;
+  std::vector<size_t> loose_timers_, capture_timers_, to_read_;
+  size_t loose_used_ = 0;
+  int graph_timing_ = -1;  // external timing events in graphs work: -1 not tried yet, 0 no, 1 yes
   double* norm_partial_ = nullptr;  // optimizer_step's per-block sums of the squared norm
   // The split reductions' shares (exec/cuda/reduce_launch.h): device memory, host when emulated.
   static constexpr size_t kReduceScratch = size_t(1) << 20;

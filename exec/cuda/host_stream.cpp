@@ -32,8 +32,14 @@ HostEvent HostStream::record() {
 
 void HostStream::wait(HostEvent e) {
   if (!e.stream || e.stream == this) return;  // never recorded, or already in this queue's order
-  enqueue([s = e.stream, t = e.ticket] { s->wait_for_ticket(t); });
+  enqueue([this, s = e.stream, t = e.ticket] {
+    const auto t0 = std::chrono::steady_clock::now();
+    s->wait_for_ticket(t);
+    waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  });
 }
+
+double HostStream::take_waited_ms() { return double(waited_ns_.exchange(0)) / 1e6; }
 
 bool HostStream::done(HostEvent e) const {
   if (!e.stream) return true;

@@ -17,6 +17,7 @@
 // A closure that throws is the stream's error (CUDA's sticky error): the closures after it are
 // skipped (counted as run, so waits on them end), and the next synchronize() rethrows it.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -52,6 +53,9 @@ class HostStream {
   // The work queued after this call starts once e is done (e of this stream: nothing to wait for).
   void wait(HostEvent e);
   bool done(HostEvent e) const;
+  // Milliseconds this stream's thread spent held by waits on other streams' events since the last
+  // call (the emulated device's comm_wait_ms: the compute stream waiting for the collectives).
+  double take_waited_ms();
   // Blocks until every closure queued ran, calling poll about every millisecond meanwhile (it may
   // throw to stop waiting: an aborted world). Rethrows the first error since the last synchronize.
   void synchronize(const std::function<void()>& poll = {});
@@ -70,6 +74,7 @@ class HostStream {
   std::deque<std::function<void()>> queue_;
   uint64_t queued_ = 0, done_ = 0;  // closures ever queued / run (or skipped after an error)
   std::exception_ptr error_;
+  std::atomic<int64_t> waited_ns_{0};
   bool stop_ = false;
   std::thread thread_;  // last: started once the members above exist
 };

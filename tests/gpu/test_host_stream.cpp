@@ -43,6 +43,23 @@ TEST_CASE("host stream: a missing event wait reads the buffer before it was writ
   CHECK(consumer_reads(true) == 1);
 }
 
+TEST_CASE("host stream: the time a stream is held by a wait on another is counted (comm_wait_ms)") {
+  HostStream comm("comm"), compute("compute");
+  comm.enqueue([] { std::this_thread::sleep_for(std::chrono::milliseconds(80)); });
+  compute.wait(comm.record());
+  compute.enqueue([] {});
+  compute.synchronize();
+  const double held = compute.take_waited_ms();
+  CHECK(held >= 40.0);  // most of the 80 ms (the wait was queued while comm's closure slept)
+  CHECK(held < 5000.0);
+  CHECK(compute.take_waited_ms() == 0.0);  // taken
+  CHECK(comm.take_waited_ms() == 0.0);     // comm never waited
+  // A wait on work already done holds nothing.
+  compute.wait(comm.record());
+  compute.synchronize();
+  CHECK(compute.take_waited_ms() < 20.0);
+}
+
 TEST_CASE("host stream: closures run in order on the stream's thread while the caller goes on") {
   HostStream s("s");
   std::vector<int> order;
