@@ -65,13 +65,15 @@ def main():
         tokens = r["batch"] * T
         for side in r["runs"]:
             ms = r[side].get("ms_per_step")
-            if not ms:
-                lines.append(f"| {r['model']} | {side} | {r['batch']} x {T} | failed | | | | |")
+            if not ms or ms <= 0:  # failed, or the steady-step estimate is noise (too few steps)
+                why = "failed" if not ms else f"unmeasured ({ms:.1f})"
+                lines.append(f"| {r['model']} | {side} | {r['batch']} x {T} | {why} | | | | |")
                 continue
             tps = tokens / (ms / 1000)
             tflops = flops_per_token * tps / 1e12
             mfu = f"{100 * tflops / peak:.1f} %" if peak else "?"
-            ratio = "" if side == "onnxdp" else f"{r['ratios'].get(side, float('nan')):.2f}"
+            q = r.get("ratios", {}).get(side)
+            ratio = "" if side == "onnxdp" or q is None else f"{q:.2f}"
             lines.append(f"| {r['model']} | {side} | {r['batch']} x {T} | {ms:.1f} | {tps:,.0f} | {tflops:.1f} | {mfu} | {ratio} |")
     text = "\n".join(lines)
     print(text)
