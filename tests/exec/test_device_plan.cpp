@@ -13,6 +13,7 @@
 #include "exec/plan.h"
 #include "parallel/communicator.h"
 #include "tests/test_util.h"
+#include "tests/train_util.h"
 #if defined(ONNXDP_HAVE_CUDA)
 #include "tests/gpu/cuda_test_util.h"
 #endif
@@ -103,37 +104,6 @@ void check_near(const Tensor& a, const Tensor& b) {
     bad += !(std::abs(x - y) <= 1e-5f * std::abs(x) + 1e-6f);
   }
   CHECK(bad == 0);
-}
-
-void check_same_training(const TrainResult& a, const TrainResult& b) {
-  REQUIRE(a.losses.size() == b.losses.size());
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    CAPTURE(s);
-    CHECK(std::abs(a.losses[s] - b.losses[s]) <= 1e-5f * std::abs(a.losses[s]) + 1e-6f);
-  }
-  REQUIRE(a.parameters.size() == b.parameters.size());
-  for (const auto& [name, t] : a.parameters) {
-    const Tensor& u = b.parameters.at(name);
-    REQUIRE(t.numel() == u.numel());
-    int bad = 0;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const float x = t.as<float>()[i], y = u.as<float>()[i];
-      bad += !(std::abs(x - y) <= 1e-5f * std::abs(x) + 1e-6f);
-    }
-    CHECK_MESSAGE(bad == 0, name);
-  }
-}
-
-TrainOptions momentum_run(const std::string& model, int64_t batch, int64_t steps) {
-  TrainOptions o;
-  o.model = model_path(model);
-  o.batch_size = batch;
-  o.steps = steps;
-  o.seed = 11;
-  o.quiet = true;
-  o.optimizer.kind = OptimizerKind::momentum;
-  o.optimizer.lr = 0.05f;
-  return o;
 }
 
 }  // namespace
@@ -323,7 +293,7 @@ TEST_CASE("device plan: mlp, tiny_lm and cnn train on the emulated CUDA device a
   };
   for (Case c : {Case{"mlp", 97}, Case{"tiny_lm", 30}, Case{"cnn", 50}}) {
     CAPTURE(c.model);
-    TrainOptions o = momentum_run(c.model, c.batch, 6);
+    TrainOptions o = momentum_run(c.model, c.batch, 6, 11);
     TrainResult cpu = train(o);
     o.devices = "cuda-emulated";
     TrainResult dev = train(o);
@@ -336,7 +306,7 @@ TEST_CASE("device plan: mlp, tiny_lm and cnn train on the emulated CUDA device a
 TEST_CASE("device plan: a recorded step (nodes, all-reduces, optimizer) replays as it runs node by node, Dropout's masks new every step") {
   for (const char* model : {"mlp", "cnn"}) {
     CAPTURE(model);
-    TrainOptions o = momentum_run(model, 50, 6);
+    TrainOptions o = momentum_run(model, 50, 6, 11);
     o.devices = "cuda-emulated:2";
     // The full step's plan runs wholly on the device (the optimizer inside): it is recorded.
     CHECK(check_recorded_equals_launched(o) == 1);
@@ -344,7 +314,7 @@ TEST_CASE("device plan: a recorded step (nodes, all-reduces, optimizer) replays 
 }
 
 TEST_CASE("device plan: --tf32 trains within TF32's rounding of the CPU, and not fp32-exactly") {
-  TrainOptions o = momentum_run("mlp", 64, 8);
+  TrainOptions o = momentum_run("mlp", 64, 8, 11);
   TrainResult cpu = train(o);
   o.devices = "cuda-emulated";
   TrainResult fp32 = train(o);
@@ -421,7 +391,7 @@ TEST_CASE("device plan: on the device, 20 steps straight equal 10 steps, stop, r
 }
 
 TEST_CASE("device plan: two emulated devices train as cpu:2, each gradient bucket one all-reduce over the flat device buffer") {
-  TrainOptions o = momentum_run("mlp", 97, 8);
+  TrainOptions o = momentum_run("mlp", 97, 8, 11);
   o.bucket_mb = 0.01;  // several buckets
   o.devices = "cpu:2";
   TrainResult cpu = train(o);

@@ -12,24 +12,14 @@
 #include <cstring>
 
 #include "exec/cuda/elementwise.h"
+#include "tests/train_util.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
 using onnxdp::test::have_gpu;
+using onnxdp::test::momentum_run;
 
 namespace {
-
-TrainOptions run_of(const std::string& model, int64_t batch, int64_t steps) {
-  TrainOptions o;
-  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/" + model + "/model.onnx";
-  o.batch_size = batch;
-  o.steps = steps;
-  o.seed = 7;
-  o.quiet = true;
-  o.optimizer.kind = OptimizerKind::momentum;
-  o.optimizer.lr = 0.05f;
-  return o;
-}
 
 // Steps whose loss differs by more than 1e-4 relative; parameters off by more than 1e-3 relative.
 void check_close_training(const TrainResult& cpu, const TrainResult& gpu, const std::string& what) {
@@ -61,7 +51,7 @@ TEST_SUITE("gpu") {
       int64_t batch;
     };
     for (Case c : {Case{"mlp", 97}, Case{"tiny_lm", 30}, Case{"cnn", 50}, Case{"mlp_dynamo", 97}}) {
-      TrainOptions o = run_of(c.model, c.batch, 20);
+      TrainOptions o = momentum_run(c.model, c.batch, 20, 7);
       TrainResult cpu = train(o);
       o.devices = "cuda:0";
       TrainResult gpu = train(o);
@@ -77,7 +67,7 @@ TEST_SUITE("gpu") {
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
       const std::string model_name = model;
       CAPTURE(model_name);
-      TrainOptions o = run_of(model, 32, 20);
+      TrainOptions o = momentum_run(model, 32, 20, 7);
       o.mixed_precision = "bf16";
       TrainResult cpu = train(o);
       o.devices = "cuda:0";
@@ -97,7 +87,7 @@ TEST_SUITE("gpu") {
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
       const std::string model_name = model;
       CAPTURE(model_name);
-      TrainOptions o = run_of(model, 32, 20);
+      TrainOptions o = momentum_run(model, 32, 20, 7);
       o.mixed_precision = "fp16";
       o.loss_scale.init = 16777216.0f;
       o.loss_scale.growth_interval = 4;
@@ -119,7 +109,7 @@ TEST_SUITE("gpu") {
     for (const char* model : {"mlp", "tiny_lm", "cnn"}) {
       const std::string model_name = model;
       CAPTURE(model_name);
-      TrainOptions o = run_of(model, 50, 8);
+      TrainOptions o = momentum_run(model, 50, 8, 7);
       o.devices = "cuda:0";
       CHECK(onnxdp::test::check_recorded_equals_launched(o) >= 1);
       MESSAGE("cuda model on GPU: " << model_name << ": recorded steps equal launched ones bit for bit");
@@ -128,7 +118,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("cuda models: --tf32 trains within 1e-3 of the CPU") {
     if (!have_gpu()) return;
-    TrainOptions o = run_of("tiny_lm", 30, 10);
+    TrainOptions o = momentum_run("tiny_lm", 30, 10, 7);
     TrainResult cpu = train(o);
     o.devices = "cuda:0";
     o.tf32 = true;
@@ -140,7 +130,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("cuda models: every GPU as a replica (cuda) trains as the same number of CPU replicas") {
     if (!have_gpu()) return;
     const int n = cuda::device_count().count;
-    TrainOptions o = run_of("mlp", 97, 10);
+    TrainOptions o = momentum_run("mlp", 97, 10, 7);
     o.devices = "cpu:" + std::to_string(n);
     TrainResult cpu = train(o);
     o.devices = "cuda";

@@ -9,9 +9,12 @@
 #include "graph/passes/loss.h"
 #include "parallel/data_parallel.h"
 #include "compile/compile.h"
+#include "tests/train_util.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
+using onnxdp::test::check_same_training;
+using onnxdp::test::momentum_run;
 
 namespace {
 
@@ -119,43 +122,6 @@ TEST_CASE("data parallel: BatchNormalization statistics are reduced over the glo
 }
 
 namespace {
-// Per-step losses (rtol 1e-5) and final parameters (1e-7 + 1e-5 relative) of two runs agree.
-void check_same_training(const TrainResult& one, const TrainResult& n) {
-  REQUIRE(n.losses.size() == one.losses.size());
-  for (size_t i = 0; i < one.losses.size(); ++i) {
-    CAPTURE(i);
-    CHECK(n.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
-  }
-  for (const auto& [name, t] : one.parameters) {
-    CAPTURE(name);
-    std::vector<double> a = t.to_f64(), b = n.parameters.at(name).to_f64();
-    size_t bad = 0;
-    double worst = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      double d = std::abs(a[i] - b[i]);
-      worst = std::max(worst, d);
-      bad += d > 1e-7 + 1e-5 * std::abs(a[i]);
-    }
-    INFO("largest absolute difference " << worst);
-    CHECK(bad == 0);
-  }
-}
-
-// Quiet training with SGD + momentum: parameters move linearly in the gradients, so rounding
-// differences between summation orders stay at rounding size (Adam's normalised step would turn a
-// 1e-9 gradient difference on a parameter whose gradient is ~0 into a full learning-rate step).
-TrainOptions momentum_run(const std::string& model, int64_t batch, int64_t steps, uint64_t seed) {
-  TrainOptions o;
-  o.model = model_path(model);
-  o.batch_size = batch;
-  o.steps = steps;
-  o.seed = seed;
-  o.quiet = true;
-  o.optimizer.kind = OptimizerKind::momentum;
-  o.optimizer.lr = 0.05f;
-  return o;
-}
-
 void check_replicas_equal_one_device(const std::string& model, int64_t batch, int64_t steps) {
   TrainOptions o = momentum_run(model, batch, steps, 3);
   TrainResult one = train(o);
@@ -164,7 +130,7 @@ void check_replicas_equal_one_device(const std::string& model, int64_t batch, in
     o.devices = dev;
     TrainResult n = train(o);
     CHECK(n.world_size == std::stoi(std::string(dev).substr(4)));
-    check_same_training(one, n);
+    check_same_training(one, n, 1e-5, 1e-5, 1e-7);
     // The flat gradient buffer is laid out in bucket order: every bucket is one all-reduce call.
     CHECK(!n.bucket_bytes.empty());
     CHECK(n.contiguous_buckets == int(n.bucket_bytes.size()));
@@ -240,7 +206,7 @@ void check_accumulation_equals_one_batch(const std::string& model, int64_t step_
     a.grad_accum = c.k;
     a.batch_size = (step_rows + c.k - 1) / c.k;
     TrainResult r = train(a);
-    check_same_training(one, r);
+    check_same_training(one, r, 1e-5, 1e-5, 1e-7);
     CHECK(r.contiguous_buckets == int(r.bucket_bytes.size()));
   }
 }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "parallel/communicator.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/test_util.h"
+#include "tests/train_util.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
@@ -23,42 +25,9 @@ using namespace onnxdp::test;
 
 namespace {
 
-TrainOptions run_of(const std::string& model, int64_t batch, int64_t steps) {
-  TrainOptions o;
-  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/" + model + "/model.onnx";
-  o.batch_size = batch;
-  o.steps = steps;
-  o.seed = 5;
-  o.quiet = true;
-  o.optimizer.kind = OptimizerKind::momentum;
-  o.optimizer.lr = 0.05f;
-  return o;
-}
-
-// Losses within 1e-5 relative of the CPU's at every step; parameters within param_rtol (and 1e-6
-// absolute).
-void check_same(const TrainResult& cpu, const TrainResult& dev, float param_rtol = 1e-5f) {
-  REQUIRE(cpu.losses.size() == dev.losses.size());
-  REQUIRE(!cpu.losses.empty());
-  for (size_t s = 0; s < cpu.losses.size(); ++s) {
-    CAPTURE(s);
-    CHECK(std::abs(cpu.losses[s] - dev.losses[s]) <= 1e-5f * std::abs(cpu.losses[s]) + 1e-6f);
-  }
-  REQUIRE(cpu.parameters.size() == dev.parameters.size());
-  for (const auto& [name, t] : cpu.parameters) {
-    const Tensor& u = dev.parameters.at(name);
-    REQUIRE(t.numel() == u.numel());
-    int bad = 0;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const float x = t.as<float>()[i], y = u.as<float>()[i];
-      bad += !(std::abs(x - y) <= param_rtol * std::abs(x) + 1e-6f);
-    }
-    CHECK_MESSAGE(bad == 0, name);
-  }
-}
-
-// o on cpu:N and cuda-emulated:N for N = 2 and 4, compared.
-void against_cpu(TrainOptions o, float param_rtol = 1e-5f) {
+// o on cpu:N and cuda-emulated:N for N = 2 and 4, compared; `also` checks more of the pair.
+void against_cpu(TrainOptions o, float param_rtol = 1e-5f,
+                 const std::function<void(const TrainResult& cpu, const TrainResult& dev)>& also = {}) {
   for (int world : {2, 4}) {
     CAPTURE(world);
     o.devices = "cpu:" + std::to_string(world);
@@ -67,18 +36,19 @@ void against_cpu(TrainOptions o, float param_rtol = 1e-5f) {
     const TrainResult dev = train(o);
     CHECK(dev.world_size == world);
     CHECK(dev.device_bytes > 0);
-    check_same(cpu, dev, param_rtol);
+    check_same_training(cpu, dev, 1e-5, param_rtol);
+    if (also) also(cpu, dev);
   }
 }
 
 }  // namespace
 
 TEST_CASE("emulated streams: cnn's BatchNorm, statistics all-reduced on the device, as on cpu:2 and cpu:4") {
-  against_cpu(run_of("cnn", 48, 4));
+  against_cpu(momentum_run("cnn", 48, 4, 5));
 }
 
 TEST_CASE("emulated streams: --bucket-mb 0.01, many buckets in flight on the communication stream") {
-  TrainOptions o = run_of("mlp", 64, 6);
+  TrainOptions o = momentum_run("mlp", 64, 6, 5);
   o.bucket_mb = 0.01;
   o.devices = "cuda-emulated:2";
   CHECK(train(o).bucket_bytes.size() >= 3);
@@ -86,32 +56,26 @@ TEST_CASE("emulated streams: --bucket-mb 0.01, many buckets in flight on the com
 }
 
 TEST_CASE("emulated streams: --grad-accum 2, the buckets all-reduced on the last micro-batch only") {
-  TrainOptions o = run_of("mlp", 32, 5);
+  TrainOptions o = momentum_run("mlp", 32, 5, 5);
   o.grad_accum = 2;
   o.bucket_mb = 0.01;
   against_cpu(o);
 }
 
 TEST_CASE("emulated streams: --mixed-precision fp16, overflowed steps skipped alike") {
-  TrainOptions o = run_of("mlp", 64, 8);
+  TrainOptions o = momentum_run("mlp", 64, 8, 5);
   o.mixed_precision = "fp16";
   o.loss_scale.init = float(1 << 24);  // float16 overflows at first: the scale backs off, steps are skipped
   o.loss_scale.growth_interval = 3;
-  for (int world : {2, 4}) {
-    CAPTURE(world);
-    o.devices = "cpu:" + std::to_string(world);
-    const TrainResult cpu = train(o);
-    o.devices = "cuda-emulated:" + std::to_string(world);
-    const TrainResult dev = train(o);
+  against_cpu(o, 1e-5f, [](const TrainResult& cpu, const TrainResult& dev) {
     CHECK(cpu.skipped_steps >= 1);
     CHECK(dev.skipped_steps == cpu.skipped_steps);
     CHECK(dev.loss_scales == cpu.loss_scales);
-    check_same(cpu, dev);
-  }
+  });
 }
 
 TEST_CASE("emulated streams: --grad-dtype bf16, bfloat16 buckets cast back after their all-reduce") {
-  TrainOptions o = run_of("mlp", 64, 6);
+  TrainOptions o = momentum_run("mlp", 64, 6, 5);
   o.grad_dtype = "bf16";
   o.bucket_mb = 0.01;
   // The emulated GEMMs sum in another order than the CPU's BLAS; bfloat16's rounding of a sum can
@@ -121,9 +85,9 @@ TEST_CASE("emulated streams: --grad-dtype bf16, bfloat16 buckets cast back after
 }
 
 TEST_CASE("emulated streams: uneven batches train as the CPU's, an epoch end that cannot be split is refused alike") {
-  against_cpu(run_of("mlp", 97, 6));  // shards 49 + 48, and 25 + 24 + 24 + 24
+  against_cpu(momentum_run("mlp", 97, 6, 5));  // shards 49 + 48, and 25 + 24 + 24 + 24
   // 1500 samples in batches of 107: the epoch ends with 2 rows, which 4 replicas cannot share.
-  TrainOptions o = run_of("mlp", 107, 0);
+  TrainOptions o = momentum_run("mlp", 107, 0, 5);
   for (const char* devices : {"cpu:4", "cuda-emulated:4"}) {
     CAPTURE(devices);
     o.devices = devices;
@@ -138,7 +102,7 @@ TEST_CASE("emulated streams: a replayed recording equals the run launched node b
     for (const char* model : {"mlp", "cnn"}) {
       CAPTURE(devices);
       CAPTURE(model);
-      TrainOptions o = run_of(model, 48, 5);
+      TrainOptions o = momentum_run(model, 48, 5, 5);
       o.bucket_mb = 0.01;
       o.devices = devices;
       CHECK(check_recorded_equals_launched(o) >= 1);
