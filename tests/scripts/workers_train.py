@@ -66,6 +66,38 @@ def children(pid):
     return found
 
 
+def killed_worker(onnxdp, devices, out_dir):
+    """SIGKILL to worker 1 of a long run: ends within 60 s naming it, and the newest checkpoint resumes."""
+    args = [onnxdp, "train", os.path.join(ROOT, "models", "tiny_lm", "model.onnx"), "--batch-size", "8",
+            "--devices", devices, "--launch", "processes", "--checkpoint-every", "20", "--quiet",
+            "--output-dir", out_dir]
+    p = subprocess.Popen(args + ["--steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    for _ in range(400):
+        time.sleep(0.05)
+        victim = next((pid for pid, rank in children(p.pid).items() if rank == "1"), None)
+        if victim and os.path.isdir(os.path.join(out_dir, "checkpoint-20")):
+            break
+    start = time.time()
+    if victim:
+        os.kill(victim, signal.SIGKILL)
+    try:
+        _, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    took = time.time() - start
+    ok = victim is not None and p.returncode != 0 and took < 60 and "worker 1 of 2" in err and "signal 9" in err
+    print(f"{devices}: killed worker: exit {p.returncode} after {took:.1f} s ({'bounded, named' if ok else 'UNEXPECTED'}); "
+          f"stderr: {err.strip()[-300:]}")
+    steps = [int(d.split("-")[1]) for d in os.listdir(out_dir) if d.startswith("checkpoint-") and d[11:].isdigit()]
+    newest = max(steps, default=0)
+    r = subprocess.run(args + ["--steps", str(newest + 5), "--resume"], capture_output=True, text=True, timeout=300)
+    resumed = newest >= 20 and r.returncode == 0 and os.path.isdir(os.path.join(out_dir, f"checkpoint-{newest + 5}"))
+    print(f"{devices}: resume from checkpoint-{newest} after the kill: exit {r.returncode} {r.stderr.strip()[-200:]}")
+    return ok and resumed
+
+
 def main():
     onnxdp = sys.argv[1]
     passed = failed = 0
@@ -104,37 +136,9 @@ def main():
         check(ok)
 
         # Worker 1 is killed during training: the job ends with an error naming it, in bounded time,
-        # and the newest checkpoint resumes to the end.
-        out_dir = os.path.join(tmp, "killed")
-        args = [onnxdp, "train", os.path.join(ROOT, "models", "tiny_lm", "model.onnx"), "--batch-size", "8",
-                "--devices", "cpu:2", "--launch", "processes", "--checkpoint-every", "20", "--quiet",
-                "--output-dir", out_dir]
-        p = subprocess.Popen(args + ["--steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        victim = None
-        for _ in range(200):
-            time.sleep(0.05)
-            victim = next((pid for pid, rank in children(p.pid).items() if rank == "1"), None)
-            if victim and os.path.isdir(os.path.join(out_dir, "checkpoint-20")):
-                break
-        start = time.time()
-        if victim:
-            os.kill(victim, signal.SIGKILL)
-        try:
-            _, err = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-        took = time.time() - start
-        ok = victim is not None and p.returncode != 0 and took < 60 and "worker 1 of 2" in err and "signal 9" in err
-        print(f"killed worker: exit {p.returncode} after {took:.1f} s ({'bounded, named' if ok else 'UNEXPECTED'}); "
-              f"stderr: {err.strip()[-300:]}")
-        check(ok)
-        steps = [int(d.split("-")[1]) for d in os.listdir(out_dir) if d.startswith("checkpoint-") and d[11:].isdigit()]
-        newest = max(steps, default=0)
-        r = subprocess.run(args + ["--steps", str(newest + 5), "--resume"], capture_output=True, text=True, timeout=300)
-        ok = newest >= 20 and r.returncode == 0 and os.path.isdir(os.path.join(out_dir, f"checkpoint-{newest + 5}"))
-        print(f"resume from checkpoint-{newest} after the kill: exit {r.returncode} {r.stderr.strip()[-200:]}")
-        check(ok)
+        # and the newest checkpoint resumes to the end; on CPU replicas and the emulated device.
+        for devices in ["cpu:2"] + (["cuda-emulated:2"] if cuda else []):
+            check(killed_worker(onnxdp, devices, os.path.join(tmp, "killed-" + devices.replace(":", "-"))))
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
