@@ -20,11 +20,12 @@ FlatState::FlatState(const std::vector<int64_t>& sizes, const std::vector<size_t
     numel_ += sizes[i];
   }
   params_ = Tensor(DType::f32, {int64_t(total)});
-  grads_ = Tensor(DType::f32, {int64_t(total)});
-  if (device_) {
+  if (device_) {  // the gradients live on the device only: nothing on the host reads them
     dev_params_ = device_alloc(params_.nbytes());
-    dev_grads_ = device_alloc(grads_.nbytes());
-    device_->zero(dev_grads_.get(), grads_.nbytes());  // the gaps between tensors stay zero
+    dev_grads_ = device_alloc(params_.nbytes());
+    device_->zero(dev_grads_.get(), params_.nbytes());  // the gaps between tensors stay zero
+  } else {
+    grads_ = Tensor(DType::f32, {int64_t(total)});
   }
 }
 
@@ -37,7 +38,7 @@ FlatState::DeviceMemory FlatState::device_alloc(size_t bytes) {
 
 size_t FlatState::moment_bytes() const { return (m_ ? m_->nbytes() : 0) + (v_ ? v_->nbytes() : 0); }
 
-size_t FlatState::bytes() const { return params_.nbytes() + grads_.nbytes() + moment_bytes(); }
+size_t FlatState::bytes() const { return 2 * params_.nbytes() + moment_bytes(); }  // parameters, gradients, moments
 
 void FlatState::shard(Communicator* comm) {
   if (m_) fail("internal: FlatState::shard after set_moments");
@@ -126,7 +127,7 @@ void FlatState::collect_gradients(Plan& p, const std::vector<ValueId>& grads, co
 }
 
 void FlatState::zero_grads() {
-  if (device_) device_->zero(dev_grads_.get(), grads_.nbytes());
+  if (device_) device_->zero(dev_grads_.get(), params_.nbytes());
   else std::memset(grads_.data(), 0, grads_.nbytes());
 }
 
@@ -137,6 +138,10 @@ void FlatState::begin_step(const OptimizerUpdate& u) {
 
 double FlatState::end_step() {
   double squared = 0;
+  if (device_) {  // the last run updated the parameters there (sharded: the norm all-reduced there too)
+    device_->to_host(&squared, dev_norm_.get(), sizeof squared);
+    return squared;
+  }
   if (sharded()) {  // this replica's part, with the whole gradient's norm; then the others' parameters
     const int64_t lo = shard_begin(), n = shard_end() - lo;
     float* g = grads_.as<float>() + lo;
@@ -146,9 +151,7 @@ double FlatState::end_step() {
     comm_->all_gather_parts(params_.data(), part_counts(), DType::f32);
     return squared;
   }
-  if (device_) device_->to_host(&squared, dev_norm_.get(), sizeof squared);  // the last run updated the parameters there
-  else squared = host_optimizer_step(update_, params_.as<float>(), grads_.as<float>(), moment(m_), moment(v_), params_.numel());
-  return squared;
+  return host_optimizer_step(update_, params_.as<float>(), grads_.as<float>(), moment(m_), moment(v_), params_.numel());
 }
 
 void FlatState::push() {

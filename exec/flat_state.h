@@ -36,7 +36,7 @@ class FlatState {
   int64_t numel() const { return numel_; }             // the trainable elements
   size_t offset(size_t i) const { return offset_[i]; }
   Tensor& params() { return params_; }  // host copies
-  Tensor& grads() { return grads_; }
+  Tensor& grads() { return grads_; }  // host gradients: empty with a device (they live there only)
   // The optimizer's host moments, each empty or of floats() elements (Optimizer::m(), v()); set
   // once, before the first push().
   void set_moments(Tensor* m, Tensor* v);

@@ -224,6 +224,7 @@ class Replica {
     for (int64_t step = first_step_; step <= total_steps_; ++step) {
       const StepOutcome s = run_step(step, next_rows());
       result_.losses.push_back(s.loss);
+      result_.grad_norms.push_back(s.grad_norm);
       result_.comm_wait_ms += s.comm_wait_ms;
       if (state_->sharded() && checkpoint_due(step)) gather_moments();  // every replica, for replica 0's checkpoint
       // Evaluation every --eval-every steps and after the last: every replica its share of the

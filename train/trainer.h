@@ -66,6 +66,7 @@ struct TrainOptions {
 
 struct TrainResult {
   std::vector<float> losses;   // per step run by this call
+  std::vector<float> grad_norms;  // per step: the global gradient norm (metrics' grad_norm)
   int64_t first_step = 1;      // > 1 when resumed
   int64_t steps = 0;
   double samples_per_s = 0;

@@ -173,6 +173,14 @@ TEST_CASE("zero: --zero-stage 1 on the emulated CUDA device trains as unsharded,
       o.zero_stage = 1;
       const TrainResult sharded = train(o);
       check_same(sharded, plain, 1e-6);
+      // The gradient norm (metrics, clipping, fp16's overflow test on the host) is the whole
+      // gradient's, all-reduced on the device: it was 0 before end_step read it from there.
+      REQUIRE(sharded.grad_norms.size() == plain.grad_norms.size());
+      for (size_t s = 0; s < plain.grad_norms.size(); ++s) {
+        CAPTURE(s);
+        CHECK(plain.grad_norms[s] > 0);
+        CHECK(std::abs(sharded.grad_norms[s] - plain.grad_norms[s]) <= 1e-5f * plain.grad_norms[s]);
+      }
       CHECK(sharded.optimizer_state_bytes * 2 <= plain.optimizer_state_bytes + 256);
       if (graphs) CHECK(sharded.replayed_plans >= 1);
       const std::string d = devices;
@@ -180,6 +188,21 @@ TEST_CASE("zero: --zero-stage 1 on the emulated CUDA device trains as unsharded,
       check_same(sharded, train(o), 1e-5, 1e-6);
     }
   }
+}
+
+TEST_CASE("zero: --zero-stage 1 with fp16 on the emulated device skips the overflowed steps as unsharded") {
+  TrainOptions o = options("mlp", "cuda-emulated:2", "adamw");
+  o.steps = 8;
+  o.mixed_precision = "fp16";
+  o.loss_scale.init = float(1 << 24);  // float16 overflows at first: the scale backs off, steps are skipped
+  o.loss_scale.growth_interval = 3;
+  const TrainResult plain = train(o);
+  o.zero_stage = 1;
+  const TrainResult sharded = train(o);
+  CHECK(plain.skipped_steps >= 1);
+  CHECK(sharded.skipped_steps == plain.skipped_steps);
+  CHECK(sharded.loss_scales == plain.loss_scales);
+  check_same(sharded, plain, 1e-5);
 }
 
 #endif  // ONNXDP_HAVE_CUDA
