@@ -92,6 +92,46 @@ void conv_grad_filter(KernelCtx& c) {
 // x [N, C, D..], dy [N, C, O..] -> dx like x. One (n, c) plane per iteration: planes do not share
 // elements, so no two threads write one dx element. The windows: exec/cpu/pool_windows.h, as the
 // forward's.
+// Planes lo..hi of MaxPoolGrad over uniform windows (PoolWindows::flat [window, out_size]): each
+// window's first maximum found for all outputs of a plane at once, tap by tap (`best` and `at`
+// [out_size]: the running maxima and their offsets; no branches, as MaxPool's max_pool_flat),
+// then each dy element added to dx there, in output order; dx zeroed before. A NaN must win
+// (takes_max): a plane that holds one finds its windows' maxima again by that rule.
+template <class T>
+ONNXDP_CPU_CLONES void max_pool_grad_flat(const T* x, const T* dy, T* dx, int64_t lo, int64_t hi, int64_t in_size,
+                                          int64_t out_size, const int32_t* flat, int64_t window, T* best,
+                                          int32_t* at) {
+  for (int64_t plane = lo; plane < hi; ++plane) {
+    const T* xp = x + plane * in_size;
+    const T* dyp = dy + plane * out_size;
+    T* dxp = dx + plane * in_size;
+    bool nan = false;
+    for (int64_t p = 0; p < out_size; ++p) {
+      at[p] = flat[p];
+      best[p] = xp[flat[p]];
+      nan |= best[p] != best[p];
+    }
+    for (int64_t k = 1; k < window; ++k) {
+      const int32_t* taps = flat + k * out_size;
+      for (int64_t p = 0; p < out_size; ++p) {
+        const T v = xp[taps[p]], b = best[p];
+        // The offset through a mask (a select the compiler keeps branch-free), the value a max.
+        const int32_t take = -int32_t(v > b);
+        at[p] ^= (at[p] ^ taps[p]) & take;
+        best[p] = v > b ? v : b;
+        nan |= v != v;
+      }
+    }
+    if (nan)
+      for (int64_t p = 0; p < out_size; ++p) {
+        at[p] = flat[p];
+        for (int64_t k = 1; k < window; ++k)
+          if (takes_max(xp[flat[k * out_size + p]], xp[at[p]])) at[p] = flat[k * out_size + p];
+      }
+    for (int64_t p = 0; p < out_size; ++p) dxp[at[p]] += dyp[p];
+  }
+}
+
 template <class T>
 void max_pool_grad(KernelCtx& c) {
   const TensorRef &xr = c.in(0), &dyr = c.in(1), &dxr = c.out(0);
@@ -101,14 +141,23 @@ void max_pool_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   T* dx = dxr.as<T>();
   std::fill(dx, dx + dxr.numel, T(0));
-  parallel_for(planes, dxr.numel > parallel_min_elements(), [&](int64_t plane) {
+  const bool parallel = dxr.numel > parallel_min_elements();
+  if (w.window > 0) {
+    split_rows(planes, parallel, [&](int, int64_t lo, int64_t hi) {
+      std::vector<T> best(size_t(w.out_size));
+      std::vector<int32_t> at(size_t(w.out_size));
+      max_pool_grad_flat(x, dy, dx, lo, hi, w.in_size, w.out_size, w.flat.data(), w.window, best.data(), at.data());
+    });
+    return;
+  }
+  parallel_for(planes, parallel, [&](int64_t plane) {
     const T* xp = x + plane * w.in_size;
     T* dxp = dx + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
       int64_t best = -1;
       w.for_each_tap(p, [&](int64_t r) {
-        // The forward's rule: the first maximum wins, a NaN above all.
-        if (best < 0 || xp[r] > xp[best] || (xp[r] != xp[r] && xp[best] == xp[best])) best = r;
+        // The forward's rule (takes_max): the first maximum wins, a NaN above all.
+        if (best < 0 || takes_max(xp[r], xp[best])) best = r;
       });
       if (best >= 0) dxp[best] += dy[plane * w.out_size + p];
     }
