@@ -190,48 +190,65 @@ void average_pool_grad(KernelCtx& c) {
 // dy, x [N, C, S], scale [C] -> dx, dscale, dbias. Per channel, with M = N*S, the batch mean mu,
 // the biased variance var, inv = 1/sqrt(var + eps) and xhat = (x - mu) * inv:
 //   dbias = sum(dy), dscale = sum(dy * xhat),
-//   dx = scale * inv * (dy - dbias / M - xhat * dscale / M).
-// One channel of BatchNormalizationGrad: the batch statistics, sums[0] = sum(dy) (dbias) and
-// sums[1] = sum(dy * xhat) (dscale), and dx when it is wanted (dx != nullptr); returns 1/std.
-// Each (image, channel) row's sums are row_sum's four partial sums in double, so the loops
-// vectorize (the x86-64-v3 build); the rows are added in order.
+//   dx = scale * inv * (dy - dbias / M - xhat * dscale / M)
+//      = a * dy + b * x + c  with a = scale * inv, b = -a * inv * dscale / M,
+//                                  c = -a * dbias / M - b * mu.
+// Channels lo..hi of BatchNormalizationGrad: dscale and dbias [C] (entries lo..hi), and dx when
+// it is wanted (dx != nullptr). One pass over x and dy gathers the four sums the rest follows
+// from, of d = x - k (k the channel's first element, so d is small next to the values): sum d,
+// sum d^2, sum dy, sum dy * d; then mu = k + sum d / M, var = sum d^2 / M - (sum d / M)^2 and
+// sum dy * (x - mu) = sum dy * d - (mu - k) * sum dy. In double, the shift keeps the cancellation
+// at about 1e-16 * ((mu - k) / std)^2, far below float's rounding. A second pass writes dx. Both
+// passes walk the share's rows in memory order (image by image, its channels lo..hi: contiguous),
+// which the hardware prefetches, where a channel's rows alone are short strided runs (an 8x8
+// plane is 256 bytes); each channel's rows are still added in image order. Each row's sums are
+// row_sum_wide's (they vectorize in the x86-64-v3 build; the row is read from the cache after
+// the first).
 template <class T>
-ONNXDP_CPU_CLONES void batch_norm_grad_channel(const T* x, const T* dy, T* dx, int64_t N, int64_t C, int64_t S,
-                                               int64_t ch, double eps, double scale, double* sums) {
+ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy, T* dx, int64_t N, int64_t C, int64_t S,
+                                                int64_t lo, int64_t hi, double eps, const double* scale,
+                                                double* dscale, double* dbias) {
   const double M = double(N * S);
-  double s = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xr = x + (n * C + ch) * S;
-    s += row_sum(S, [&](int64_t i) { return double(xr[i]); });
-  }
-  const double mu = s / M;
-  // The three sums that need mu, sum (x - mu)^2, sum dy and sum dy * (x - mu), row by row: each
-  // row's three row_sums (each vectorizes, where one loop with all three sums does not) read it
-  // from the cache.
-  double ss = 0, sum_dy = 0, sum_dy_xc = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xr = x + (n * C + ch) * S;
-    const T* dyr = dy + (n * C + ch) * S;
-    ss += row_sum(S, [&](int64_t i) {
-      const double d = double(xr[i]) - mu;
-      return d * d;
-    });
-    sum_dy += row_sum(S, [&](int64_t i) { return double(dyr[i]); });
-    sum_dy_xc += row_sum(S, [&](int64_t i) { return double(dyr[i]) * (double(xr[i]) - mu); });
-  }
-  const double inv = 1.0 / std::sqrt(ss / M + eps);
-  const double sum_dy_xhat = sum_dy_xc * inv;
-  sums[0] = sum_dy;
-  sums[1] = sum_dy_xhat;
-  if (!dx) return;
-  const double a = scale * inv, mean_dy = sum_dy / M, mean_dy_xhat = sum_dy_xhat / M;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t row = (n * C + ch) * S;
-    for (int64_t i = 0; i < S; ++i) {
-      const double xhat = (double(x[row + i]) - mu) * inv;
-      dx[row + i] = T(a * (double(dy[row + i]) - mean_dy - xhat * mean_dy_xhat));
+  const size_t count = size_t(hi - lo);
+  std::vector<double> k(count, 0.0), sum_d(count, 0.0), sum_dd(count, 0.0), sum_dy(count, 0.0),
+      sum_dy_d(count, 0.0);
+  for (int64_t ch = lo; ch < hi && N > 0 && S > 0; ++ch) k[size_t(ch - lo)] = double(x[ch * S]);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      const size_t j = size_t(ch - lo);
+      const T* xr = x + (n * C + ch) * S;
+      const T* dyr = dy + (n * C + ch) * S;
+      const double kc = k[j];
+      sum_d[j] += row_sum_wide(S, [&](int64_t i) { return double(xr[i]) - kc; });
+      sum_dd[j] += row_sum_wide(S, [&](int64_t i) {
+        const double d = double(xr[i]) - kc;
+        return d * d;
+      });
+      sum_dy[j] += row_sum_wide(S, [&](int64_t i) { return double(dyr[i]); });
+      sum_dy_d[j] += row_sum_wide(S, [&](int64_t i) { return double(dyr[i]) * (double(xr[i]) - kc); });
     }
+  // dx = a * dy + b * x + c per channel.
+  std::vector<double> a(count), b(count), c(count);
+  for (int64_t ch = lo; ch < hi; ++ch) {
+    const size_t j = size_t(ch - lo);
+    const double mean_d = sum_d[j] / M, mu = k[j] + mean_d;
+    const double var = std::max(sum_dd[j] / M - mean_d * mean_d, 0.0);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    const double sum_dy_xhat = (sum_dy_d[j] - mean_d * sum_dy[j]) * inv;
+    dbias[ch] = sum_dy[j];
+    dscale[ch] = sum_dy_xhat;
+    a[j] = scale[ch] * inv;
+    b[j] = -a[j] * inv * sum_dy_xhat / M;
+    c[j] = -a[j] * sum_dy[j] / M - b[j] * mu;
   }
+  if (!dx) return;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      const size_t j = size_t(ch - lo);
+      const double aj = a[j], bj = b[j], cj = c[j];
+      const int64_t row = (n * C + ch) * S;
+      for (int64_t i = 0; i < S; ++i) dx[row + i] = T(aj * double(dy[row + i]) + bj * double(x[row + i]) + cj);
+    }
 }
 
 template <class T>
@@ -242,12 +259,15 @@ void batch_norm_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   const T* x = xr.as<T>();
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
-  parallel_for(C, xr.numel > parallel_min_elements(), [&](int64_t ch) {
-    double sums[2];
-    batch_norm_grad_channel(x, dy, dx, N, C, S, ch, eps, load(sr, ch), sums);
-    if (c.has_out(1)) store(c.out(1), ch, sums[1]);
-    if (c.has_out(2)) store(c.out(2), ch, sums[0]);
+  std::vector<double> scale(static_cast<size_t>(C)), dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
+  for (int64_t ch = 0; ch < C; ++ch) scale[size_t(ch)] = load(sr, ch);
+  split_rows(C, xr.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    batch_norm_grad_channels(x, dy, dx, N, C, S, lo, hi, eps, scale.data(), dscale.data(), dbias.data());
   });
+  for (int64_t ch = 0; ch < C; ++ch) {
+    if (c.has_out(1)) store(c.out(1), ch, dscale[size_t(ch)]);
+    if (c.has_out(2)) store(c.out(2), ch, dbias[size_t(ch)]);
+  }
 }
 
 // Scale (broadcasting to the normalised shape `norm`) expanded to [prod(norm)] doubles.
