@@ -89,9 +89,6 @@ void conv_grad_filter(KernelCtx& c) {
 
 // ---- pooling -----------------------------------------------------------------------------------
 
-// x [N, C, D..], dy [N, C, O..] -> dx like x. One (n, c) plane per iteration: planes do not share
-// elements, so no two threads write one dx element. The windows: exec/cpu/pool_windows.h, as the
-// forward's.
 // Planes lo..hi of MaxPoolGrad over uniform windows (PoolWindows::flat [window, out_size]): each
 // window's first maximum found for all outputs of a plane at once, tap by tap (`best` and `at`
 // [out_size]: the running maxima and their offsets; no branches, as MaxPool's max_pool_flat),
@@ -132,6 +129,9 @@ ONNXDP_CPU_CLONES void max_pool_grad_flat(const T* x, const T* dy, T* dx, int64_
   }
 }
 
+// x [N, C, D..], dy [N, C, O..] -> dx like x. One (n, c) plane per iteration: planes do not share
+// elements, so no two threads write one dx element. The windows: exec/cpu/pool_windows.h, as the
+// forward's.
 template <class T>
 void max_pool_grad(KernelCtx& c) {
   const TensorRef &xr = c.in(0), &dyr = c.in(1), &dxr = c.out(0);
