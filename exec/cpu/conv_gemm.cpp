@@ -543,6 +543,23 @@ void to_virtual(const Plane& pl, const Chunk& ck, const T* src, int64_t image_st
     }
 }
 
+// y [Mg, P] (one image's channels, `P` apart) <- yt [virtual positions of the chunk's rows, Mg]
+// at the kept positions, plus bias [Mg] (or nothing): channel by channel, row by row of the
+// iterated grid, whose positions are contiguous on both sides (no per-position lookup).
+template <class T>
+ONNXDP_CPU_CLONES void plane_output(const Plane& pl, const Chunk& ck, const T* yt, int64_t Mg, const T* bias, T* y,
+                                    int64_t P) {
+  const int64_t per_row = P / pl.Q, v0 = ck.q0 * pl.L, w = pl.width;
+  for (int64_t m = 0; m < Mg; ++m) {
+    const T add = bias ? bias[m] : T(0);
+    T* ym = y + m * P;
+    for (int64_t p = ck.q0 * per_row; p < ck.q1 * per_row; p += w) {
+      const T* src = yt + (pl.virt[size_t(p)] - v0) * Mg + m;
+      for (int64_t j = 0; j < w; ++j) ym[p + j] = src[j * Mg] + add;
+    }
+  }
+}
+
 // The plane paths of the three kernels (see conv_forward & co. below for the shapes).
 // The padded planes of a task's `count` images from n0, group gi's Cg channels of x [N, Cin, S],
 // into xp [count, Cg, pl.size] (forward and filter gradient read the same).
@@ -558,7 +575,7 @@ template <class T>
 void plane_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y) {
   const Plane pl = make_plane(g);
   const int64_t K = g.kernel_size(), P = g.iter_size(), S = g.bound_size(), Cg = ch.in, Mg = ch.out;
-  const int64_t CK = Cg * K, Cin = ch.groups * Cg, Cout = ch.groups * Mg, per_row = P / pl.Q;
+  const int64_t CK = Cg * K, Cin = ch.groups * Cg, Cout = ch.groups * Mg;
   const Chunking cut = chunking(pl.Q, pl.L, ch.images, ch.groups, CK, false);
   split_rows(cut.tasks, cut.tasks > 1, [&](int, int64_t lo, int64_t hi) {
     T* col = scratch<T>(0, CK * cut.max_columns + Mg * cut.max_columns);
@@ -573,14 +590,9 @@ void plane_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, con
         plane_im2col(pl, ck, xp + (ck.n0 - n0) * Cg * pl.size, Cg, col);
         // y^T [R, Mg] = col^T x W_g^T, then the kept positions into y
         blas_gemm(true, true, R, Mg, CK, T(1), col, R, w + gi * Mg * CK, CK, T(0), yt, Mg);
-        const int64_t v0 = ck.q0 * pl.L;
         for (int64_t b = 0; b < ck.images; ++b)
-          for (int64_t m = 0; m < Mg; ++m) {
-            T* ym = y + ((ck.n0 + b) * Cout + gi * Mg + m) * P;
-            const T* src = yt + b * len * Mg + m;
-            const T add = bias ? bias[gi * Mg + m] : T(0);
-            for (int64_t p = ck.q0 * per_row; p < ck.q1 * per_row; ++p) ym[p] = src[(pl.virt[size_t(p)] - v0) * Mg] + add;
-          }
+          plane_output(pl, ck, yt + b * len * Mg, Mg, bias ? bias + gi * Mg : nullptr,
+                       y + ((ck.n0 + b) * Cout + gi * Mg) * P, P);
       });
     }
   });

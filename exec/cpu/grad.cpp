@@ -89,6 +89,46 @@ void conv_grad_filter(KernelCtx& c) {
 
 // ---- pooling -----------------------------------------------------------------------------------
 
+// Planes lo..hi of MaxPoolGrad over uniform windows (PoolWindows::flat [window, out_size]): each
+// window's first maximum found for all outputs of a plane at once, tap by tap (`best` and `at`
+// [out_size]: the running maxima and their offsets; no branches, as MaxPool's max_pool_flat),
+// then each dy element added to dx there, in output order; dx zeroed before. A NaN must win
+// (takes_max): a plane that holds one finds its windows' maxima again by that rule.
+template <class T>
+ONNXDP_CPU_CLONES void max_pool_grad_flat(const T* x, const T* dy, T* dx, int64_t lo, int64_t hi, int64_t in_size,
+                                          int64_t out_size, const int32_t* flat, int64_t window, T* best,
+                                          int32_t* at) {
+  for (int64_t plane = lo; plane < hi; ++plane) {
+    const T* xp = x + plane * in_size;
+    const T* dyp = dy + plane * out_size;
+    T* dxp = dx + plane * in_size;
+    bool nan = false;
+    for (int64_t p = 0; p < out_size; ++p) {
+      at[p] = flat[p];
+      best[p] = xp[flat[p]];
+      nan |= best[p] != best[p];
+    }
+    for (int64_t k = 1; k < window; ++k) {
+      const int32_t* taps = flat + k * out_size;
+      for (int64_t p = 0; p < out_size; ++p) {
+        const T v = xp[taps[p]], b = best[p];
+        // The offset through a mask (a select the compiler keeps branch-free), the value a max.
+        const int32_t take = -int32_t(v > b);
+        at[p] ^= (at[p] ^ taps[p]) & take;
+        best[p] = v > b ? v : b;
+        nan |= v != v;
+      }
+    }
+    if (nan)
+      for (int64_t p = 0; p < out_size; ++p) {
+        at[p] = flat[p];
+        for (int64_t k = 1; k < window; ++k)
+          if (takes_max(xp[flat[k * out_size + p]], xp[at[p]])) at[p] = flat[k * out_size + p];
+      }
+    for (int64_t p = 0; p < out_size; ++p) dxp[at[p]] += dyp[p];
+  }
+}
+
 // x [N, C, D..], dy [N, C, O..] -> dx like x. One (n, c) plane per iteration: planes do not share
 // elements, so no two threads write one dx element. The windows: exec/cpu/pool_windows.h, as the
 // forward's.
@@ -101,14 +141,23 @@ void max_pool_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   T* dx = dxr.as<T>();
   std::fill(dx, dx + dxr.numel, T(0));
-  parallel_for(planes, dxr.numel > parallel_min_elements(), [&](int64_t plane) {
+  const bool parallel = dxr.numel > parallel_min_elements();
+  if (w.window > 0) {
+    split_rows(planes, parallel, [&](int, int64_t lo, int64_t hi) {
+      std::vector<T> best(size_t(w.out_size));
+      std::vector<int32_t> at(size_t(w.out_size));
+      max_pool_grad_flat(x, dy, dx, lo, hi, w.in_size, w.out_size, w.flat.data(), w.window, best.data(), at.data());
+    });
+    return;
+  }
+  parallel_for(planes, parallel, [&](int64_t plane) {
     const T* xp = x + plane * w.in_size;
     T* dxp = dx + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
       int64_t best = -1;
       w.for_each_tap(p, [&](int64_t r) {
-        // The forward's rule: the first maximum wins, a NaN above all.
-        if (best < 0 || xp[r] > xp[best] || (xp[r] != xp[r] && xp[best] == xp[best])) best = r;
+        // The forward's rule (takes_max): the first maximum wins, a NaN above all.
+        if (best < 0 || takes_max(xp[r], xp[best])) best = r;
       });
       if (best >= 0) dxp[best] += dy[plane * w.out_size + p];
     }
@@ -141,49 +190,65 @@ void average_pool_grad(KernelCtx& c) {
 // dy, x [N, C, S], scale [C] -> dx, dscale, dbias. Per channel, with M = N*S, the batch mean mu,
 // the biased variance var, inv = 1/sqrt(var + eps) and xhat = (x - mu) * inv:
 //   dbias = sum(dy), dscale = sum(dy * xhat),
-//   dx = scale * inv * (dy - dbias / M - xhat * dscale / M).
-// One channel of BatchNormalizationGrad: the batch statistics, sums[0] = sum(dy) (dbias) and
-// sums[1] = sum(dy * xhat) (dscale), and dx when it is wanted (dx != nullptr); returns 1/std.
-// Each (image, channel) row's sums are row_sum's four partial sums in double, so the loops
-// vectorize (the x86-64-v3 build); the rows are added in order.
+//   dx = scale * inv * (dy - dbias / M - xhat * dscale / M)
+//      = a * dy + b * x + c  with a = scale * inv, b = -a * inv * dscale / M,
+//                                  c = -a * dbias / M - b * mu.
+// Channels lo..hi of BatchNormalizationGrad: dscale and dbias [C] (entries lo..hi), and dx when
+// it is wanted (dx != nullptr). One pass over x and dy gathers the four sums the rest follows
+// from, of d = x - k (k the channel's first element, so d is small next to the values): sum d,
+// sum d^2, sum dy, sum dy * d; then mu = k + sum d / M, var = sum d^2 / M - (sum d / M)^2 and
+// sum dy * (x - mu) = sum dy * d - (mu - k) * sum dy. In double, the shift keeps the cancellation
+// at about 1e-16 * ((mu - k) / std)^2, far below float's rounding. A second pass writes dx. Both
+// passes walk the share's rows in memory order (image by image, its channels lo..hi: contiguous),
+// which the hardware prefetches, where a channel's rows alone are short strided runs (an 8x8
+// plane is 256 bytes); each channel's rows are still added in image order. Each row's sums are
+// row_sum_wide's (they vectorize in the x86-64-v3 build; the row is read from the cache after
+// the first).
 template <class T>
-ONNXDP_CPU_CLONES void batch_norm_grad_channel(const T* x, const T* dy, T* dx, int64_t N, int64_t C, int64_t S,
-                                               int64_t ch, double eps, double scale, double* sums) {
+ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy, T* dx, int64_t N, int64_t C, int64_t S,
+                                                int64_t lo, int64_t hi, double eps, const double* scale,
+                                                double* dscale, double* dbias) {
   const double M = double(N * S);
-  double s = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xr = x + (n * C + ch) * S;
-    s += row_sum(S, [&](int64_t i) { return double(xr[i]); });
-  }
-  const double mu = s / M;
-  double ss = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xr = x + (n * C + ch) * S;
-    ss += row_sum(S, [&](int64_t i) {
-      const double d = double(xr[i]) - mu;
-      return d * d;
-    });
-  }
-  const double inv = 1.0 / std::sqrt(ss / M + eps);
-  double sum_dy = 0, sum_dy_xc = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* xr = x + (n * C + ch) * S;
-    const T* dyr = dy + (n * C + ch) * S;
-    sum_dy += row_sum(S, [&](int64_t i) { return double(dyr[i]); });
-    sum_dy_xc += row_sum(S, [&](int64_t i) { return double(dyr[i]) * (double(xr[i]) - mu); });
-  }
-  const double sum_dy_xhat = sum_dy_xc * inv;
-  sums[0] = sum_dy;
-  sums[1] = sum_dy_xhat;
-  if (!dx) return;
-  const double a = scale * inv, mean_dy = sum_dy / M, mean_dy_xhat = sum_dy_xhat / M;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t row = (n * C + ch) * S;
-    for (int64_t i = 0; i < S; ++i) {
-      const double xhat = (double(x[row + i]) - mu) * inv;
-      dx[row + i] = T(a * (double(dy[row + i]) - mean_dy - xhat * mean_dy_xhat));
+  const size_t count = size_t(hi - lo);
+  std::vector<double> k(count, 0.0), sum_d(count, 0.0), sum_dd(count, 0.0), sum_dy(count, 0.0),
+      sum_dy_d(count, 0.0);
+  for (int64_t ch = lo; ch < hi && N > 0 && S > 0; ++ch) k[size_t(ch - lo)] = double(x[ch * S]);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      const size_t j = size_t(ch - lo);
+      const T* xr = x + (n * C + ch) * S;
+      const T* dyr = dy + (n * C + ch) * S;
+      const double kc = k[j];
+      sum_d[j] += row_sum_wide(S, [&](int64_t i) { return double(xr[i]) - kc; });
+      sum_dd[j] += row_sum_wide(S, [&](int64_t i) {
+        const double d = double(xr[i]) - kc;
+        return d * d;
+      });
+      sum_dy[j] += row_sum_wide(S, [&](int64_t i) { return double(dyr[i]); });
+      sum_dy_d[j] += row_sum_wide(S, [&](int64_t i) { return double(dyr[i]) * (double(xr[i]) - kc); });
     }
+  // dx = a * dy + b * x + c per channel.
+  std::vector<double> a(count), b(count), c(count);
+  for (int64_t ch = lo; ch < hi; ++ch) {
+    const size_t j = size_t(ch - lo);
+    const double mean_d = sum_d[j] / M, mu = k[j] + mean_d;
+    const double var = std::max(sum_dd[j] / M - mean_d * mean_d, 0.0);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    const double sum_dy_xhat = (sum_dy_d[j] - mean_d * sum_dy[j]) * inv;
+    dbias[ch] = sum_dy[j];
+    dscale[ch] = sum_dy_xhat;
+    a[j] = scale[ch] * inv;
+    b[j] = -a[j] * inv * sum_dy_xhat / M;
+    c[j] = -a[j] * sum_dy[j] / M - b[j] * mu;
   }
+  if (!dx) return;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      const size_t j = size_t(ch - lo);
+      const double aj = a[j], bj = b[j], cj = c[j];
+      const int64_t row = (n * C + ch) * S;
+      for (int64_t i = 0; i < S; ++i) dx[row + i] = T(aj * double(dy[row + i]) + bj * double(x[row + i]) + cj);
+    }
 }
 
 template <class T>
@@ -194,12 +259,15 @@ void batch_norm_grad(KernelCtx& c) {
   const T* dy = dyr.as<T>();
   const T* x = xr.as<T>();
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
-  parallel_for(C, xr.numel > parallel_min_elements(), [&](int64_t ch) {
-    double sums[2];
-    batch_norm_grad_channel(x, dy, dx, N, C, S, ch, eps, load(sr, ch), sums);
-    if (c.has_out(1)) store(c.out(1), ch, sums[1]);
-    if (c.has_out(2)) store(c.out(2), ch, sums[0]);
+  std::vector<double> scale(static_cast<size_t>(C)), dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
+  for (int64_t ch = 0; ch < C; ++ch) scale[size_t(ch)] = load(sr, ch);
+  split_rows(C, xr.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    batch_norm_grad_channels(x, dy, dx, N, C, S, lo, hi, eps, scale.data(), dscale.data(), dbias.data());
   });
+  for (int64_t ch = 0; ch < C; ++ch) {
+    if (c.has_out(1)) store(c.out(1), ch, dscale[size_t(ch)]);
+    if (c.has_out(2)) store(c.out(2), ch, dbias[size_t(ch)]);
+  }
 }
 
 // Scale (broadcasting to the normalised shape `norm`) expanded to [prod(norm)] doubles.

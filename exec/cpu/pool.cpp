@@ -12,6 +12,40 @@ namespace onnxdp {
 
 namespace {
 
+// Planes lo..hi of MaxPool over uniform windows (PoolWindows::flat [window, out_size]): y
+// [planes, out_size] starts as each window's first tap, then every later tap of all outputs in
+// one pass, `v > best ? v : best` (a max instruction: no branch to mispredict on random data).
+// A NaN loses there but must win (takes_max), so a plane that holds one is redone window by window.
+template <class T>
+ONNXDP_CPU_CLONES void max_pool_flat(const T* x, T* y, int64_t lo, int64_t hi, int64_t in_size, int64_t out_size,
+                                     const int32_t* flat, int64_t window) {
+  for (int64_t plane = lo; plane < hi; ++plane) {
+    const T* xp = x + plane * in_size;
+    T* yp = y + plane * out_size;
+    bool nan = false;
+    for (int64_t p = 0; p < out_size; ++p) {
+      const T v = xp[flat[p]];
+      yp[p] = v;
+      nan |= v != v;
+    }
+    for (int64_t k = 1; k < window; ++k) {
+      const int32_t* taps = flat + k * out_size;
+      for (int64_t p = 0; p < out_size; ++p) {
+        const T v = xp[taps[p]], best = yp[p];
+        yp[p] = v > best ? v : best;
+        nan |= v != v;
+      }
+    }
+    if (!nan) continue;
+    for (int64_t p = 0; p < out_size; ++p) {
+      T best = xp[flat[p]];
+      for (int64_t k = 1; k < window; ++k)
+        if (takes_max(xp[flat[k * out_size + p]], best)) best = xp[flat[k * out_size + p]];
+      yp[p] = best;
+    }
+  }
+}
+
 template <class T>
 void max_pool(KernelCtx& c) {
   const PoolWindows w = pool_windows(c.node, *c.in(0).shape, *c.out(0).shape);
@@ -21,15 +55,21 @@ void max_pool(KernelCtx& c) {
   const T* x = c.in(0).as<T>();
   T* y = c.out(0).as<T>();
   int64_t* indices = c.has_out(1) ? c.out(1).as<int64_t>() : nullptr;
+  const bool parallel = c.in(0).numel > parallel_min_elements();
 
-  parallel_for(planes, c.in(0).numel > parallel_min_elements(), [&](int64_t plane) {
+  if (w.window > 0 && !indices) {
+    split_rows(planes, parallel, [&](int, int64_t lo, int64_t hi) {
+      max_pool_flat(x, y, lo, hi, w.in_size, w.out_size, w.flat.data(), w.window);
+    });
+    return;
+  }
+  parallel_for(planes, parallel, [&](int64_t plane) {
     const T* xp = x + plane * w.in_size;
     for (int64_t p = 0; p < w.out_size; ++p) {
       T best = std::numeric_limits<T>::lowest();
       int64_t best_at = -1;  // row-major offset in the plane; the first maximum wins
       w.for_each_tap(p, [&](int64_t off) {
-        // A NaN in the window is the maximum (the first one), as torch's max_pool.
-        if (best_at < 0 || xp[off] > best || (xp[off] != xp[off] && best == best)) best = xp[off], best_at = off;
+        if (best_at < 0 || takes_max(xp[off], best)) best = xp[off], best_at = off;
       });
       y[plane * w.out_size + p] = best;
       if (!indices) continue;

@@ -2,6 +2,7 @@
 #include "exec/cpu/pool_windows.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 namespace onnxdp {
@@ -73,6 +74,19 @@ PoolWindows pool_windows(const Node& node, const Shape& xs, const Shape& ys) {
     for (size_t i = n; i-- > 0;) {
       if (++o[i] < out[i]) break;
       o[i] = 0;
+    }
+  }
+  // The flat table, when the windows are uniform and it holds at most kMaxFlatTaps offsets.
+  constexpr int64_t kMaxFlatTaps = int64_t(1) << 22;
+  const int64_t window = w.out_size > 0 ? w.taps(0) : 0;
+  bool uniform = window > 0 && w.in_size <= std::numeric_limits<int32_t>::max() && w.out_size <= kMaxFlatTaps / window;
+  for (int64_t p = 1; uniform && p < w.out_size; ++p) uniform = w.taps(p) == window;
+  if (uniform) {
+    w.window = window;
+    w.flat.resize(size_t(w.out_size * window));
+    for (int64_t p = 0; p < w.out_size; ++p) {
+      int64_t k = 0;
+      w.for_each_tap(p, [&](int64_t off) { w.flat[size_t(k++ * w.out_size + p)] = int32_t(off); });
     }
   }
   return w;

@@ -27,6 +27,13 @@ struct PoolWindows {
   std::vector<int64_t> rest_begin;          // [out_rest + 1]: window q of the other dims is
   std::vector<int64_t> rest_offset;         //   rest_offset[rest_begin[q] .. rest_begin[q + 1])
   std::vector<int64_t> padded;              // [out_size]: taps within x plus its pads
+  // When every window has the same taps inside x, `window` of them (no padding reached, the usual
+  // unpadded 2x2 / 3x3 pooling), and the table stays small: tap k of output p (in for_each_tap's
+  // order) as a plane offset, flat [window, out_size], so a kernel visits tap k of all outputs in
+  // one loop that vectorizes (gathers and blends, no branches). window = 0 otherwise (the kernels
+  // use for_each_tap).
+  int64_t window = 0;
+  std::vector<int32_t> flat;
 
   // Calls tap(offset) for each tap of output p inside x (offset within the plane), row-major
   // over the kernel: the order in which MaxPool's first maximum wins.
@@ -44,6 +51,15 @@ struct PoolWindows {
     return int64_t(rows[size_t(p / out_rest)].size()) * (rest_begin[size_t(q) + 1] - rest_begin[size_t(q)]);
   }
 };
+
+// Whether v takes over from best as a window's maximum when the taps are visited in order: the
+// first maximum wins, and a NaN is above all (the first one), as torch's max_pool; MaxPoolGrad
+// routes dy by the same rule. Branch-free (bitwise ors of the comparisons): as branches, the
+// comparisons of random data mispredict half the time.
+template <class T>
+[[gnu::always_inline]] inline bool takes_max(T v, T best) {
+  return (v > best) | ((v != v) & (best == best));
+}
 
 // The windows of pooling node `node` (kernel_shape, strides, dilations, pads, auto_pad) from x
 // [N, C, D..] to y [N, C, O..].

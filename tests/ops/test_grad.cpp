@@ -266,6 +266,19 @@ TEST_CASE("grad ops: BatchNormalizationGrad (training mode, batch statistics)") 
   check_close(o32[1], kBnDscale, 1e-5, 1e-5);
 }
 
+// BatchNormalization's gradient does not change when x moves by a constant, so x + 1e8 has the
+// torch values above. The kernel's sums are of x minus the channel's first element: sums of x^2
+// in double would lose the variance (0.5 against 1e16 per term) entirely.
+TEST_CASE("grad ops: BatchNormalizationGrad far from zero mean (shifted sums)") {
+  Tensor x = pattern({3, 2, 2, 3}, 0.1), dy = pattern({3, 2, 2, 3}, 1.1), scale = pattern({2}, 0.5);
+  for (int i = 0; i < 2; ++i) scale.as<double>()[i] += 1.5;
+  for (int64_t i = 0; i < x.numel(); ++i) x.as<double>()[i] += 1e8;
+  auto out = run_op(Op::BatchNormalizationGrad, {dy, x, scale}, 3);
+  check_close(out[0], kBnDx, 1e-6, 1e-6);
+  check_close(out[1], kBnDscale, 1e-6, 1e-6);
+  check_close(out[2], kBnDbias, 1e-6, 1e-6);
+}
+
 TEST_CASE("grad ops: LayerNormalizationGrad over two axes with a broadcast scale") {
   Tensor x = pattern({2, 3, 4}, 0.2), dy = pattern({2, 3, 4}, 1.3), scale = pattern({4}, 0.7);
   for (int i = 0; i < 4; ++i) scale.as<double>()[i] += 1.0;

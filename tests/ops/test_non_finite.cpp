@@ -43,6 +43,34 @@ TEST_CASE("non-finite: NaN passes through the activations, Max / Min, Clip and t
   for (int i = 3; i < 6; ++i) CHECK(std::isfinite(s.as<float>()[i]));
 }
 
+// Unpadded windows without Indices take the branch-free loops (exec/cpu/pool.cpp max_pool_flat,
+// exec/cpu/grad.cpp max_pool_grad_flat), whose max instruction lets a NaN lose: the NaN rule
+// must hold there too, per plane. Expected values by hand with torch.max_pool2d's rule (a NaN in
+// the window is the maximum, the first one; otherwise the first largest).
+TEST_CASE("non-finite: MaxPool and MaxPoolGrad over unpadded windows without Indices take NaN as the maximum") {
+  // x [1, 2, 2, 4], 2x2 windows, stride 2. Channel 0: windows {1, NaN, 3, 2} (NaN second) and
+  // {NaN, 9, 5, 9} (NaN first, then a tie of 9s); channel 1 finite: {4, 6, 6, 1} -> 6 (the first),
+  // {0, -2, 8, 8} -> 8 (the first).
+  const Tensor x = make(DType::f32, {1, 2, 2, 4}, {1, kNaN, kNaN, 9, 3, 2, 5, 9,  //
+                                                   4, 6, 0, -2, 6, 1, 8, 8});
+  const std::map<std::string, Attr> a = {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                         {"strides", std::vector<int64_t>{2, 2}}};
+  const Tensor y = run_op(Op::MaxPool, {x}, a)[0];
+  CHECK(std::isnan(y.as<float>()[0]));
+  CHECK(std::isnan(y.as<float>()[1]));
+  CHECK(y.as<float>()[2] == 6.0f);
+  CHECK(y.as<float>()[3] == 8.0f);
+  // dy [1, 2, 1, 2] = 10, 20, 30, 40 lands on each window's choice: flat x offsets 1, 2 (the
+  // NaNs), 9 (the first 6), 14 (the first 8).
+  const Tensor dx = run_op(Op::MaxPoolGrad, {x, make(DType::f32, {1, 2, 1, 2}, {10, 20, 30, 40})}, a)[0];
+  std::vector<float> want(16, 0.0f);
+  want[1] = 10, want[2] = 20, want[9] = 30, want[14] = 40;
+  for (int i = 0; i < 16; ++i) {
+    CAPTURE(i);
+    CHECK(dx.as<float>()[i] == want[size_t(i)]);
+  }
+}
+
 TEST_CASE("non-finite: MaxPool takes a NaN in its window as the maximum, its gradient goes there, ReduceMax too") {
   // One 1x1x2x2 window: 1, NaN, 3, 2 -> NaN at flat index 1 (torch.max_pool2d: NaN, index 1).
   const Tensor x = make(DType::f32, {1, 1, 2, 2}, {1, kNaN, 3, 2});
