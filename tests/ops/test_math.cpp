@@ -675,17 +675,19 @@ TEST_CASE("math: FusedMatMul with transA / transB reads that operand's last two 
   CHECK_NOTHROW(run(Op::FusedMatMul, {&a, &b}, {{"transA", Attr(int64_t(1))}}));
 }
 
-TEST_CASE("math: FusedMatMul's bias rows under the product: large, split over threads, f64, and no bias") {
+TEST_CASE("math: FusedMatMul's bias rows under the product: large and small, batched, f32 and f64") {
   // A [3, 70, 90] @ B [90, 130] + bias [130] (f32 and f64; 210 x 130 x 90 is large enough that the
-  // product and the bias rows are split over the threads), and A [3, 70, 90] @ B [3, 90, 130] (one
-  // product per batch) + bias; expected by plain double loops.
+  // product and the bias rows are split over the threads), A [3, 70, 90] @ B [3, 90, 130] (one
+  // product per batch), and the same at [64, 8] @ [8, 64] per batch (products smaller than one
+  // BLAS register panel's depth); expected by plain double loops.
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> u(-1, 1);
   for (DType dt : {DType::f32, DType::f64})
-    for (bool batched_b : {false, true}) {
+    for (int shape = 0; shape < 3; ++shape) {
+      const bool batched_b = shape > 0;
       CAPTURE(dtype_name(dt));
-      CAPTURE(batched_b);
-      const int64_t B = 3, M = 70, K = 90, N = 130;
+      CAPTURE(shape);
+      const int64_t B = 3, M = shape < 2 ? 70 : 64, K = shape < 2 ? 90 : 8, N = shape < 2 ? 130 : 64;
       Tensor a(dt, {B, M, K}), b(dt, batched_b ? Shape{B, K, N} : Shape{K, N}), bias(dt, {N});
       for (Tensor* t : {&a, &b, &bias})
         for (int64_t i = 0; i < t->numel(); ++i) {
