@@ -191,9 +191,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 bool blas_int_ok(int64_t v) { return v <= int64_t(std::numeric_limits<int>::max()); }
 
 // MatMul, numpy semantics; ta / tb (FusedMatMul's transA / transB): that operand's last two dims
-// are stored swapped ([.., K, M] for A, [.., N, K] for B) and BLAS reads it transposed.
+// are stored swapped ([.., K, M] for A, [.., N, K] for B) and BLAS reads it transposed. beta 0:
+// Y = A @ B; beta 1: Y += A @ B (Y holds FusedMatMul's bias rows).
 template <class T>
-void matmul(KernelCtx& c, bool ta, bool tb) {
+void matmul(KernelCtx& c, bool ta, bool tb, double beta = 0) {
   const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
   Shape a = *ra.shape, b = *rb.shape;
   if (a.size() == 1) a.insert(a.begin(), 1);
@@ -213,7 +214,7 @@ void matmul(KernelCtx& c, bool ta, bool tb) {
 
   // b shared by every batch and a's batches contiguous rows: one product [nbatch * m, k] x [k, n].
   if (shape_numel(b_batch) == 1 && a_batch == batch && !ta && blas_int_ok(nbatch * m)) {
-    gemm<T>(false, tb, nbatch * m, n, k, 1, pa, lda, pb, ldb, 0, py);
+    gemm<T>(false, tb, nbatch * m, n, k, 1, pa, lda, pb, ldb, beta, py);
     return;
   }
   const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
@@ -225,7 +226,7 @@ void matmul(KernelCtx& c, bool ta, bool tb) {
       oa += coord * sa[d];
       ob += coord * sb[d];
     }
-    gemm<T>(ta, tb, m, n, k, 1, pa + oa * m * k, lda, pb + ob * k * n, ldb, 0, py + bi * m * n);
+    gemm<T>(ta, tb, m, n, k, 1, pa + oa * m * k, lda, pb + ob * k * n, ldb, beta, py + bi * m * n);
   };
   // Many small products (attention's [b, heads] of [t, d] x [d, t]): the threads split the batch,
   // each product whole on one thread (exec/cpu/blas.h), rather than every thread joining each
@@ -257,8 +258,30 @@ void Sub_forward(KernelCtx& c) { binary_numeric(c, fn::Sub{}); }
 void Mul_forward(KernelCtx& c) { binary_numeric(c, fn::Mul{}); }
 void Div_forward(KernelCtx& c) { binary_numeric(c, fn::Div{}); }
 
-// Pow: base dtype T (the output's), exponent dtype E (any number).
+namespace {
+struct Square {
+  template <class T> T operator()(T a) const { return T(a * a); }
+};
+
+// A one-element exponent's value as a double; NaN when there are more elements.
+double scalar_exponent(const TensorRef& e) {
+  double v = std::numeric_limits<double>::quiet_NaN();
+  if (e.numel == 1 && e.dtype != DType::boolean)
+    dispatch_elem(e.dtype, [&]<class E>() { v = E::to_f64(e.as<const typename E::T>()[0]); });
+  return v;
+}
+}  // namespace
+
+// Pow: base dtype T (the output's), exponent dtype E (any number). A float base raised to one
+// exponent of 2 or 1 (RMSNorm's x.pow(2), and the x^1 of its gradient) is x * x or x: the
+// correctly rounded result pow approximates, without pow's cost per element (pow made a third of
+// rope_lm's step).
 void Pow_forward(KernelCtx& c) {
+  if (dtype_is_float(c.in(0).dtype)) {
+    const double e = scalar_exponent(c.in(1));
+    if (e == 2) return unary_float(c, Square{});
+    if (e == 1) return unary_float(c, fn::Identity{});
+  }
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
     if constexpr (kIsNumber<T>) {
       dispatch_dtype(c.in(1).dtype, [&]<class E>() {
@@ -394,11 +417,30 @@ void FusedGemm_forward(KernelCtx& c) {
   relu_in_place(c);
 }
 
-// MatMul (each operand possibly stored with its last two dims swapped: transA, transB), then Add's
-// functor with the bias broadcast along Y's rows, then Relu: the values of the nodes it replaced.
+// MatMul (each operand possibly stored with its last two dims swapped: transA, transB), plus the
+// bias [N] along Y's rows, then Relu. In f32 / f64 Y's rows start as the bias and the product is
+// accumulated onto them (BLAS with beta 1, as torch's addmm does a Linear): one pass over Y fewer
+// than the product and then the bias (BLAS's beta 0 clears Y in a pass of its own), and the sum is
+// rounded once, not twice. Other dtypes: the product, then Add's functor.
 void FusedMatMul_forward(KernelCtx& c) {
-  matmul_any(c, c.node.i("transA") != 0, c.node.i("transB") != 0);
+  const bool ta = c.node.i("transA") != 0, tb = c.node.i("transB") != 0;
   const TensorRef& y = c.out(0);
+  if (c.has_in(2) && (y.dtype == DType::f32 || y.dtype == DType::f64)) {
+    dispatch_dtype(y.dtype, [&]<class T>() {
+      if constexpr (kIsFloat<T>) {
+        const int64_t n = y.dim(y.rank() - 1), rows = n ? y.numel / n : 0;
+        const T* bias = c.in(2).as<const T>();  // [N] (shape_FusedMatMul)
+        T* py = y.as<T>();
+        split_rows(rows, y.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+          for (int64_t r = lo; r < hi; ++r) std::copy(bias, bias + n, py + r * n);
+        });
+        matmul<T>(c, ta, tb, 1);
+      }
+    });
+    if (c.node.s("activation") == "Relu") relu_in_place(c);
+    return;
+  }
+  matmul_any(c, ta, tb);
   if (c.has_in(2)) {
     const TensorRef& bias = c.in(2);
     if (!half_map<uint16_t>(y.dtype, y, fn::Add{}, y, bias))

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -267,6 +268,39 @@ TEST_CASE("math: Pow: broadcast, and base / exponent of different dtypes") {
   // i64 ** i64 exact: np.power([3,-2,5], [4,3,0])
   Tensor b64 = make<int64_t>(DType::i64, {3}, {3, -2, 5}), e64 = make<int64_t>(DType::i64, {3}, {4, 3, 0});
   CHECK(vals<int64_t>(run(Op::Pow, {&b64, &e64})) == std::vector<int64_t>{81, -8, 1});
+}
+
+TEST_CASE("math: Pow with one exponent of 2 or 1 (x * x, x): pow's values at every kind of float") {
+  // Bit for bit (NaN as NaN): the exponent as f32, as i64, and as [1, 1] (raising the output's rank).
+  auto same = [](const Tensor& t, const Shape& shape, const std::vector<float>& want) {
+    CHECK(t.shape() == shape);
+    REQUIRE(size_t(t.numel()) == want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      const float g = t.as<float>()[i];
+      CHECK(((std::isnan(g) && std::isnan(want[i])) || std::memcmp(&g, &want[i], sizeof g) == 0));
+    }
+  };
+  // np.power(np.float32([1.5, -3, -0.0, inf, -inf, nan, 1e20, 1e-30, 3.4028235e38]), np.float32(2))
+  // = [2.25, 9, 0, inf, inf, nan, inf, 0, inf]: overflow to inf and underflow to 0 as pow's.
+  const std::vector<float> x = {1.5f, -3, -0.0f, INFINITY, -INFINITY, NAN, 1e20f, 1e-30f, 3.4028235e38f};
+  const std::vector<float> sq = {2.25f, 9, 0, INFINITY, INFINITY, NAN, INFINITY, 0, INFINITY};
+  Tensor a = f32({9}, x);
+  Tensor two = f32({}, {2}), one = f32({}, {1}), two_i = make<int64_t>(DType::i64, {}, {2});
+  Tensor two_11 = f32({1, 1}, {2}), one_i = make<int64_t>(DType::i64, {1}, {1});
+  same(run(Op::Pow, {&a, &two}), {9}, sq);
+  same(run(Op::Pow, {&a, &two_i}), {9}, sq);
+  same(run(Op::Pow, {&a, &two_11}), {1, 9}, sq);
+  same(run(Op::Pow, {&a, &one}), {9}, x);  // np.power(x, 1.0) is x, -0.0 included
+  same(run(Op::Pow, {&a, &one_i}), {9}, x);
+  // f64: np.power([1.5, -1e200, 1e-200, 3.0000000000000004], 2.0) = [2.25, inf, 0, 9.000000000000004]
+  Tensor d = make<double>(DType::f64, {4}, {1.5, -1e200, 1e-200, 3.0000000000000004});
+  Tensor two_d = make<double>(DType::f64, {}, {2});
+  CHECK(vals<double>(run(Op::Pow, {&d, &two_d})) == std::vector<double>{2.25, INFINITY, 0.0, 9.000000000000004});
+  // Other exponents still go through pow: np.power(np.float32([1.5, 4]), np.float32(3)) and 0.5.
+  Tensor three = f32({}, {3}), half = f32({}, {0.5f}), b = f32({2}, {1.5f, 4});
+  check_close(run(Op::Pow, {&b, &three}), {2}, {3.375, 64});
+  check_close(run(Op::Pow, {&b, &half}), {2}, {1.2247448713915890, 2});
 }
 
 TEST_CASE("math: Min and Max: variadic with broadcasting, NaN propagates") {
@@ -639,6 +673,44 @@ TEST_CASE("math: FusedMatMul with transA / transB reads that operand's last two 
   Tensor a(DType::f32, {2, 4, 5}), b(DType::f32, {2, 4, 6});
   CHECK_THROWS_WITH(run(Op::FusedMatMul, {&a, &b}), doctest::Contains("do not multiply"));
   CHECK_NOTHROW(run(Op::FusedMatMul, {&a, &b}, {{"transA", Attr(int64_t(1))}}));
+}
+
+TEST_CASE("math: FusedMatMul's bias rows under the product: large and small, batched, f32 and f64") {
+  // A [3, 70, 90] @ B [90, 130] + bias [130] (f32 and f64; 210 x 130 x 90 is large enough that the
+  // product and the bias rows are split over the threads), A [3, 70, 90] @ B [3, 90, 130] (one
+  // product per batch), and the same at [64, 8] @ [8, 64] per batch (products smaller than one
+  // BLAS register panel's depth); expected by plain double loops.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (DType dt : {DType::f32, DType::f64})
+    for (int shape = 0; shape < 3; ++shape) {
+      const bool batched_b = shape > 0;
+      CAPTURE(dtype_name(dt));
+      CAPTURE(shape);
+      const int64_t B = 3, M = shape < 2 ? 70 : 64, K = shape < 2 ? 90 : 8, N = shape < 2 ? 130 : 64;
+      Tensor a(dt, {B, M, K}), b(dt, batched_b ? Shape{B, K, N} : Shape{K, N}), bias(dt, {N});
+      for (Tensor* t : {&a, &b, &bias})
+        for (int64_t i = 0; i < t->numel(); ++i) {
+          if (dt == DType::f32) t->as<float>()[i] = float(u(rng));
+          else t->as<double>()[i] = u(rng);
+        }
+      const std::vector<double> av = a.to_f64(), bv = b.to_f64(), cv = bias.to_f64();
+      std::vector<double> want;
+      for (int64_t p = 0; p < B; ++p)
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = cv[size_t(j)];
+            for (int64_t k = 0; k < K; ++k)
+              s += av[size_t((p * M + i) * K + k)] * bv[size_t((batched_b ? p * K * N : 0) + k * N + j)];
+            want.push_back(s);
+          }
+      const double tol = dt == DType::f32 ? 1e-4 : 1e-12;  // K = 90 float products: a few 1e-6 apart
+      check_close(run(Op::FusedMatMul, {&a, &b, &bias}), {B, M, N}, want, tol, tol);
+      std::vector<double> relu = want;
+      for (double& v : relu) v = std::max(v, 0.0);
+      check_close(run(Op::FusedMatMul, {&a, &b, &bias}, {{"activation", Attr(std::string("Relu"))}}), {B, M, N},
+                  relu, tol, tol);
+    }
 }
 
 // ---- import normalisation ---------------------------------------------------------------------
