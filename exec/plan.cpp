@@ -1,5 +1,6 @@
 #include "exec/plan.h"
 
+#include "exec/cpu/threads.h"
 #include "exec/device_backend.h"
 #include "exec/profile.h"
 #include "parallel/communicator.h"
@@ -298,8 +299,11 @@ void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& 
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_seconds();
     cpu_kernel(n.op)(ctx);
-    state.profile->add(n, ctx, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double cpu = thread_cpu_seconds() - c0;
+    state.profile->add(n, ctx, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                       cpu_threads() == 1 ? cpu : -1.0);
   }
   if (state.profile) ++state.profile->runs;
   // Asynchronous all-reduces (gradient buckets) finish before the caller reads any output.

@@ -919,8 +919,8 @@ class Replica {
       fmt::print("  {:<28} {:>10.3f}\n  {:<28} {:>10.3f}\n", "optimizer (fused, flat)",
                  1e3 * (device_ ? profile_.after_run_seconds : profiled_optimizer_) / double(profiled_steps_),
                  "whole step (wall)", 1e3 * profiled_wall_ / double(profiled_steps_));
-      fmt::print("BLAS alone on this machine: {:.1f} GFLOP/s (sgemm 512x512x512, {} threads)\n", blas_sgemm_gflops(),
-                 cpu_threads());
+      fmt::print("BLAS alone on this machine: {:.1f} GFLOP/s (sgemm 512x512x512, {} threads{})\n", blas_sgemm_gflops(),
+                 cpu_threads(), cpu_threads() == 1 ? ", by the thread's CPU time" : "");
     }
   }
 

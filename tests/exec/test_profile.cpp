@@ -40,6 +40,24 @@ TEST_CASE("profile: calls, time and the flops of MatMul and Gemm") {
   const std::string t = prof.table(3);
   CHECK(test::contains(t, "MatMul"));
   CHECK(test::contains(t, "kernels in all"));
+  // GFLOP/s from the thread's CPU time where every call had it (one thread: the time another
+  // process held the core is not the kernel's), from wall time once a call had none.
+  {
+    Profile q;
+    KernelCtx ctx{g.nodes[size_t(mm)], {}, {}, rs};
+    std::vector<Shape> shapes = {{3, 5, 7}, {7, 4}, {3, 5, 4}};
+    ctx.inputs = {TensorRef{ta.data(), DType::f32, &shapes[0], 105}, TensorRef{tb.data(), DType::f32, &shapes[1], 28}};
+    Tensor y(DType::f32, {3, 5, 4});
+    ctx.outputs = {TensorRef{y.data(), DType::f32, &shapes[2], 60}};
+    q.add(g.nodes[size_t(mm)], ctx, 4e-6, 1e-6);  // 840 flops: 840 MFLOP/s by wall, 0.84 GFLOP/s by CPU
+    CHECK(test::contains(q.table(1), "GFLOP/s*"));
+    CHECK(test::contains(q.table(1), "0.8\n"));
+    CHECK(test::contains(q.table(1), "from the thread's CPU time"));
+    q.add(g.nodes[size_t(mm)], ctx, 4e-6, -1);  // a call on several threads: wall time for the op
+    CHECK(q.ops.at(Op::MatMul).cpu_seconds < 0);
+    CHECK(test::contains(q.table(1), "0.2\n"));  // 1680 flops in 8 us
+    CHECK(!test::contains(q.table(1), "GFLOP/s*"));
+  }
   // No profile pointer: nothing recorded.
   p.execute({{"a", ta}, {"b", tb}, {"c", tc}}, {});
   CHECK(prof.runs == 3);
