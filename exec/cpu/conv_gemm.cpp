@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "exec/cpu/blas.h"
+#include "exec/cpu/conv_dnnl.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
 
@@ -665,6 +667,8 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if (P == 0 || ch.images == 0 || Cout == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (dnnl_conv_forward(g, ch, x, w, bias, y)) return;
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: out channels per group each see one input channel
     parallel_for(ch.images * ch.groups, ch.images * ch.groups > 1, [&](int64_t task) {
       const int64_t n = task / ch.groups, gi = task % ch.groups;
@@ -734,6 +738,8 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
     for (int64_t i = 0; i < ch.images * Cout; ++i) std::fill(y + i * S, y + (i + 1) * S, bias ? bias[i % Cout] : T(0));
     return;
   }
+  if constexpr (std::is_same_v<T, float>)
+    if (dnnl_conv_transpose(g, ch, x, w, bias, y)) return;
   if (ch.out == 1 && ch.in <= kDirectMaxChannels) {  // depthwise (Conv's input gradient of a depthwise Conv): one output channel per group
     parallel_for(ch.images * ch.groups, ch.images * ch.groups > 1, [&](int64_t task) {
       const int64_t n = task / ch.groups, gi = task % ch.groups;
@@ -790,6 +796,8 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   if (wsize == 0) return;
   std::fill(dw, dw + wsize, T(0));
   if (P == 0 || ch.images == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (dnnl_conv_filter_grad(g, ch, x, dy, dw)) return;
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: each output channel's taps over its one input channel
     parallel_for(Cout, Cout > 1, [&](int64_t oc) {
       const int64_t gi = oc / Mg;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/cpu/conv_dnnl.h"
 #include "exec/cpu/threads.h"
 #include "graph/tensor.h"
 
@@ -149,14 +150,29 @@ inline std::vector<Case> engine_cases() {
       {"1x1 stride 2 (phase planes)", {3, 4, 5, 6}, 5, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, false},
       {"1-D, stride 2 (phase planes)", {3, 2, 11}, 4, {4}, {2}, {2}, {3, 1}, 1, true},
       {"3-D, strides 1, 2, 1 (runs)", {2, 2, 4, 5, 6}, 3, {2, 3, 2}, {1, 2, 1}, {2, 1, 1}, {1, 0, 1, 0, 1, 1}, 1, false},
+      // oneDNN's blocked kernels (channels in blocks of 16): a ResNet's downsampling, two groups of 16.
+      {"16 -> 32 channels, stride 2 (oneDNN: blocked)", {3, 16, 9, 9}, 32, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"2 groups of 16 channels, 1x1 and 3x3 pads (oneDNN: blocked, grouped)", {2, 32, 6, 7}, 32, {3, 3}, {1, 1}, {1, 1}, {1, 0, 1, 2}, 2, false},
   };
 }
 
 // Restores the calling thread's kernel thread count (the cases run at several) when it ends.
+// Restores the thread count and the convolution engine a test changes.
 struct KeepThreads {
   int before = cpu_threads();
-  ~KeepThreads() { set_cpu_threads(before); }
+  ConvEngine engine = conv_engine();
+  ~KeepThreads() {
+    set_cpu_threads(before);
+    set_conv_engine(engine);
+  }
 };
+
+// The engines a dtype's convolutions can take: float32 oneDNN's (where the build has it; the
+// im2col engine's again where not) and the im2col engine; float64 the im2col engine only.
+inline std::vector<ConvEngine> engines_for(DType t) {
+  if (t == DType::f32) return {ConvEngine::automatic, ConvEngine::im2col};
+  return {ConvEngine::automatic};
+}
 
 // The case's window geometry, given Conv's output spatial shape.
 inline Windows windows_of(const Case& c, const Shape& y) {

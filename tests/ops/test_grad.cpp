@@ -198,7 +198,7 @@ TEST_CASE("grad ops: ConvGradFilter 1x1 (no im2col)") {
 }
 
 // ConvGradFilter on every path of the CPU convolution engine (tests/ops/conv_reference.h's cases
-// name theirs), float32 and float64, on 1, 2 and 3 threads (each thread sums its own chunks; the
+// name theirs) and through oneDNN, float32 and float64, on 1, 2 and 3 threads (each thread sums its own chunks; the
 // count changes the chunks), against the reference's naive loop.
 TEST_CASE("grad ops: ConvGradFilter on every path of the CPU convolution engine matches a naive loop") {
   convref::KeepThreads keep;
@@ -211,10 +211,13 @@ TEST_CASE("grad ops: ConvGradFilter on every path of the CPU convolution engine 
     const Attrs a = {{"group", cs.group}, {"strides", Attr(cs.strides)}, {"dilations", Attr(cs.dilations)},
                      {"pads", Attr(cs.pads)}, {"kernel_shape", Attr(cs.kernel)}};
     for (DType t : {DType::f32, DType::f64})
+      for (ConvEngine e : convref::engines_for(t))
       for (int threads : {1, 2, 3}) {
         CAPTURE(dtype_name(t));
+        CAPTURE(int(e));
         CAPTURE(threads);
         set_cpu_threads(threads);
+        set_conv_engine(e);
         auto dw = run_op(Op::ConvGradFilter, {pattern(cs.x, .3, 1, t), pattern(ys, .7, 1, t)}, 1, a);
         // float32: sums of up to ~25,000 products of size ~1 (the large image's taps)
         if (t == DType::f64) check_close(dw[0], want, 1e-10, 1e-10);

@@ -335,8 +335,8 @@ void check_near(const Tensor& got, const std::vector<double>& want) {
 }  // namespace
 
 // Conv and, as its input gradient, ConvTranspose with Conv's attributes and output_padding (what
-// grad_Conv emits), on every path of the engine (tests/ops/conv_reference.h's cases name theirs),
-// in float32 and float64 and on 1, 2 and 3 threads (the thread count changes how the batch is cut
+// grad_Conv emits), on every path of the engine (tests/ops/conv_reference.h's cases name theirs)
+// and through oneDNN, in float32 and float64 and on 1, 2 and 3 threads (the thread count changes how the batch is cut
 // into chunks, and so which product a chunk takes), against the reference's naive loops.
 TEST_CASE("nn: Conv and ConvTranspose on every path of the CPU convolution engine match a naive loop") {
   convref::KeepThreads keep;
@@ -361,10 +361,13 @@ TEST_CASE("nn: Conv and ConvTranspose on every path of the CPU convolution engin
     std::map<std::string, Attr> at = a;
     at["output_padding"] = Attr(out_pad);
     for (DType t : {DType::f32, DType::f64})
+      for (ConvEngine e : convref::engines_for(t))
       for (int threads : {1, 2, 3}) {
         CAPTURE(dtype_name(t));
+        CAPTURE(int(e));
         CAPTURE(threads);
         set_cpu_threads(threads);
+        set_conv_engine(e);
         std::vector<Tensor> ins = {as_dtype(x, t), as_dtype(w, t)}, tins = {as_dtype(dy, t), as_dtype(w, t)};
         if (cs.bias) {
           ins.push_back(as_dtype(b, t));
