@@ -1,7 +1,7 @@
 // The ResNet convolution shapes of bench/bench_models.py (batch 32) through oneDNN alone, one
 // thread: GFLOP/s of the forward, backward-data and backward-weights passes, in plain NCHW layout
 // (oneDNN's gemm path) and in the layouts oneDNN picks ("any": blocked, 16 channels innermost),
-// the latter with the reorders from and to NCHW counted, as exec/cpu/conv_dnnl.cpp runs them.
+// the latter with the reorders from and to NCHW counted, as exec/cpu/onednn.cpp runs them.
 // Informational (bench/results/2026-12-05-conv-engines.md); not part of the build:
 //   g++ -O2 -std=c++17 bench/dnnl_conv_shapes.cpp -ldnnl -o /tmp/dnnl_conv_shapes
 //   OMP_NUM_THREADS=1 /tmp/dnnl_conv_shapes

@@ -2,6 +2,9 @@
 #include "exec/cpu/blas.h"
 
 #include <cblas.h>
+#ifdef ONNXDP_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <algorithm>
 #include <latch>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "exec/cpu/clones.h"  // parallel_for
+#include "exec/cpu/onednn.h"
 #include "graph/error.h"
 
 namespace onnxdp {
@@ -19,6 +23,12 @@ namespace {
 
 // Blocks of rows or columns are multiples of this (whole register tiles of the BLAS kernels).
 constexpr int64_t kBlockAlign = 16;
+
+// Float products of at least this many multiply-adds run on oneDNN's sgemm where it is on
+// (exec/cpu/onednn.h); smaller ones on OpenBLAS's, which is faster for them here (one thread,
+// AVX-512 Xeon): tiny_lm's [16, 16] x [16, 16] attention products at 2^12 took 3x as long on
+// oneDNN, [32, 16] x [16, 32] at 2^14 as long, [64, 16] x [16, 64] at 2^16 1.25x less.
+constexpr int64_t kDnnlMinWork = int64_t(1) << 16;
 
 // The product that readies one work buffer, and the most buffers readied in this process so far.
 constexpr int kReadyM = 128, kReadyNK = 512;
@@ -34,6 +44,14 @@ void one_thread_blas() {
 
 void call(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
+#ifdef ONNXDP_HAVE_DNNL
+  if (int64_t(m) * n * k >= kDnnlMinWork && dnnl_enabled()) {  // oneDNN's sgemm (exec/cpu/onednn.h), row-major as this call
+    dnnl_one_thread();
+    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (st != dnnl_success) fail("oneDNN's sgemm failed (status {}) on a [{}, {}] x [{}, {}] product", int(st), m, k, k, n);
+    return;
+  }
+#endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
               b, ldb, beta, c, ldc);
 }

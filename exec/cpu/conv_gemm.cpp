@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "exec/cpu/blas.h"
-#include "exec/cpu/conv_dnnl.h"
+#include "exec/cpu/onednn.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
 

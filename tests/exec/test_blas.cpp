@@ -1,7 +1,7 @@
 // blas_gemm (exec/cpu/blas.h): products split into row or column blocks among the thread team equal
 // the definition, for every transpose pair, alpha / beta, a C that is a block of a wider matrix,
 // block edges that are not multiples of the alignment, 1 to 3 threads, and inside a share of
-// the thread team's work; and after blas_prepare has readied BLAS's buffers. The operands are small integers, so every sum is exact and the check is equality.
+// the thread team's work, float through oneDNN's sgemm and OpenBLAS's; and after blas_prepare has readied BLAS's buffers. The operands are small integers, so every sum is exact and the check is equality.
 #include <doctest/doctest.h>
 #include <cblas.h>
 
@@ -10,6 +10,7 @@
 
 #include "exec/cpu/blas.h"
 #include "exec/cpu/clones.h"
+#include "exec/cpu/onednn.h"
 #include "exec/cpu/threads.h"
 
 using namespace onnxdp;
@@ -56,6 +57,7 @@ int64_t mismatches(Dims d, bool ta, bool tb, double alpha, double beta, std::mt1
 TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the definition") {
   std::mt19937 rng(11);
   const int before = cpu_threads();
+  const bool dnnl_before = dnnl_enabled();
   // Above the split threshold: tall (split by rows), wide (by columns), and uneven edges.
   const Dims dims[] = {{300, 140, 120}, {80, 602, 100}, {1000, 17, 264}, {33, 1000, 136}};
   for (Dims d : dims) REQUIRE(d.m * d.n * d.k >= blas_split_min_work());
@@ -71,7 +73,12 @@ TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the 
             CAPTURE(ta);
             CAPTURE(tb);
             CAPTURE(beta);
-            CHECK(mismatches<float>(d, ta, tb, 2.0, beta, rng) == 0);
+            for (bool dnnl : {true, false}) {  // float through oneDNN's sgemm (where built) and OpenBLAS's
+              CAPTURE(dnnl);
+              set_dnnl_enabled(dnnl);
+              CHECK(mismatches<float>(d, ta, tb, 2.0, beta, rng) == 0);
+            }
+            set_dnnl_enabled(dnnl_before);
             CHECK(mismatches<double>(d, ta, tb, 1.0, beta, rng) == 0);
           }
   }

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "exec/cpu/conv_dnnl.h"
+#include "exec/cpu/onednn.h"
 #include "exec/cpu/threads.h"
 #include "graph/tensor.h"
 
@@ -157,21 +157,21 @@ inline std::vector<Case> engine_cases() {
 }
 
 // Restores the calling thread's kernel thread count (the cases run at several) when it ends.
-// Restores the thread count and the convolution engine a test changes.
+// Restores the thread count and the oneDNN switch a test changes.
 struct KeepThreads {
   int before = cpu_threads();
-  ConvEngine engine = conv_engine();
+  bool dnnl = dnnl_enabled();
   ~KeepThreads() {
     set_cpu_threads(before);
-    set_conv_engine(engine);
+    set_dnnl_enabled(dnnl);
   }
 };
 
-// The engines a dtype's convolutions can take: float32 oneDNN's (where the build has it; the
-// im2col engine's again where not) and the im2col engine; float64 the im2col engine only.
-inline std::vector<ConvEngine> engines_for(DType t) {
-  if (t == DType::f32) return {ConvEngine::automatic, ConvEngine::im2col};
-  return {ConvEngine::automatic};
+// The oneDNN settings a dtype's convolutions can run under: float32 with oneDNN (where the build
+// has it; the im2col engine again where not) and without; float64 always takes the im2col engine.
+inline std::vector<bool> dnnl_settings_for(DType t) {
+  if (t == DType::f32) return {true, false};
+  return {false};
 }
 
 // The case's window geometry, given Conv's output spatial shape.

@@ -211,13 +211,13 @@ TEST_CASE("grad ops: ConvGradFilter on every path of the CPU convolution engine 
     const Attrs a = {{"group", cs.group}, {"strides", Attr(cs.strides)}, {"dilations", Attr(cs.dilations)},
                      {"pads", Attr(cs.pads)}, {"kernel_shape", Attr(cs.kernel)}};
     for (DType t : {DType::f32, DType::f64})
-      for (ConvEngine e : convref::engines_for(t))
+      for (bool dnnl : convref::dnnl_settings_for(t))
       for (int threads : {1, 2, 3}) {
         CAPTURE(dtype_name(t));
-        CAPTURE(int(e));
+        CAPTURE(dnnl);
         CAPTURE(threads);
         set_cpu_threads(threads);
-        set_conv_engine(e);
+        set_dnnl_enabled(dnnl);
         auto dw = run_op(Op::ConvGradFilter, {pattern(cs.x, .3, 1, t), pattern(ys, .7, 1, t)}, 1, a);
         // float32: sums of up to ~25,000 products of size ~1 (the large image's taps)
         if (t == DType::f64) check_close(dw[0], want, 1e-10, 1e-10);

@@ -361,13 +361,13 @@ TEST_CASE("nn: Conv and ConvTranspose on every path of the CPU convolution engin
     std::map<std::string, Attr> at = a;
     at["output_padding"] = Attr(out_pad);
     for (DType t : {DType::f32, DType::f64})
-      for (ConvEngine e : convref::engines_for(t))
+      for (bool dnnl : convref::dnnl_settings_for(t))
       for (int threads : {1, 2, 3}) {
         CAPTURE(dtype_name(t));
-        CAPTURE(int(e));
+        CAPTURE(dnnl);
         CAPTURE(threads);
         set_cpu_threads(threads);
-        set_conv_engine(e);
+        set_dnnl_enabled(dnnl);
         std::vector<Tensor> ins = {as_dtype(x, t), as_dtype(w, t)}, tins = {as_dtype(dy, t), as_dtype(w, t)};
         if (cs.bias) {
           ins.push_back(as_dtype(b, t));

@@ -1,5 +1,5 @@
-// oneDNN's convolutions behind the engine of exec/cpu/conv_gemm.h (see exec/cpu/conv_dnnl.h).
-#include "exec/cpu/conv_dnnl.h"
+// oneDNN behind the CPU backend's float convolutions and products (see exec/cpu/onednn.h).
+#include "exec/cpu/onednn.h"
 
 #include <algorithm>
 #include <atomic>
@@ -24,32 +24,30 @@ extern "C" void omp_set_num_threads(int);
 namespace onnxdp {
 
 namespace {
-// -1: not read yet; else a ConvEngine.
-std::atomic<int> chosen_engine{-1};
+// -1: not read yet; else 0 (off) or 1 (on).
+std::atomic<int> dnnl_switch{-1};
 }  // namespace
 
-ConvEngine conv_engine() {
-  int e = chosen_engine.load();
-  if (e < 0) {
-    const char* s = std::getenv("ONNXDP_CONV_ENGINE");
+bool dnnl_enabled() {
+  if (!dnnl_built()) return false;
+  int on = dnnl_switch.load();
+  if (on < 0) {
+    const char* s = std::getenv("ONNXDP_DNNL");
     const std::string v = s ? s : "";
-    if (v.empty() || v == "auto") {
-      e = int(ConvEngine::automatic);
-    } else if (v == "im2col") {
-      e = int(ConvEngine::im2col);
-    } else {
-      throw std::invalid_argument("ONNXDP_CONV_ENGINE is '" + v + "'; expected auto or im2col");
-    }
-    chosen_engine = e;
+    if (v.empty() || v == "1") on = 1;
+    else if (v == "0") on = 0;
+    else throw std::invalid_argument("ONNXDP_DNNL is '" + v + "'; expected 0 (oneDNN off) or 1 (on)");
+    dnnl_switch = on;
   }
-  return ConvEngine(e);
+  return on == 1;
 }
 
-void set_conv_engine(ConvEngine e) { chosen_engine = int(e); }
+void set_dnnl_enabled(bool on) { dnnl_switch = on ? 1 : 0; }
 
 #ifndef ONNXDP_HAVE_DNNL
 
 bool dnnl_built() { return false; }
+void dnnl_one_thread() {}
 bool dnnl_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {
   return false;
 }
@@ -61,6 +59,11 @@ bool dnnl_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*
 #else
 
 bool dnnl_built() { return true; }
+
+void dnnl_one_thread() {
+  thread_local bool once = (omp_set_num_threads(1), true);  // onnxdp's team splits the work instead
+  (void)once;
+}
 
 namespace {
 
@@ -184,8 +187,7 @@ std::unique_ptr<Prim> make_prim(Kind kind, const ConvWindows& g, int64_t groups,
 // This thread's primitive for the shape (made on first use; null kept for a refused shape).
 Prim* prim_for(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, bool bias) {
   thread_local std::map<std::vector<int64_t>, std::unique_ptr<Prim>> cache;
-  thread_local bool one_thread = (omp_set_num_threads(1), true);  // onnxdp's team splits the work instead
-  (void)one_thread;
+  dnnl_one_thread();
   std::vector<int64_t> key{int64_t(kind), groups, cs, cd, images, bias};
   for (const auto* v : {&g.iter, &g.bound, &g.kernel, &g.strides, &g.dilations, &g.pad_begin}) {
     key.push_back(int64_t(v->size()));
@@ -219,7 +221,7 @@ void over_images(int64_t images, const Work& work) {
   run_shares(n, [&](int t, int shares) { work(t, images * t / shares, images * (t + 1) / shares); });
 }
 
-bool usable(const ConvChannels& ch) { return conv_engine() == ConvEngine::automatic && ch.images > 0; }
+bool usable(const ConvChannels& ch) { return dnnl_enabled() && ch.images > 0; }
 
 // The first share's size: whether oneDNN takes a geometry does not depend on the batch, so the
 // calling thread asks for that share's primitive before any work starts.

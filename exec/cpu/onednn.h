@@ -1,0 +1,45 @@
+// oneDNN (Debian's libdnnl, what PyTorch and ONNX Runtime run on CPUs) behind the CPU backend's
+// float convolutions and matrix products, when the build found it (ONNXDP_HAVE_DNNL) and
+// ONNXDP_DNNL=0 does not turn it off.
+//
+// Convolutions: the engine of exec/cpu/conv_gemm.h asks here first and does the work itself where
+// these return false (no oneDNN, double precision, a shape oneDNN refuses). oneDNN's JIT
+// convolutions run in its blocked layouts (channels in blocks of 16 innermost): on this project's
+// ResNet shapes 110-182 GFLOP/s with the reorders from and to onnxdp's plain NCHW tensors counted
+// (one AVX-512 core, sgemm 162), against 45-83 for im2col + OpenBLAS
+// (bench/results/2026-12-05-conv-engines.md). A primitive per shape is made once per thread and
+// kept with its blocked buffers and reorders.
+//
+// Products: blas_gemm (exec/cpu/blas.h) calls oneDNN's sgemm for float, OpenBLAS's for double:
+// 10-45 % faster on gpt_small's shapes here (bench/results/2026-12-05-gemm-engines.md).
+//
+// Threads: oneDNN always runs on one thread (its OpenMP team is set to 1 on every thread that
+// calls it); onnxdp's own team (exec/cpu/threads.h) splits the work instead: a product's blocks
+// of rows or columns, a convolution's batch into one range of images per thread, each a primitive
+// of its own, the filter gradient's per-thread sums added in thread order. Results depend on the
+// thread count only, as with OpenBLAS and the im2col engine.
+#pragma once
+
+#include "exec/cpu/conv_gemm.h"
+
+namespace onnxdp {
+
+// Whether float convolutions and products run through oneDNN: where the build has it, unless the
+// environment sets ONNXDP_DNNL=0 (1 or unset: on; anything else fails the first call, naming the
+// variable); tests switch it to compare both ways.
+bool dnnl_enabled();
+void set_dnnl_enabled(bool on);
+// Whether this build has oneDNN.
+bool dnnl_built();
+// Sets oneDNN's team to one thread on the calling thread (once per thread); before any oneDNN call.
+void dnnl_one_thread();
+
+// As conv_forward / conv_transpose / conv_filter_grad (exec/cpu/conv_gemm.h) for float; false
+// where oneDNN does not run it (nothing written then).
+bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w, const float* bias,
+                       float* y);
+bool dnnl_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                         const float* bias, float* y);
+bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy, float* dw);
+
+}  // namespace onnxdp
