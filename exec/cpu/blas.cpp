@@ -25,10 +25,15 @@ namespace {
 constexpr int64_t kBlockAlign = 16;
 
 // Float products of at least this many multiply-adds run on oneDNN's sgemm where it is on
-// (exec/cpu/onednn.h); smaller ones on OpenBLAS's, which is faster for them here (one thread,
-// AVX-512 Xeon): tiny_lm's [16, 16] x [16, 16] attention products at 2^12 took 3x as long on
-// oneDNN, [32, 16] x [16, 32] at 2^14 as long, [64, 16] x [16, 64] at 2^16 1.25x less.
-constexpr int64_t kDnnlMinWork = int64_t(1) << 16;
+// (exec/cpu/onednn.h); smaller ones on OpenBLAS's. Measured here (one thread, AVX-512 Xeon,
+// bench/results/2026-12-05-gemm-engines.md): oneDNN is 3-23 % faster on gpt_small's and tiny_lm's
+// Linear layers (2^20 and up) in training, but on the attention products of a head (2^19 and
+// below) it was faster in a loop of one shape and up to 2.6x slower in training, where the products
+// of a head's scores and its weighted values alternate with Softmax; tiny ones ([16, 16] x [16, 16])
+// take 3x as long.
+constexpr int64_t kDnnlMinWork = int64_t(1) << 20;
+
+bool use_dnnl_sgemm(int64_t m, int64_t n, int64_t k) { return m * n * k >= kDnnlMinWork && dnnl_enabled(); }
 
 // The product that readies one work buffer, and the most buffers readied in this process so far.
 constexpr int kReadyM = 128, kReadyNK = 512;
@@ -45,7 +50,7 @@ void one_thread_blas() {
 void call(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
 #ifdef ONNXDP_HAVE_DNNL
-  if (int64_t(m) * n * k >= kDnnlMinWork && dnnl_enabled()) {  // oneDNN's sgemm (exec/cpu/onednn.h), row-major as this call
+  if (use_dnnl_sgemm(m, n, k)) {  // oneDNN's sgemm (exec/cpu/onednn.h), row-major as this call
     dnnl_one_thread();
     const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (st != dnnl_success) fail("oneDNN's sgemm failed (status {}) on a [{}, {}] x [{}, {}] product", int(st), m, k, k, n);
