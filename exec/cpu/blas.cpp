@@ -26,12 +26,11 @@ constexpr int64_t kBlockAlign = 16;
 
 // Float products of at least this many multiply-adds run on oneDNN's sgemm where it is on
 // (exec/cpu/onednn.h); smaller ones on OpenBLAS's. Measured here (one thread, AVX-512 Xeon,
-// bench/results/2026-12-05-gemm-engines.md): oneDNN is 3-23 % faster on gpt_small's and tiny_lm's
-// Linear layers (2^20 and up) in training, but on the attention products of a head (2^19 and
-// below) it was faster in a loop of one shape and up to 2.6x slower in training, where the products
-// of a head's scores and its weighted values alternate with Softmax; tiny ones ([16, 16] x [16, 16])
-// take 3x as long.
-constexpr int64_t kDnnlMinWork = int64_t(1) << 20;
+// bench/results/2026-12-05-gemm-engines.md): oneDNN is faster on gpt_small's and tiny_lm's shapes
+// from 2^16 up (Linear layers 3-23 %, a head's attention products up to 1.5x); below, OpenBLAS is
+// ([16, 16] x [16, 16] took 3x as long on oneDNN). oneDNN compiles a kernel for a shape the first
+// time it sees it (up to 20 ms, once per process), which a run's first steps pay.
+constexpr int64_t kDnnlMinWork = int64_t(1) << 16;
 
 bool use_dnnl_sgemm(int64_t m, int64_t n, int64_t k) { return m * n * k >= kDnnlMinWork && dnnl_enabled(); }
 
