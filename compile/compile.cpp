@@ -9,6 +9,7 @@
 #include "graph/passes/dead_nodes.h"
 #include "graph/passes/fold.h"
 #include "graph/passes/fold_transposes.h"
+#include "graph/passes/fold_scales.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/fuse_gelu.h"
 #include "graph/passes/inference_mode.h"
@@ -221,6 +222,8 @@ const std::vector<Pass>& compile_passes() {
        [](Compilation& x) { fuse_epilogues(x.c.g, x.read_after()); }},
       {"fold_transposes", [](const CompileOptions&) { return true; },
        [](Compilation& x) { fold_transposes(x.c.g, x.read_after()); }},
+      {"fold_scales", [](const CompileOptions&) { return true; },
+       [](Compilation& x) { fold_scales(x.c.g, x.read_after()); }},
       {"accumulate_gradients", [](const CompileOptions& o) { return train(o) && o.accumulate; }, pass_accumulate_gradients},
       {"gradient_buckets", train, pass_gradient_buckets},
       {"loss_all_reduce", [](const CompileOptions& o) { return train(o) && o.world > 1 && o.sync; }, pass_loss_all_reduce},

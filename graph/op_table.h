@@ -224,11 +224,12 @@
   X(FusedGemm,                  math,       2, 3, 1, 1,                                             \
     "alpha:f=1,beta:f=1,transA:i=0,transB:i=0,activation:s=Relu")                                  \
   /* FusedMatMul (A [.., M, K], B [.., K, N], batch dims broadcast; transA / transB: that      */ \
-  /* operand stored with its last two dims swapped; bias [N]?) -> MatMul + bias, then            */ \
+  /* operand stored with its last two dims swapped; bias [N]?) -> alpha * MatMul + bias, then    */ \
   /* `activation` (none or Relu): a Linear layer on N-D input as exported (MatMul, Add), a       */ \
-  /* product reading a transposed operand as stored (graph/passes/fold_transposes.h); on CUDA    */ \
-  /* one cuBLAS / cuBLASLt call.                                                                 */ \
-  X(FusedMatMul,                math,       2, 3, 1, 1, "activation:s=,transA:i=0,transB:i=0")
+  /* product reading a transposed operand as stored (graph/passes/fold_transposes.h), a product  */ \
+  /* scaled by a constant (graph/passes/fold_scales.h); on CUDA one cuBLAS / cuBLASLt call.      */ \
+  X(FusedMatMul,                math,       2, 3, 1, 1,                                             \
+    "alpha:f=1,activation:s=,transA:i=0,transB:i=0")
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.

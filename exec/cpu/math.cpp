@@ -194,7 +194,7 @@ bool blas_int_ok(int64_t v) { return v <= int64_t(std::numeric_limits<int>::max(
 // are stored swapped ([.., K, M] for A, [.., N, K] for B) and BLAS reads it transposed. beta 0:
 // Y = A @ B; beta 1: Y += A @ B (Y holds FusedMatMul's bias rows).
 template <class T>
-void matmul(KernelCtx& c, bool ta, bool tb, double beta = 0) {
+void matmul(KernelCtx& c, bool ta, bool tb, double beta = 0, double alpha = 1) {
   const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
   Shape a = *ra.shape, b = *rb.shape;
   if (a.size() == 1) a.insert(a.begin(), 1);
@@ -214,7 +214,7 @@ void matmul(KernelCtx& c, bool ta, bool tb, double beta = 0) {
 
   // b shared by every batch and a's batches contiguous rows: one product [nbatch * m, k] x [k, n].
   if (shape_numel(b_batch) == 1 && a_batch == batch && !ta && blas_int_ok(nbatch * m)) {
-    gemm<T>(false, tb, nbatch * m, n, k, 1, pa, lda, pb, ldb, beta, py);
+    gemm<T>(false, tb, nbatch * m, n, k, alpha, pa, lda, pb, ldb, beta, py);
     return;
   }
   const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
@@ -226,7 +226,7 @@ void matmul(KernelCtx& c, bool ta, bool tb, double beta = 0) {
       oa += coord * sa[d];
       ob += coord * sb[d];
     }
-    gemm<T>(ta, tb, m, n, k, 1, pa + oa * m * k, lda, pb + ob * k * n, ldb, beta, py + bi * m * n);
+    gemm<T>(ta, tb, m, n, k, alpha, pa + oa * m * k, lda, pb + ob * k * n, ldb, beta, py + bi * m * n);
   };
   // Many small products (attention's [b, heads] of [t, d] x [d, t]): the threads split the batch,
   // each product whole on one thread (exec/cpu/blas.h), rather than every thread joining each
@@ -378,11 +378,11 @@ void Softmax_forward(KernelCtx& c) { softmax_forward<false>(c); }
 void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
 
 namespace {
-// MatMul, or FusedMatMul's product with its transA / transB.
-void matmul_any(KernelCtx& c, bool ta, bool tb) {
-  if (is_16bit_float(c.in(0).dtype)) return in_float(c, [&](KernelCtx& fc) { matmul<float>(fc, ta, tb); });
+// MatMul, or FusedMatMul's product with its transA / transB, times alpha.
+void matmul_any(KernelCtx& c, bool ta, bool tb, double alpha = 1) {
+  if (is_16bit_float(c.in(0).dtype)) return in_float(c, [&](KernelCtx& fc) { matmul<float>(fc, ta, tb, 0, alpha); });
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
-    if constexpr (kIsNumber<T>) matmul<T>(c, ta, tb);
+    if constexpr (kIsNumber<T>) matmul<T>(c, ta, tb, 0, alpha);
     else unsupported(c, c.in(0).dtype);
   });
 }
@@ -424,6 +424,7 @@ void FusedGemm_forward(KernelCtx& c) {
 // rounded once, not twice. Other dtypes: the product, then Add's functor.
 void FusedMatMul_forward(KernelCtx& c) {
   const bool ta = c.node.i("transA") != 0, tb = c.node.i("transB") != 0;
+  const double alpha = c.node.f("alpha");
   const TensorRef& y = c.out(0);
   if (c.has_in(2) && (y.dtype == DType::f32 || y.dtype == DType::f64)) {
     dispatch_dtype(y.dtype, [&]<class T>() {
@@ -434,13 +435,13 @@ void FusedMatMul_forward(KernelCtx& c) {
         split_rows(rows, y.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
           for (int64_t r = lo; r < hi; ++r) std::copy(bias, bias + n, py + r * n);
         });
-        matmul<T>(c, ta, tb, 1);
+        matmul<T>(c, ta, tb, 1, alpha);
       }
     });
     if (c.node.s("activation") == "Relu") relu_in_place(c);
     return;
   }
-  matmul_any(c, ta, tb);
+  matmul_any(c, ta, tb, alpha);
   if (c.has_in(2)) {
     const TensorRef& bias = c.in(2);
     if (!half_map<uint16_t>(y.dtype, y, fn::Add{}, y, bias))

@@ -182,6 +182,7 @@ GemmCall fused_matmul_call(const Node& node, DType a_type, const Shape& a, DType
   const Shape logical_a = ta ? swapped(a) : a, logical_b = tb ? swapped(b) : b;
   GemmCall c = matmul_call(a_type, logical_a, b_type, logical_b, !ta);
   if (!c.ok) return c;
+  c.alpha = node.f("alpha");
   // transB: B stored [.., N, K] is the column-major [K, N] matrix, i.e. A' = (stored B) with op T
   // and its row length K as leading dimension, as Gemm's transB; transA likewise makes B' = (stored
   // A) with op T and leading dimension M. The strides between batches stay (M K and K N).

@@ -290,7 +290,10 @@ void fused_matmul_all(std::vector<OpCase>& cs) {
           Shape as = a, bs = b;
           if (!ta) std::swap(as[as.size() - 1], as[as.size() - 2]);
           if (tb) std::swap(bs[bs.size() - 1], bs[bs.size() - 2]);
-          Case g{Op::FusedMatMul, {as, bs}, {{"transA", Attr(int64_t(ta))}, {"transB", Attr(int64_t(tb))}}};
+          // alpha (a folded scale, graph/passes/fold_scales.h) on half of them: the product's, not the bias's.
+          Case g{Op::FusedMatMul,
+                 {as, bs},
+                 {{"transA", Attr(int64_t(ta))}, {"transB", Attr(int64_t(tb))}, {"alpha", Attr(ta == tb ? 1.0f : -0.75f)}}};
           if (bias) g.shapes.push_back(Shape{b.back()});
           cs.push_back(op_case(g));
         }
@@ -426,6 +429,8 @@ TEST_CASE("cuda gemm: gemm_call maps row-major MatMul / Gemm to column-major cuB
   // FusedMatMul: A's rows one GEMM, the bias [N] as the epilogue.
   c = call(Op::FusedMatMul, {{2, 5, 9}, {9, 7}, {7}}, {{"activation", Attr(std::string("Relu"))}});
   CHECK((c.ok && c.relu && c.epilogue == cuda::GemmCall::Epilogue::bias && c.m == 7 && c.n == 10 && c.k == 9));
+  c = call(Op::FusedMatMul, {{2, 5, 9}, {2, 7, 9}}, {{"transB", Attr(int64_t(1))}, {"alpha", Attr(0.25f)}});
+  CHECK((c.ok && c.alpha == 0.25f && c.beta == 0));
   c = call(Op::Gemm, {{7, 0}, {0, 5}, {5}});  // K = 0 is a fill, never an epilogue
   CHECK((c.ok && c.kind == K::fill && c.epilogue == cuda::GemmCall::Epilogue::none && c.broadcast_c));
   // beta 0, or no C: Y is overwritten.

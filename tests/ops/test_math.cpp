@@ -598,7 +598,7 @@ TEST_CASE("math: FusedGemm is Gemm then Relu, its activation must be Relu") {
   CHECK_THROWS_WITH(run(Op::FusedGemm, {&as, &bs, &col}, attrs), doctest::Contains("not one FusedGemm has"));
 }
 
-TEST_CASE("math: FusedMatMul is MatMul, + bias along the rows, then Relu when asked") {
+TEST_CASE("math: FusedMatMul is alpha times MatMul, + bias along the rows, then Relu when asked") {
   // [[[1, -1], [2, 0.5]]] @ [[1, 0, -2], [3, 1, 1]] = [[-2, -1, -3], [3.5, 0.5, -3.5]]
   Tensor a = f32({1, 2, 2}, {1, -1, 2, 0.5f}), b = f32({2, 3}, {1, 0, -2, 3, 1, 1}), bias = f32({3}, {1, 0.25f, 4});
   check_close(run(Op::FusedMatMul, {&a, &b, &bias}), {1, 2, 3}, {-1, -0.75, 1, 4.5, 0.75, 0.5});
@@ -606,6 +606,11 @@ TEST_CASE("math: FusedMatMul is MatMul, + bias along the rows, then Relu when as
               {0, 0, 1, 4.5, 0.75, 0.5});
   check_close(run(Op::FusedMatMul, {&a, &b}, {{"activation", Attr(std::string("Relu"))}}), {1, 2, 3},
               {0, 0, 0, 3.5, 0.5, 0});
+  // alpha scales the product, not the bias: 0.5 * [[-2, -1, -3], [3.5, 0.5, -3.5]] + bias, then Relu
+  check_close(run(Op::FusedMatMul, {&a, &b, &bias}, {{"alpha", Attr(0.5f)}}), {1, 2, 3},
+              {0, -0.25, 2.5, 2.75, 0.5, 2.25});
+  check_close(run(Op::FusedMatMul, {&a, &b}, {{"alpha", Attr(-2.0f)}, {"activation", Attr(std::string("Relu"))}}),
+              {1, 2, 3}, {4, 2, 6, 0, 0, 7});
   Tensor wrong = f32({1, 3}, {1, 2, 3});
   CHECK_THROWS_WITH(run(Op::FusedMatMul, {&a, &b, &wrong}), doctest::Contains("the bias has shape"));
   CHECK_THROWS_WITH(run(Op::FusedMatMul, {&a, &b}, {{"activation", Attr(std::string("Gelu"))}}),
