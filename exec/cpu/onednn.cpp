@@ -212,11 +212,14 @@ void run(Prim& p, std::initializer_list<const float*> tensors) {
   stream.wait();
 }
 
-// Calls work(share, first image, end image) for the batch cut into one range per thread of this
-// thread's team (one range when nested in a share or given one image).
+// How many ranges of images a call's batch is cut into: one per thread of this thread's team (one
+// when nested in a share or given one image).
+int shares_of(int64_t images) { return in_thread_share() ? 1 : int(std::min<int64_t>(cpu_threads(), images)); }
+
+// Calls work(share, first image, end image) for each of the batch's shares_of(images) ranges.
 template <class Work>
 void over_images(int64_t images, const Work& work) {
-  const int n = in_thread_share() ? 1 : int(std::min<int64_t>(cpu_threads(), images));
+  const int n = shares_of(images);
   if (n <= 1) return work(0, 0, images);
   run_shares(n, [&](int t, int shares) { work(t, images * t / shares, images * (t + 1) / shares); });
 }
@@ -225,10 +228,7 @@ bool usable(const ConvChannels& ch) { return dnnl_enabled() && ch.images > 0; }
 
 // The first share's size: whether oneDNN takes a geometry does not depend on the batch, so the
 // calling thread asks for that share's primitive before any work starts.
-int64_t first_share(int64_t images) {
-  const int n = in_thread_share() ? 1 : int(std::min<int64_t>(cpu_threads(), images));
-  return n <= 1 ? images : images / n;
-}
+int64_t first_share(int64_t images) { return images / std::max(shares_of(images), 1); }
 
 }  // namespace
 
@@ -274,8 +274,7 @@ bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const f
   if (!prim_for(Kind::backward_weights, g, G, ch.in, ch.out, first_share(ch.images), false)) return false;
   // Share 0 writes dw, the others their own sums, added in share order at the end.
   std::vector<std::vector<float>> partial;
-  const int n = in_thread_share() ? 1 : int(std::min<int64_t>(cpu_threads(), ch.images));
-  partial.resize(size_t(std::max(n, 1)));
+  partial.resize(size_t(std::max(shares_of(ch.images), 1)));
   over_images(ch.images, [&](int t, int64_t lo, int64_t hi) {
     Prim* p = prim_for(Kind::backward_weights, g, G, ch.in, ch.out, hi - lo, false);
     if (!p) throw std::runtime_error("oneDNN refused a ConvGradFilter it took for another batch size");
