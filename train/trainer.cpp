@@ -207,6 +207,7 @@ struct StepOutcome {
   float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   bool skipped = false;
   double seconds = 0, comm_wait_ms = 0;
+  double time_s = 0;  // since the training loop started (after set-up), at the step's end
   int64_t rows = 0;
 };
 
@@ -710,6 +711,7 @@ class Replica {
     if (scaler_) update_loss_scale(step, s);
     const auto t_end = std::chrono::steady_clock::now();
     s.seconds = std::chrono::duration<double>(t_end - t0).count();
+    s.time_s = std::chrono::duration<double>(t_end - t_start_).count();
     if (o_.profile && lead_ && step > first_step_) {
       ++profiled_steps_;
       profiled_wall_ += s.seconds;
@@ -774,7 +776,7 @@ class Replica {
     if (metrics_.is_open()) {
       nlohmann::json j = {{"step", step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                           {"samples_per_s", samples_per_s}, {"epoch", epoch_ + 1}, {"comm_wait_ms", s.comm_wait_ms},
-                          {"memory_mib", std::round(memory_mib * 100) / 100}};
+                          {"memory_mib", std::round(memory_mib * 100) / 100}, {"time_s", s.time_s}};
       if (scaler_) {
         j["loss_scale"] = s.loss_scale;
         j["skipped"] = s.skipped;

@@ -30,9 +30,17 @@ constexpr int64_t kBlockAlign = 16;
 // from 2^16 up (Linear layers 3-23 %, a head's attention products up to 1.5x); below, OpenBLAS is
 // ([16, 16] x [16, 16] took 3x as long on oneDNN). oneDNN compiles a kernel for a shape the first
 // time it sees it (up to 20 ms, once per process), which a run's first steps pay.
+//
+// The exception: A stored transposed with C taller than wide (m > n), a Linear layer's weight
+// gradient dY^T X with more outputs than inputs. There oneDNN's sgemm trails OpenBLAS's (one
+// thread, operands not in cache: [1024, 1024]^T x [1024, 256] at 92-105 GFLOP/s against 113-121;
+// [768, 1024]^T x [1024, 256] at 110 against 125); with m <= n the two are level.
 constexpr int64_t kDnnlMinWork = int64_t(1) << 16;
 
-bool use_dnnl_sgemm(int64_t m, int64_t n, int64_t k) { return m * n * k >= kDnnlMinWork && dnnl_enabled(); }
+bool use_dnnl_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  if (ta && !tb && m > n) return false;
+  return m * n * k >= kDnnlMinWork && dnnl_enabled();
+}
 
 // The product that readies one work buffer, and the most buffers readied in this process so far.
 constexpr int kReadyM = 128, kReadyNK = 512;
@@ -49,7 +57,7 @@ void one_thread_blas() {
 void call(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
 #ifdef ONNXDP_HAVE_DNNL
-  if (use_dnnl_sgemm(m, n, k)) {  // oneDNN's sgemm (exec/cpu/onednn.h), row-major as this call
+  if (use_dnnl_sgemm(ta, tb, m, n, k)) {  // oneDNN's sgemm (exec/cpu/onednn.h), row-major as this call
     dnnl_one_thread();
     const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (st != dnnl_success) fail("oneDNN's sgemm failed (status {}) on a [{}, {}] x [{}, {}] product", int(st), m, k, k, n);

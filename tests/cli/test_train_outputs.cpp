@@ -65,6 +65,7 @@ TEST_CASE("cli: train --output-dir holds metrics, TensorBoard events, checkpoint
   // Evaluation at steps 5, 10 and the last one, in the metrics and in the output.
   auto lines = read_jsonl(out + "/metrics.jsonl");
   REQUIRE(lines.size() == 12);
+  double previous_time = 0;
   for (const auto& j : lines) {
     const int64_t step = j.at("step").get<int64_t>();
     CAPTURE(step);
@@ -73,6 +74,10 @@ TEST_CASE("cli: train --output-dir holds metrics, TensorBoard events, checkpoint
     CHECK(j.contains("eval_accuracy") == evaluated);
     if (evaluated) CHECK(j.at("eval_accuracy").get<double>() > 0.1);
     CHECK(j.at("memory_mib").get<double>() > 0);  // the replica's memory, also in the start line
+    // Seconds since the loop started, growing step by step.
+    const double time_s = j.at("time_s").get<double>();
+    CHECK(time_s > previous_time);
+    previous_time = time_s;
   }
   CHECK(contains(r.out, "onnxdp train: the CPU holds "));
   CHECK(contains(r.out, "eval at step 5:"));
