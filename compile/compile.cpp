@@ -11,6 +11,7 @@
 #include "graph/passes/fold_transposes.h"
 #include "graph/passes/fold_scales.h"
 #include "graph/passes/fuse_epilogues.h"
+#include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/fuse_gelu.h"
 #include "graph/passes/inference_mode.h"
 #include "importer/onnx_io.h"
@@ -220,6 +221,7 @@ const std::vector<Pass>& compile_passes() {
       // Before the passes that keep node indices.
       {"fuse_epilogues", [](const CompileOptions&) { return true; },
        [](Compilation& x) { fuse_epilogues(x.c.g, x.read_after()); }},
+      {"fuse_relu_grad", train, [](Compilation& x) { fuse_relu_grad(x.c.g, x.read_after()); }},
       {"fold_transposes", [](const CompileOptions&) { return true; },
        [](Compilation& x) { fold_transposes(x.c.g, x.read_after()); }},
       {"fold_scales", [](const CompileOptions&) { return true; },

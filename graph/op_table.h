@@ -181,9 +181,10 @@
   X(AveragePoolGrad,            grad,       2, 2, 1, 1,                                             \
     "auto_pad:s=NOTSET,ceil_mode:i=0,count_include_pad:i=0,dilations:ints,kernel_shape:ints,"      \
     "pads:ints,strides:ints")                                                                       \
-  /* BatchNormalizationGrad (dy, x, scale) -> (dx, dscale, dbias): training mode, batch mean  */ \
-  /* and biased variance recomputed.                                                          */ \
-  X(BatchNormalizationGrad,     grad,       3, 3, 1, 3, "epsilon:f=1e-05")                          \
+  /* BatchNormalizationGrad (dy, x, scale, relu_y?) -> (dx, dscale, dbias): training mode,   */ \
+  /* batch mean and biased variance recomputed; with relu_y (x's shape) dy is first taken as   */ \
+  /* ReluGrad(dy, relu_y): BatchNormalization + Relu backward in one pass (fuse_relu_grad).    */ \
+  X(BatchNormalizationGrad,     grad,       3, 4, 1, 3, "epsilon:f=1e-05")                          \
   /* LayerNormalizationGrad (dy, x, scale) -> (dx, dscale, dbias), the last two shaped        */ \
   /* x.shape[axis:]; statistics recomputed.                                                   */ \
   X(LayerNormalizationGrad,     grad,       3, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05")                \

@@ -159,10 +159,12 @@ void shape_AveragePoolGrad(ShapeCtx& c) {
   c.set(0, t, xs);
 }
 
-// dy, x [N, C, ...], scale [C] -> dx like x, dscale [C], dbias [C] (scale's dtype).
+// dy, x [N, C, ...], scale [C], relu_y? (like x) -> dx like x, dscale [C], dbias [C] (scale's
+// dtype).
 void shape_BatchNormalizationGrad(ShapeCtx& c) {
   require_float(c, 0, "dy");
   require_same(c, 0, 1);
+  if (c.has(3)) require_same(c, 3, 1);
   require_float(c, 2, "scale");
   const Shape& x = c.shape(1);
   if (x.size() < 2) c.fail("input 1 (x) has shape {}; expected [N, C, ...]", shape_str(x));

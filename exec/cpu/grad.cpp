@@ -204,10 +204,18 @@ void average_pool_grad(KernelCtx& c) {
 // plane is 256 bytes); each channel's rows are still added in image order. Each row's sums are
 // row_sum_wide's (they vectorize in the x86-64-v3 build; the row is read from the cache after
 // the first).
-template <class T>
-ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy, T* dx, int64_t N, int64_t C, int64_t S,
-                                                int64_t lo, int64_t hi, double eps, const double* scale,
-                                                double* dscale, double* dbias) {
+//
+// With relu_y (Masked), each dy element is first ReluGrad's, dy where relu_y > 0, else 0, read
+// on the fly in both passes: BatchNormalization + Relu backward without ReluGrad's own pass.
+template <class T, bool Masked>
+ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy_in, const T* relu_y, T* dx, int64_t N,
+                                                int64_t C, int64_t S, int64_t lo, int64_t hi, double eps,
+                                                const double* scale, double* dscale, double* dbias) {
+  // Element k of dy as the gradient sees it.
+  const auto dy = [&](int64_t k) -> T {
+    if constexpr (Masked) return fn::ReluGrad{}(dy_in[k], relu_y[k]);
+    else return dy_in[k];
+  };
   const double M = double(N * S);
   const size_t count = size_t(hi - lo);
   std::vector<double> k(count, 0.0), sum_d(count, 0.0), sum_dd(count, 0.0), sum_dy(count, 0.0),
@@ -216,16 +224,16 @@ ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy, T* dx, 
   for (int64_t n = 0; n < N; ++n)
     for (int64_t ch = lo; ch < hi; ++ch) {
       const size_t j = size_t(ch - lo);
-      const T* xr = x + (n * C + ch) * S;
-      const T* dyr = dy + (n * C + ch) * S;
+      const int64_t row = (n * C + ch) * S;
+      const T* xr = x + row;
       const double kc = k[j];
       sum_d[j] += row_sum_wide(S, [&](int64_t i) { return double(xr[i]) - kc; });
       sum_dd[j] += row_sum_wide(S, [&](int64_t i) {
         const double d = double(xr[i]) - kc;
         return d * d;
       });
-      sum_dy[j] += row_sum_wide(S, [&](int64_t i) { return double(dyr[i]); });
-      sum_dy_d[j] += row_sum_wide(S, [&](int64_t i) { return double(dyr[i]) * (double(xr[i]) - kc); });
+      sum_dy[j] += row_sum_wide(S, [&](int64_t i) { return double(dy(row + i)); });
+      sum_dy_d[j] += row_sum_wide(S, [&](int64_t i) { return double(dy(row + i)) * (double(xr[i]) - kc); });
     }
   // dx = a * dy + b * x + c per channel.
   std::vector<double> a(count), b(count), c(count);
@@ -247,7 +255,7 @@ ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy, T* dx, 
       const size_t j = size_t(ch - lo);
       const double aj = a[j], bj = b[j], cj = c[j];
       const int64_t row = (n * C + ch) * S;
-      for (int64_t i = 0; i < S; ++i) dx[row + i] = T(aj * double(dy[row + i]) + bj * double(x[row + i]) + cj);
+      for (int64_t i = 0; i < S; ++i) dx[row + i] = T(aj * double(dy(row + i)) + bj * double(x[row + i]) + cj);
     }
 }
 
@@ -258,11 +266,17 @@ void batch_norm_grad(KernelCtx& c) {
   const double eps = c.node.f("epsilon");
   const T* dy = dyr.as<T>();
   const T* x = xr.as<T>();
+  const T* relu_y = c.has_in(3) ? c.in(3).as<T>() : nullptr;
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
   std::vector<double> scale(static_cast<size_t>(C)), dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
   for (int64_t ch = 0; ch < C; ++ch) scale[size_t(ch)] = load(sr, ch);
   split_rows(C, xr.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
-    batch_norm_grad_channels(x, dy, dx, N, C, S, lo, hi, eps, scale.data(), dscale.data(), dbias.data());
+    if (relu_y)
+      batch_norm_grad_channels<T, true>(x, dy, relu_y, dx, N, C, S, lo, hi, eps, scale.data(), dscale.data(),
+                                        dbias.data());
+    else
+      batch_norm_grad_channels<T, false>(x, dy, nullptr, dx, N, C, S, lo, hi, eps, scale.data(), dscale.data(),
+                                         dbias.data());
   });
   for (int64_t ch = 0; ch < C; ++ch) {
     if (c.has_out(1)) store(c.out(1), ch, dscale[size_t(ch)]);

@@ -8,7 +8,7 @@
 //   LayerNormalizationGrad   dx, dscale, dbias (each optional)
 //   BatchNormalization       inference and training mode (running mean / var outputs, the var
 //                            unbiased with unbiased_running_var), x [N, C, ...]
-//   BatchNormalizationGrad   dx, dscale, dbias (each optional)
+//   BatchNormalizationGrad   dx, dscale, dbias (each optional); relu_y optional (Relu's backward first)
 //   SoftmaxCrossEntropyLoss(Grad), NegativeLogLikelihoodLoss(Grad)
 //                            x [N, C, d..] with C > 0, weights optional, ignore_index, reduction
 //                            none / sum / mean
@@ -130,6 +130,8 @@ bool bn_runs(const Graph& g, const Node& n, bool grad) {
   const Shape& xs = input(g, n, xk).shape;
   if (xs.size() < 2) return false;
   if (grad && (!float_input(g, n, 0) || input(g, n, 0).dtype != input(g, n, 1).dtype)) return false;
+  if (grad && n.has_input(3) && (input(g, n, 3).dtype != input(g, n, 1).dtype || input(g, n, 3).shape != xs))
+    return false;
   for (int k = grad ? 2 : 1; k < (grad ? 3 : 5); ++k)
     if (!float_input(g, n, k) || shape_numel(input(g, n, k).shape) != xs[1]) return false;
   return true;
@@ -196,6 +198,7 @@ void batch_norm(const Graph&, KernelCtx& c, const CudaContext& cc, bool grad) {
   l.y = c.has_out(0) ? c.out(0).data : nullptr;
   if (grad) {
     l.dy = c.in(0).data;
+    if (c.has_in(3)) l.relu_y = c.in(3).data;
     l.scale = in_of(c.in(2));
     l.dscale = out_of(c, 1);
     l.dbias = out_of(c, 2);

@@ -260,6 +260,7 @@ struct BnLaunch {
   double var_factor = 1;             // forward, training: the running var's factor on the batch variance
   const void* x = nullptr;
   const void* dy = nullptr;          // grad
+  const void* relu_y = nullptr;      // grad, optional: dy taken as ReluGrad(dy, relu_y)
   void* y = nullptr;                 // forward: y; grad: dx (may be null)
   NmIn scale, bias, mean, var;       // forward (grad: scale only)
   NmOut out_mean, out_var;           // forward, optional
@@ -317,10 +318,16 @@ ONNXDP_HD inline void bn_channel(const BnLaunch& l, int64_t ch, const NmBlock& b
   });
 }
 
+// Element k of BatchNormalizationGrad's dy: with relu_y, ReluGrad's (dy where relu_y > 0, else 0).
+template <class T>
+ONNXDP_HD inline double bn_dy(const BnLaunch& l, int64_t k) {
+  const T dy = static_cast<const T*>(l.dy)[k];
+  return l.relu_y ? double(fn::ReluGrad{}(dy, static_cast<const T*>(l.relu_y)[k])) : double(dy);
+}
+
 template <class T>
 ONNXDP_HD inline void bn_grad_channel(const BnLaunch& l, int64_t ch, const NmBlock& b) {
   const T* x = static_cast<const T*>(l.x);
-  const T* dy = static_cast<const T*>(l.dy);
   const int64_t Mi = l.N * l.S;
   const double M = double(Mi);
   const int L = b.lanes;
@@ -343,8 +350,9 @@ ONNXDP_HD inline void bn_grad_channel(const BnLaunch& l, int64_t ch, const NmBlo
     double sdy = 0, sdyx = 0;
     for (int64_t m = t; m < Mi; m += L) {
       const int64_t k = bn_offset(l, ch, m);
-      sdy += double(dy[k]);
-      sdyx += double(dy[k]) * (double(x[k]) - mu) * inv;
+      const double d = bn_dy<T>(l, k);
+      sdy += d;
+      sdyx += d * (double(x[k]) - mu) * inv;
     }
     b.part[t] = sdy;
     b.part[L + t] = sdyx;
@@ -362,7 +370,7 @@ ONNXDP_HD inline void bn_grad_channel(const BnLaunch& l, int64_t ch, const NmBlo
     for (int64_t m = t; m < Mi; m += L) {
       const int64_t k = bn_offset(l, ch, m);
       const double xhat = (double(x[k]) - mu) * inv;
-      dx[k] = T(a * (double(dy[k]) - mean_dy - xhat * mean_dy_xhat));
+      dx[k] = T(a * (bn_dy<T>(l, k) - mean_dy - xhat * mean_dy_xhat));
     }
   });
 }

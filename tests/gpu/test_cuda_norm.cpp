@@ -173,7 +173,7 @@ std::vector<NormCase> cases() {
   bn("bn training unbiased 256 lanes", {2, 3, 50, 50}, 1, {}, DType::f64, false, 1);
   bn("bn training unbiased one element per channel", {1, 3}, 1, {}, {}, false, 1);
   bn("bn training unbiased var only", {2, 3, 4}, 1, {1}, {}, false, 1);
-  // ---- BatchNormalizationGrad: (dy, x, scale) -> dx, dscale, dbias.
+  // ---- BatchNormalizationGrad: (dy, x, scale, relu_y?) -> dx, dscale, dbias.
   auto bng = [&](const char* what, Shape x, std::vector<int> absent = {}, bool nan = false) {
     cs.push_back({what, BNG, {{"dy", {}, x}, {"x", {}, x}, {"scale", {}, {x[1]}}}, {{"epsilon", f(1e-4f)}}, 3, absent, 0,
                   {}, false, nan});
@@ -184,6 +184,14 @@ std::vector<NormCase> cases() {
   bng("bng dx only", {3, 2, 5}, {1, 2});
   bng("bng dscale, dbias only", {3, 2, 5}, {0});
   bng("bng NaN", {3, 2, 5}, {}, true);
+  // With relu_y (fuse_relu_grad): dy taken as ReluGrad(dy, relu_y), relu_y half negative.
+  auto bngr = [&](const char* what, Shape x, std::vector<int> absent = {}) {
+    cs.push_back({what, BNG, {{"dy", {}, x}, {"x", {}, x}, {"scale", {}, {x[1]}}, {"relu_y", {}, x}},
+                  {{"epsilon", f(1e-4f)}}, 3, absent});
+  };
+  bngr("bng relu 4d", {4, 3, 5, 5});
+  bngr("bng relu 256 lanes", {2, 3, 50, 50});
+  bngr("bng relu dx only", {3, 2, 5}, {1, 2});
   // ---- the losses: every reduction, with and without weights and ignore_index, [N, C] and
   // [N, C, d1, d2], classes for 32 and 128 lanes, an ignore_index that is a real class, all
   // ignored (the mean is 0 / 0), an empty batch, int32 labels.

@@ -269,6 +269,42 @@ TEST_CASE("grad ops: BatchNormalizationGrad (training mode, batch statistics)") 
   check_close(o32[1], kBnDscale, 1e-5, 1e-5);
 }
 
+// With relu_y (fuse_relu_grad's form), dy is ReluGrad(dy, relu_y) as read: the values of ReluGrad
+// then BatchNormalizationGrad, bit for bit, on f64 and f32; relu_y has negatives, zeros (masked:
+// PyTorch's threshold_backward, y <= 0) and a NaN (passes dy). All positive, the torch values.
+TEST_CASE("grad ops: BatchNormalizationGrad with relu_y is ReluGrad then BatchNormalizationGrad") {
+  for (DType t : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(t));
+    Tensor x = pattern({3, 2, 2, 3}, 0.1, 1, t), dy = pattern({3, 2, 2, 3}, 1.1, 1, t), y = pattern({3, 2, 2, 3}, 0.7, 1, t);
+    Tensor scale = pattern({2}, 0.5, 1, t);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      const double v = i % 5 == 0 ? 0.0 : i == 7 ? NAN : y.to_f64()[size_t(i)];
+      if (t == DType::f32) y.as<float>()[i] = float(v);
+      else y.as<double>()[i] = v;
+    }
+    const Tensor masked = run_op(Op::ReluGrad, {dy, y}, 1)[0];
+    auto two = run_op(Op::BatchNormalizationGrad, {masked, x, scale}, 3);
+    auto one = run_op(Op::BatchNormalizationGrad, {dy, x, scale, y}, 3);
+    int zeros = 0;
+    for (double v : masked.to_f64()) zeros += v == 0;
+    CHECK(zeros >= 8);  // the mask bites
+    for (int k = 0; k < 3; ++k) {
+      CAPTURE(k);
+      const std::vector<double> a = two[size_t(k)].to_f64(), b = one[size_t(k)].to_f64();
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+    }
+  }
+  Tensor x = pattern({3, 2, 2, 3}, 0.1), dy = pattern({3, 2, 2, 3}, 1.1), scale = pattern({2}, 0.5);
+  for (int i = 0; i < 2; ++i) scale.as<double>()[i] += 1.5;
+  Tensor positive(DType::f64, {3, 2, 2, 3});
+  for (int64_t i = 0; i < positive.numel(); ++i) positive.as<double>()[i] = 1.0 + double(i);
+  auto out = run_op(Op::BatchNormalizationGrad, {dy, x, scale, positive}, 3);
+  check_close(out[0], kBnDx);
+  check_close(out[1], kBnDscale);
+  check_close(out[2], kBnDbias);
+}
+
 // BatchNormalization's gradient does not change when x moves by a constant, so x + 1e8 has the
 // torch values above. The kernel's sums are of x minus the channel's first element: sums of x^2
 // in double would lose the variance (0.5 against 1e16 per term) entirely.
