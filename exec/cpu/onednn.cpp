@@ -145,7 +145,14 @@ std::unique_ptr<Prim> make_prim(Kind kind, const ConvWindows& g, int64_t groups,
   const auto f32 = memory::data_type::f32;
   const memory::desc src_plain(src, f32, activation_tag(n)), dst_plain(dst, f32, activation_tag(n)),
       wei_plain(wei, f32, weight_tag(n, groups > 1)), bias_plain({groups * cd}, f32, Tag::x);
-  const memory::desc src_any(src, f32, Tag::any), dst_any(dst, f32, Tag::any), wei_any(wei, f32, Tag::any);
+  // A 1x1 window runs in the plain layouts (oneDNN's gemm path): there the blocked ones, with their
+  // reorders from and to NCHW, were slower on every shape measured (one thread, batch 32: 16->32
+  // at 32x32 stride 2 forward 29 GFLOP/s against 43, 64->64 at 8x8 stride 1 94 against 132;
+  // bench/results/2026-12-05-conv-engines.md). Other windows: the layouts oneDNN picks (blocked).
+  const bool pointwise = std::all_of(g.kernel.begin(), g.kernel.end(), [](int64_t k) { return k == 1; });
+  const memory::desc src_any = pointwise ? src_plain : memory::desc(src, f32, Tag::any),
+                     dst_any = pointwise ? dst_plain : memory::desc(dst, f32, Tag::any),
+                     wei_any = pointwise ? wei_plain : memory::desc(wei, f32, Tag::any);
   const auto algo = dnnl::algorithm::convolution_direct;
   try {
     using Fwd = dnnl::convolution_forward;
