@@ -44,6 +44,19 @@ struct RunState {
   Profile* profile = nullptr;     // when set, every kernel call is timed into it
   const RunScalars* device = nullptr;  // on a device: seed, step and offsets above, in device memory
   unsigned long long* device_checks = nullptr;  // on a device: the plan's check slots (exec/run_scalars.h)
+  // This run of a plan on the CPU, numbered from 1 in the process (Plan::execute); 0 outside one.
+  // With a value's id it names the value's contents (ValueTag): a kernel may keep work derived
+  // from an input for a later kernel of the same run that reads the same value.
+  uint64_t serial = 0;
+};
+
+// A value of one plan run (RunState::serial, ValueId): the same tag, the same contents. Unknown
+// (run 0) outside a plan.
+struct ValueTag {
+  uint64_t run = 0;
+  int64_t value = -1;
+  bool known() const { return run != 0 && value >= 0; }
+  bool operator==(const ValueTag&) const = default;
 };
 
 struct KernelCtx {
@@ -57,6 +70,7 @@ struct KernelCtx {
   const TensorRef& out(int k) const { return outputs.at(size_t(k)); }
   bool has_in(int k) const { return k < int(inputs.size()) && inputs[size_t(k)].present(); }
   bool has_out(int k) const { return k < int(outputs.size()) && outputs[size_t(k)].present(); }
+  ValueTag in_tag(int k) const { return {run.serial, k < int(node.inputs.size()) ? int64_t(node.inputs[size_t(k)]) : -1}; }
 
   template <class... Args>
   [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {

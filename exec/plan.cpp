@@ -5,6 +5,7 @@
 #include "exec/profile.h"
 #include "parallel/communicator.h"
 
+#include <atomic>
 #include <chrono>
 
 #include <algorithm>
@@ -279,8 +280,11 @@ const Tensor& fed(const std::map<std::string, Tensor>& inputs, const Value& v) {
 bool is_collective(Op op) { return std::strcmp(op_info(op).category, "collective") == 0; }
 }  // namespace
 
-void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& state) {
-  if (opts_.device) return execute_on_device(inputs, state);
+void Plan::execute(const std::map<std::string, Tensor>& inputs, const RunState& given) {
+  if (opts_.device) return execute_on_device(inputs, given);
+  static std::atomic<uint64_t> serials{0};
+  RunState state = given;
+  state.serial = ++serials;
   for (ValueId i : graph_.inputs) {
     if (bound_[size_t(i)]) continue;  // the caller wrote it in place
     const Tensor& t = fed(inputs, graph_.value(i));

@@ -730,7 +730,8 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
 }
 
 template <class T>
-void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y) {
+void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y,
+                    ValueTag x_tag) {
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if (S == 0 || ch.images == 0 || Cout == 0) return;
@@ -739,7 +740,7 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
     return;
   }
   if constexpr (std::is_same_v<T, float>)
-    if (dnnl_conv_transpose(g, ch, x, w, bias, y)) return;
+    if (dnnl_conv_transpose(g, ch, x, w, bias, y, x_tag)) return;
   if (ch.out == 1 && ch.in <= kDirectMaxChannels) {  // depthwise (Conv's input gradient of a depthwise Conv): one output channel per group
     parallel_for(ch.images * ch.groups, ch.images * ch.groups > 1, [&](int64_t task) {
       const int64_t n = task / ch.groups, gi = task % ch.groups;
@@ -789,7 +790,7 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
 }
 
 template <class T>
-void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw) {
+void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw, ValueTag dy_tag) {
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   const int64_t CK = ch.in * K, Mg = ch.out, wsize = Cout * CK;
@@ -797,7 +798,7 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   std::fill(dw, dw + wsize, T(0));
   if (P == 0 || ch.images == 0) return;
   if constexpr (std::is_same_v<T, float>)
-    if (dnnl_conv_filter_grad(g, ch, x, dy, dw)) return;
+    if (dnnl_conv_filter_grad(g, ch, x, dy, dw, dy_tag)) return;
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: each output channel's taps over its one input channel
     parallel_for(Cout, Cout > 1, [&](int64_t oc) {
       const int64_t gi = oc / Mg;
@@ -848,10 +849,10 @@ template void conv_forward<float>(const ConvWindows&, const ConvChannels&, const
 template void conv_forward<double>(const ConvWindows&, const ConvChannels&, const double*, const double*, const double*,
                                    double*);
 template void conv_transpose<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
-                                    float*);
+                                    float*, ValueTag);
 template void conv_transpose<double>(const ConvWindows&, const ConvChannels&, const double*, const double*,
-                                     const double*, double*);
-template void conv_filter_grad<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, float*);
-template void conv_filter_grad<double>(const ConvWindows&, const ConvChannels&, const double*, const double*, double*);
+                                     const double*, double*, ValueTag);
+template void conv_filter_grad<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, float*, ValueTag);
+template void conv_filter_grad<double>(const ConvWindows&, const ConvChannels&, const double*, const double*, double*, ValueTag);
 
 }  // namespace onnxdp

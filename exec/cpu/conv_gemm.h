@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/kernel.h"  // ValueTag
+
 namespace onnxdp {
 
 // A sliding window between an iterated grid `iter` and a bounded grid `bound` (spatial dims only):
@@ -53,12 +55,16 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
 
 // ConvTranspose: x [N, G*in, iter..], w [G*in, out, kernel..], bias [G*out] or nullptr
 // -> y [N, G*out, bound..] (every output element the sum of the taps that land on it, plus bias).
+// x_tag names x's contents where the caller knows them (a Conv's input gradient: its dy, which
+// the filter gradient reads next; exec/cpu/onednn.h shares work between the two).
 template <class T>
-void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y);
+void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y,
+                    ValueTag x_tag = {});
 
 // ConvGradFilter: x [N, G*in, bound..], dy [N, G*out, iter..] -> dw [G*out, in, kernel..], the
-// sum over images and positions of dy times the input each tap saw.
+// sum over images and positions of dy times the input each tap saw. dy_tag as x_tag above.
 template <class T>
-void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw);
+void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw,
+                      ValueTag dy_tag = {});
 
 }  // namespace onnxdp

@@ -51,10 +51,14 @@ void dnnl_one_thread() {}
 bool dnnl_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {
   return false;
 }
-bool dnnl_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {
+bool dnnl_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*,
+                         ValueTag) {
   return false;
 }
-bool dnnl_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*) { return false; }
+bool dnnl_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*, ValueTag) {
+  return false;
+}
+int64_t dnnl_shared_reorders() { return 0; }
 
 #else
 
@@ -80,14 +84,40 @@ dnnl::engine& cpu_engine() {
   return e;
 }
 
+// What an input's own buffer holds: images first.. of the value `tag` names (see run()).
+struct Held {
+  ValueTag tag;
+  int64_t first = -1;
+  bool operator==(const Held&) const = default;
+};
+
 // One argument of a primitive: the caller's plain tensor, and where the primitive's layout differs,
-// the primitive's own buffer and the reorder between the two.
+// the primitive's own buffer and the reorder between the two (with, for an input, what the buffer
+// holds now).
 struct Slot {
   int arg = 0;
   bool output = false, moved = false;
   memory user, inner;
   dnnl::reorder move;
+  memory move_scratch;  // the reorder's scratchpad (empty when it needs none)
+  Held held;
+
+  void reorder(dnnl::stream& stream, memory& from, memory& to) {
+    std::unordered_map<int, memory> a{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    if (move_scratch) a[DNNL_ARG_SCRATCHPAD] = move_scratch;
+    move.execute(stream, a);
+  }
 };
+
+// Every primitive keeps its own scratchpad (oneDNN's default is one per thread, sized when a
+// primitive is made on that thread), so that any thread of the team may run it.
+dnnl::primitive_attr own_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+std::atomic<int64_t> shared_reorders{0};
 
 // A primitive of one shape with its slots, made once per thread.
 struct Prim {
@@ -111,7 +141,10 @@ void add_slot(Prim& p, int arg, bool output, const memory::desc& plain, const me
   s.moved = plain != inner;
   if (s.moved) {
     s.inner = memory(inner, cpu_engine());
-    s.move = output ? dnnl::reorder(s.inner, s.user) : dnnl::reorder(s.user, s.inner);
+    const dnnl::reorder::primitive_desc pd = output ? dnnl::reorder::primitive_desc(s.inner, s.user, own_scratchpad())
+                                                    : dnnl::reorder::primitive_desc(s.user, s.inner, own_scratchpad());
+    s.move = dnnl::reorder(pd);
+    if (pd.scratchpad_desc().get_size() > 0) s.move_scratch = memory(pd.scratchpad_desc(), cpu_engine());
   }
   p.args[arg] = s.moved ? s.inner : s.user;
   p.slots.push_back(std::move(s));
@@ -160,62 +193,119 @@ std::unique_ptr<Prim> make_prim(Kind kind, const ConvWindows& g, int64_t groups,
                                           dst_any, strides, dilates, pad_l, pad_r)
                               : Fwd::desc(dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides,
                                           dilates, pad_l, pad_r);
-    const Fwd::primitive_desc fpd(fd, cpu_engine());
+    const dnnl::primitive_attr attr = own_scratchpad();
+    const Fwd::primitive_desc fpd(fd, attr, cpu_engine());
     auto p = std::make_unique<Prim>();
+    dnnl::memory::desc scratch;
     if (kind == Kind::forward) {
       p->prim = Fwd(fpd);
+      scratch = fpd.scratchpad_desc();
       add_slot(*p, DNNL_ARG_SRC, false, src_plain, fpd.src_desc());
       add_slot(*p, DNNL_ARG_WEIGHTS, false, wei_plain, fpd.weights_desc());
       if (bias) add_slot(*p, DNNL_ARG_BIAS, false, bias_plain, bias_plain);
       add_slot(*p, DNNL_ARG_DST, true, dst_plain, fpd.dst_desc());
     } else if (kind == Kind::backward_data) {
       using Bwd = dnnl::convolution_backward_data;
-      const Bwd::primitive_desc pd(Bwd::desc(algo, src_any, wei_any, dst_any, strides, dilates, pad_l, pad_r),
+      const Bwd::primitive_desc pd(Bwd::desc(algo, src_any, wei_any, dst_any, strides, dilates, pad_l, pad_r), attr,
                                    cpu_engine(), fpd);
       p->prim = Bwd(pd);
+      scratch = pd.scratchpad_desc();
       add_slot(*p, DNNL_ARG_DIFF_DST, false, dst_plain, pd.diff_dst_desc());
       add_slot(*p, DNNL_ARG_WEIGHTS, false, wei_plain, pd.weights_desc());
       add_slot(*p, DNNL_ARG_DIFF_SRC, true, src_plain, pd.diff_src_desc());
     } else {
       using Bww = dnnl::convolution_backward_weights;
-      const Bww::primitive_desc pd(Bww::desc(algo, src_any, wei_any, dst_any, strides, dilates, pad_l, pad_r),
+      const Bww::primitive_desc pd(Bww::desc(algo, src_any, wei_any, dst_any, strides, dilates, pad_l, pad_r), attr,
                                    cpu_engine(), fpd);
       p->prim = Bww(pd);
+      scratch = pd.scratchpad_desc();
       add_slot(*p, DNNL_ARG_SRC, false, src_plain, pd.src_desc());
       add_slot(*p, DNNL_ARG_DIFF_DST, false, dst_plain, pd.diff_dst_desc());
       add_slot(*p, DNNL_ARG_DIFF_WEIGHTS, true, wei_plain, pd.diff_weights_desc());
     }
+    if (scratch.get_size() > 0) p->args[DNNL_ARG_SCRATCHPAD] = memory(scratch, cpu_engine());
     return p;
   } catch (const dnnl::error&) {
     return nullptr;
   }
 }
 
-// This thread's primitive for the shape (made on first use; null kept for a refused shape).
-Prim* prim_for(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, bool bias) {
-  thread_local std::map<std::vector<int64_t>, std::unique_ptr<Prim>> cache;
-  dnnl_one_thread();
-  std::vector<int64_t> key{int64_t(kind), groups, cs, cd, images, bias};
+using PrimCache = std::map<std::vector<int64_t>, std::unique_ptr<Prim>>;
+
+PrimCache& thread_prims() {
+  thread_local PrimCache cache;
+  return cache;
+}
+
+std::vector<int64_t> prim_key(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images,
+                              bool bias, int share) {
+  std::vector<int64_t> key{int64_t(kind), groups, cs, cd, images, bias, share};
   for (const auto* v : {&g.iter, &g.bound, &g.kernel, &g.strides, &g.dilations, &g.pad_begin}) {
     key.push_back(int64_t(v->size()));
     key.insert(key.end(), v->begin(), v->end());
   }
+  return key;
+}
+
+// The calling thread's primitive for the shape and share of the batch (made on first use; null
+// kept for a refused shape). The calling thread owns the primitives of all its call's shares,
+// whichever thread of its team runs a share: share t of the next call finds what share t of this
+// one left in the primitive's buffers.
+Prim* prim_for(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, bool bias,
+               int share) {
+  std::vector<int64_t> key = prim_key(kind, g, groups, cs, cd, images, bias, share);
+  PrimCache& cache = thread_prims();
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(std::move(key), make_prim(kind, g, groups, cs, cd, images, bias)).first;
+  if (it == cache.end())
+    it = cache.emplace(std::move(key), make_prim(kind, g, groups, cs, cd, images, bias)).first;
   return it->second.get();
 }
 
+// The calling thread's primitive for the shape and share if it has made one, else null.
+Prim* made_prim(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, int share) {
+  PrimCache& cache = thread_prims();
+  auto it = cache.find(prim_key(kind, g, groups, cs, cd, images, false, share));
+  return it == cache.end() ? nullptr : it->second.get();
+}
+
+Slot* slot_of(Prim& p, int arg) {
+  for (Slot& s : p.slots)
+    if (s.arg == arg) return &s;
+  return nullptr;
+}
+
 // Runs p with the caller's tensors (in the order of its slots): inputs into the primitive's
-// layout, the primitive, its outputs back.
-void run(Prim& p, std::initializer_list<const float*> tensors) {
+// layout, the primitive, its outputs back. `first` tags the input slots' contents: slot k holds
+// images first.. of the value tags[k] names (unknown tags: nothing is recorded), and a slot that
+// holds them already is not reordered again. `borrowed` (an input slot of another primitive,
+// whose buffer holds what this one's slot of that argument would: the caller checked) stands
+// in for that slot.
+void run(Prim& p, std::initializer_list<const float*> tensors, int64_t first = -1,
+         std::initializer_list<ValueTag> tags = {}, const Slot* borrowed = nullptr) {
   thread_local dnnl::stream stream(cpu_engine());
   size_t i = 0;
   for (const float* t : tensors) p.slots[i++].user.set_data_handle(const_cast<float*>(t));
-  for (Slot& s : p.slots)
-    if (s.moved && !s.output) s.move.execute(stream, s.user, s.inner);
+  i = 0;
+  for (Slot& s : p.slots) {
+    const ValueTag tag = i < tags.size() ? tags.begin()[i] : ValueTag{};
+    ++i;
+    if (!s.moved || s.output) continue;
+    if (borrowed && borrowed->arg == s.arg) {
+      p.args[s.arg] = borrowed->inner;
+      continue;
+    }
+    const Held now{tag, first};
+    if (tag.known() && s.held == now) {
+      shared_reorders.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    s.reorder(stream, s.user, s.inner);
+    s.held = tag.known() ? now : Held{};
+  }
   p.prim.execute(stream, p.args);
+  if (borrowed) p.args[borrowed->arg] = slot_of(p, borrowed->arg)->inner;
   for (Slot& s : p.slots)
-    if (s.moved && s.output) s.move.execute(stream, s.inner, s.user);
+    if (s.moved && s.output) s.reorder(stream, s.inner, s.user);
   stream.wait();
 }
 
@@ -223,30 +313,47 @@ void run(Prim& p, std::initializer_list<const float*> tensors) {
 // when nested in a share or given one image).
 int shares_of(int64_t images) { return in_thread_share() ? 1 : int(std::min<int64_t>(cpu_threads(), images)); }
 
+int64_t share_begin(int64_t images, int t, int shares) { return images * t / shares; }
+
 // Calls work(share, first image, end image) for each of the batch's shares_of(images) ranges.
 template <class Work>
 void over_images(int64_t images, const Work& work) {
   const int n = shares_of(images);
   if (n <= 1) return work(0, 0, images);
-  run_shares(n, [&](int t, int shares) { work(t, images * t / shares, images * (t + 1) / shares); });
+  run_shares(n, [&](int t, int shares) { work(t, share_begin(images, t, shares), share_begin(images, t + 1, shares)); });
 }
 
 bool usable(const ConvChannels& ch) { return dnnl_enabled() && ch.images > 0; }
 
-// The first share's size: whether oneDNN takes a geometry does not depend on the batch, so the
-// calling thread asks for that share's primitive before any work starts.
-int64_t first_share(int64_t images) { return images / std::max(shares_of(images), 1); }
+// The primitive of each share of the batch, made on the calling thread before any work starts
+// (the shares only read the cache); empty where oneDNN refuses the geometry (which does not
+// depend on the batch).
+std::vector<Prim*> share_prims(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images,
+                               bool bias) {
+  dnnl_one_thread();
+  const int n = std::max(shares_of(images), 1);
+  std::vector<Prim*> prims;
+  for (int t = 0; t < n; ++t) {
+    Prim* p = prim_for(kind, g, groups, cs, cd, share_begin(images, t + 1, n) - share_begin(images, t, n), bias, t);
+    if (!p) return {};
+    prims.push_back(p);
+  }
+  return prims;
+}
 
 }  // namespace
+
+int64_t dnnl_shared_reorders() { return shared_reorders.load(); }
 
 bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w, const float* bias,
                        float* y) {
   if (!usable(ch)) return false;
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size();
-  if (!prim_for(Kind::forward, g, G, ch.in, ch.out, first_share(ch.images), bias != nullptr)) return false;
-  over_images(ch.images, [&](int, int64_t lo, int64_t hi) {
-    Prim* p = prim_for(Kind::forward, g, G, ch.in, ch.out, hi - lo, bias != nullptr);
-    if (!p) throw std::runtime_error("oneDNN refused a Conv it took for another batch size");
+  const std::vector<Prim*> prims = share_prims(Kind::forward, g, G, ch.in, ch.out, ch.images, bias != nullptr);
+  if (prims.empty()) return false;
+  over_images(ch.images, [&](int t, int64_t lo, int64_t) {
+    dnnl_one_thread();
+    Prim* p = prims[size_t(t)];
     if (bias)
       run(*p, {x + lo * G * ch.in * S, w, bias, y + lo * G * ch.out * P});
     else
@@ -256,16 +363,17 @@ bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float
 }
 
 bool dnnl_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
-                         const float* bias, float* y) {
+                         const float* bias, float* y, ValueTag x_tag) {
   if (!usable(ch)) return false;
   // The backward data pass of the convolution from y's grid (src, ch.out per group) to x's (dst).
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size();
-  if (!prim_for(Kind::backward_data, g, G, ch.out, ch.in, first_share(ch.images), false)) return false;
-  over_images(ch.images, [&](int, int64_t lo, int64_t hi) {
-    Prim* p = prim_for(Kind::backward_data, g, G, ch.out, ch.in, hi - lo, false);
-    if (!p) throw std::runtime_error("oneDNN refused a ConvTranspose it took for another batch size");
+  const std::vector<Prim*> prims = share_prims(Kind::backward_data, g, G, ch.out, ch.in, ch.images, false);
+  if (prims.empty()) return false;
+  over_images(ch.images, [&](int t, int64_t lo, int64_t hi) {
+    dnnl_one_thread();
+    Prim* p = prims[size_t(t)];
     float* yl = y + lo * G * ch.out * S;
-    run(*p, {x + lo * G * ch.in * P, w, yl});
+    run(*p, {x + lo * G * ch.in * P, w, yl}, lo, {x_tag});
     if (bias)
       for (int64_t i = 0; i < (hi - lo) * G * ch.out; ++i) {
         const float b = bias[i % (G * ch.out)];
@@ -275,22 +383,43 @@ bool dnnl_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const flo
   return true;
 }
 
-bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy, float* dw) {
+bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy, float* dw,
+                           ValueTag dy_tag) {
   if (!usable(ch)) return false;
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size(), wsize = G * ch.out * ch.in * g.kernel_size();
-  if (!prim_for(Kind::backward_weights, g, G, ch.in, ch.out, first_share(ch.images), false)) return false;
+  const std::vector<Prim*> prims = share_prims(Kind::backward_weights, g, G, ch.in, ch.out, ch.images, false);
+  if (prims.empty()) return false;
+  // The input gradient's primitives of the same shares, where this thread made them.
+  std::vector<Prim*> data_prims(prims.size(), nullptr);
+  if (dy_tag.known())
+    for (size_t t = 0; t < prims.size(); ++t) {
+      const int n = int(prims.size());
+      data_prims[t] = made_prim(Kind::backward_data, g, G, ch.in, ch.out,
+                                share_begin(ch.images, int(t) + 1, n) - share_begin(ch.images, int(t), n), int(t));
+    }
   // Share 0 writes dw, the others their own sums, added in share order at the end.
   std::vector<std::vector<float>> partial;
-  partial.resize(size_t(std::max(shares_of(ch.images), 1)));
-  over_images(ch.images, [&](int t, int64_t lo, int64_t hi) {
-    Prim* p = prim_for(Kind::backward_weights, g, G, ch.in, ch.out, hi - lo, false);
-    if (!p) throw std::runtime_error("oneDNN refused a ConvGradFilter it took for another batch size");
+  partial.resize(prims.size());
+  over_images(ch.images, [&](int t, int64_t lo, int64_t) {
+    dnnl_one_thread();
+    Prim* p = prims[size_t(t)];
     float* out = dw;
     if (t > 0) {
       partial[size_t(t)].resize(size_t(wsize));
       out = partial[size_t(t)].data();
     }
-    run(*p, {x + lo * G * ch.in * S, dy + lo * G * ch.out * P, out});
+    // The input gradient of the same convolution (ConvTranspose, just before in a training graph)
+    // reordered the same images of the same dy into its buffer of the same layout: read it there.
+    const Slot* borrowed = nullptr;
+    if (Prim* bd = data_prims[size_t(t)]) {
+      const Slot *theirs = slot_of(*bd, DNNL_ARG_DIFF_DST), *ours = slot_of(*p, DNNL_ARG_DIFF_DST);
+      if (theirs && ours && theirs->moved && ours->moved && theirs->held == Held{dy_tag, lo} &&
+          theirs->inner.get_desc() == ours->inner.get_desc()) {
+        borrowed = theirs;
+        shared_reorders.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    run(*p, {x + lo * G * ch.in * S, dy + lo * G * ch.out * P, out}, lo, {}, borrowed);
   });
   for (size_t t = 1; t < partial.size(); ++t)
     if (!partial[t].empty())

@@ -7,15 +7,17 @@
 // convolutions run in its blocked layouts (channels in blocks of 16 innermost): on this project's
 // ResNet shapes 110-182 GFLOP/s with the reorders from and to onnxdp's plain NCHW tensors counted
 // (one AVX-512 core, sgemm 162), against 45-83 for im2col + OpenBLAS
-// (bench/results/2026-12-05-conv-engines.md). A primitive per shape is made once per thread and
-// kept with its blocked buffers and reorders.
+// (bench/results/2026-12-05-conv-engines.md); 1x1 windows run in the plain layouts (oneDNN's gemm
+// path), faster there. A primitive per shape and share of the batch is made once per calling
+// thread and kept with its blocked buffers, reorders and its own scratchpad (any thread of the
+// caller's team may run it).
 //
 // Products: blas_gemm (exec/cpu/blas.h) calls oneDNN's sgemm for float, OpenBLAS's for double:
 // 10-45 % faster on gpt_small's shapes here (bench/results/2026-12-05-gemm-engines.md).
 //
 // Threads: oneDNN always runs on one thread (its OpenMP team is set to 1 on every thread that
 // calls it); onnxdp's own team (exec/cpu/threads.h) splits the work instead: a product's blocks
-// of rows or columns, a convolution's batch into one range of images per thread, each a primitive
+// of rows or columns, a convolution's batch into one range of images per share, each a primitive
 // of its own, the filter gradient's per-thread sums added in thread order. Results depend on the
 // thread count only, as with OpenBLAS and the im2col engine.
 #pragma once
@@ -36,10 +38,22 @@ void dnnl_one_thread();
 
 // As conv_forward / conv_transpose / conv_filter_grad (exec/cpu/conv_gemm.h) for float; false
 // where oneDNN does not run it (nothing written then).
+//
+// A Conv's gradients read its dy twice: the input gradient (ConvTranspose, backward data to
+// oneDNN) and then the filter gradient (ConvGradFilter), each in the same blocked layout. With
+// the tags of the values (exec/kernel.h's ValueTag: a plan run and a value id, so the same tag
+// means the same contents, whatever the address: mixed precision's float copies of different
+// values may share one), an input's blocked buffer remembers what it holds, and the filter
+// gradient reads dy from the input gradient's buffer where that holds the same images of the
+// same value: one reorder of dy fewer per Conv and step. A later input gradient of the same shape
+// overwrites the buffer and its record, so a stale copy is never read.
 bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w, const float* bias,
                        float* y);
 bool dnnl_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
-                         const float* bias, float* y);
-bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy, float* dw);
+                         const float* bias, float* y, ValueTag x_tag = {});
+bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy, float* dw,
+                           ValueTag dy_tag = {});
+// How many input reorders the tags above saved in this process so far (for tests).
+int64_t dnnl_shared_reorders();
 
 }  // namespace onnxdp

@@ -1,0 +1,108 @@
+// A Conv's filter gradient reads dy from the blocked buffer its input gradient filled
+// (exec/cpu/onednn.h, ValueTag): only when that buffer holds the same images of the same value of
+// the same plan run, and then with the values the filter gradient computes alone, bit for bit.
+// Cases, each a plan of the training graph's nodes in its order, against every node run in a plan
+// of its own (no sharing across plans): ConvTranspose(dy) then ConvGradFilter(x, dy) (shared);
+// two same-shaped Convs' gradients interleaved, CT(dy1) CT(dy2) CGF(x1, dy1) CGF(x2, dy2) (the
+// second CT overwrote the buffer: only CGF2 shares); CT(dy1) then CGF(x, dy2) of another value of
+// the same shape (no sharing). On 1 and 2 threads (a share of images per thread).
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "exec/cpu/onednn.h"
+#include "exec/cpu/threads.h"
+#include "exec/plan.h"
+#include "tests/graph/graph_test_util.h"
+#include "tests/ops/conv_reference.h"
+
+using namespace onnxdp;
+using onnxdp::test::add_input;
+using onnxdp::test::out;
+
+namespace {
+
+const Shape kAct{4, 16, 8, 8}, kWeight{16, 16, 3, 3};
+
+std::map<std::string, Attr> window() {
+  using Ints = std::vector<int64_t>;
+  return {{"kernel_shape", Attr(Ints{3, 3})}, {"pads", Attr(Ints{1, 1, 1, 1})}, {"strides", Attr(Ints{1, 1})}};
+}
+
+struct Step {
+  Op op;
+  std::string a, b;  // inputs by name; outputs are named after the node
+};
+
+// The nodes of `steps` over inputs dy1, dy2, x1, x2 ([4, 16, 8, 8]) and w ([16, 16, 3, 3]).
+Graph graph_of(const std::vector<Step>& steps) {
+  Graph g;
+  std::map<std::string, ValueId> v;
+  for (const char* n : {"dy1", "dy2", "x1", "x2"}) v[n] = add_input(g, n, kAct);
+  v["w"] = add_input(g, "w", kWeight);
+  int k = 0;
+  for (const Step& s : steps) {
+    const std::string name = (s.op == Op::ConvTranspose ? "ct" : "cgf") + std::to_string(k++);
+    g.outputs.push_back(out(g, g.add_node(s.op, name, {v.at(s.a), v.at(s.b)}, {name}, window())));
+  }
+  return g;
+}
+
+std::map<std::string, Tensor> feeds() {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> nd;
+  std::map<std::string, Tensor> f;
+  for (const char* n : {"dy1", "dy2", "x1", "x2", "w"}) {
+    Tensor t(DType::f32, std::string(n) == "w" ? kWeight : kAct);
+    for (int64_t j = 0; j < t.numel(); ++j) t.as<float>()[j] = float(nd(rng));
+    f[n] = std::move(t);
+  }
+  return f;
+}
+
+// Runs the steps in one plan; checks every output against the step run alone; returns how many
+// reorders the run shared.
+int64_t run_and_check(const std::vector<Step>& steps) {
+  const std::map<std::string, Tensor> in = feeds();
+  Plan together(graph_of(steps));
+  const int64_t before = dnnl_shared_reorders();
+  const std::map<std::string, Tensor> y = together.run(in);
+  const int64_t shared = dnnl_shared_reorders() - before;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    Graph one = graph_of({steps[k]});
+    const std::string name = one.value(one.outputs[0]).name, want = (steps[k].op == Op::ConvTranspose ? "ct" : "cgf") +
+                                                                     std::to_string(k);
+    Plan alone(std::move(one));
+    const Tensor ref = alone.run(in).begin()->second;
+    const Tensor& got = y.at(want);
+    INFO(want);
+    REQUIRE(ref.numel() == got.numel());
+    int differ = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) differ += ref.as<float>()[i] != got.as<float>()[i];
+    CHECK(differ == 0);
+  }
+  return shared;
+}
+
+}  // namespace
+
+TEST_CASE("oneDNN: a Conv's filter gradient reads dy from its input gradient's buffer only when that holds dy") {
+  convref::KeepThreads keep;
+  set_dnnl_enabled(true);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_cpu_threads(threads);
+    const int64_t adjacent = run_and_check({{Op::ConvTranspose, "dy1", "w"}, {Op::ConvGradFilter, "x1", "dy1"}});
+    const int64_t interleaved = run_and_check({{Op::ConvTranspose, "dy1", "w"},
+                                               {Op::ConvTranspose, "dy2", "w"},
+                                               {Op::ConvGradFilter, "x1", "dy1"},
+                                               {Op::ConvGradFilter, "x2", "dy2"}});
+    const int64_t other = run_and_check({{Op::ConvTranspose, "dy1", "w"}, {Op::ConvGradFilter, "x1", "dy2"}});
+    if (!dnnl_built()) continue;
+    CHECK(adjacent == threads);     // one share of images per thread, each shared once
+    CHECK(interleaved == threads);  // CGF(x2, dy2) only: CT(dy2) overwrote dy1's copy
+    CHECK(other == 0);
+  }
+}
