@@ -270,13 +270,18 @@ void batch_norm_grad(KernelCtx& c) {
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
   std::vector<double> scale(static_cast<size_t>(C)), dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
   for (int64_t ch = 0; ch < C; ++ch) scale[size_t(ch)] = load(sr, ch);
+  // Blocks of channels whose inputs fit in the core's cache: the second pass (dx) reads them there.
+  const int64_t step = batch_norm_block(N * S * int64_t(sizeof(T)) * (relu_y ? 3 : 2));
   split_rows(C, xr.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
-    if (relu_y)
-      batch_norm_grad_channels<T, true>(x, dy, relu_y, dx, N, C, S, lo, hi, eps, scale.data(), dscale.data(),
-                                        dbias.data());
-    else
-      batch_norm_grad_channels<T, false>(x, dy, nullptr, dx, N, C, S, lo, hi, eps, scale.data(), dscale.data(),
-                                         dbias.data());
+    for (int64_t b0 = lo; b0 < hi; b0 += step) {
+      const int64_t b1 = std::min(hi, b0 + step);
+      if (relu_y)
+        batch_norm_grad_channels<T, true>(x, dy, relu_y, dx, N, C, S, b0, b1, eps, scale.data(), dscale.data(),
+                                          dbias.data());
+      else
+        batch_norm_grad_channels<T, false>(x, dy, nullptr, dx, N, C, S, b0, b1, eps, scale.data(), dscale.data(),
+                                           dbias.data());
+    }
   });
   for (int64_t ch = 0; ch < C; ++ch) {
     if (c.has_out(1)) store(c.out(1), ch, dscale[size_t(ch)]);

@@ -93,16 +93,34 @@ void batch_norm(KernelCtx& c) {
   T* y = c.out(0).as<T>();
   const bool parallel = xr.numel > parallel_min_elements();
 
+  // y = x * a + b per channel: a = scale / sqrt(var + eps), b = bias - mean * a.
+  std::vector<double> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
+  const auto coefficients = [&](int64_t ch, double m, double v) {
+    a[size_t(ch)] = scale[size_t(ch)] / std::sqrt(v + eps);
+    b[size_t(ch)] = bias[size_t(ch)] - m * a[size_t(ch)];
+  };
   if (training) {
     std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
+    // Blocks of channels whose x fits in the core's cache (batch_norm_block): the variance pass and
+    // y's pass read the block from there, not from memory. Where the channels are fewer than the
+    // threads, the statistics first and y's rows over all threads after, as for inference.
+    const bool blocked = C >= (parallel ? cpu_threads() : 1);
     split_rows(C, parallel, [&](int, int64_t lo, int64_t hi) {
-      batch_norm_stats(x, N, C, S, lo, hi, batch_mean.data(), batch_var.data());
+      for (int64_t b0 = lo, step = batch_norm_block(N * S * int64_t(sizeof(T))); b0 < hi; b0 += step) {
+        const int64_t b1 = std::min(hi, b0 + step);
+        batch_norm_stats(x, N, C, S, b0, b1, batch_mean.data(), batch_var.data());
+        if (!blocked) continue;
+        for (int64_t ch = b0; ch < b1; ++ch) coefficients(ch, batch_mean[size_t(ch)], batch_var[size_t(ch)]);
+        for (int64_t n = 0; n < N; ++n)
+          batch_norm_apply_rows(x, y, n * C + b0, n * C + b1, C, S, a.data(), b.data());
+      }
     });
     for (int64_t ch = 0; ch < C; ++ch) {
       if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)] * momentum + batch_mean[size_t(ch)] * (1 - momentum));
       if (c.has_out(2))
         store(c.out(2), ch, var[size_t(ch)] * momentum + batch_var[size_t(ch)] * var_factor * (1 - momentum));
     }
+    if (blocked) return;
     mean = batch_mean;
     var = batch_var;
   } else {
@@ -113,12 +131,7 @@ void batch_norm(KernelCtx& c) {
     }
   }
 
-  // y = x * a + b per channel: a = scale / sqrt(var + eps), b = bias - mean * a.
-  std::vector<double> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
-  for (size_t ch = 0; ch < size_t(C); ++ch) {
-    a[ch] = scale[ch] / std::sqrt(var[ch] + eps);
-    b[ch] = bias[ch] - mean[ch] * a[ch];
-  }
+  for (int64_t ch = 0; ch < C; ++ch) coefficients(ch, mean[size_t(ch)], var[size_t(ch)]);
   split_rows(N * C, parallel, [&](int, int64_t lo, int64_t hi) {
     batch_norm_apply_rows(x, y, lo, hi, C, S, a.data(), b.data());
   });

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "exec/cpu/clones.h"  // parallel_min_elements()
 #include "exec/kernel.h"
@@ -303,6 +304,32 @@ TEST_CASE("grad ops: BatchNormalizationGrad with relu_y is ReluGrad then BatchNo
   check_close(out[0], kBnDx);
   check_close(out[1], kBnDscale);
   check_close(out[2], kBnDbias);
+}
+
+// Large enough to split over threads and to take in blocks of channels (batch_norm_block): the
+// same values on 1, 2 and 3 threads, bit for bit, with and without relu_y; relu_y's form equal
+// to ReluGrad then BatchNormalizationGrad.
+TEST_CASE("grad ops: BatchNormalizationGrad over blocks of channels and threads") {
+  convref::KeepThreads keep;
+  const Shape xs{16, 40, 64, 64};
+  Tensor x = pattern(xs, 0.1, 1, DType::f32), dy = pattern(xs, 1.1, 1, DType::f32), y = pattern(xs, 0.7, 1, DType::f32);
+  Tensor scale = pattern({40}, 0.5, 1, DType::f32);
+  set_cpu_threads(1);
+  const std::vector<Tensor> plain = run_op(Op::BatchNormalizationGrad, {dy, x, scale}, 3);
+  const std::vector<Tensor> fused = run_op(Op::BatchNormalizationGrad, {dy, x, scale, y}, 3);
+  const std::vector<Tensor> two =
+      run_op(Op::BatchNormalizationGrad, {run_op(Op::ReluGrad, {dy, y}, 1)[0], x, scale}, 3);
+  for (int k = 0; k < 3; ++k) CHECK(std::memcmp(fused[size_t(k)].data(), two[size_t(k)].data(), two[size_t(k)].nbytes()) == 0);
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    set_cpu_threads(threads);
+    const std::vector<Tensor> p = run_op(Op::BatchNormalizationGrad, {dy, x, scale}, 3);
+    const std::vector<Tensor> f = run_op(Op::BatchNormalizationGrad, {dy, x, scale, y}, 3);
+    for (int k = 0; k < 3; ++k) {
+      CHECK(std::memcmp(p[size_t(k)].data(), plain[size_t(k)].data(), plain[size_t(k)].nbytes()) == 0);
+      CHECK(std::memcmp(f[size_t(k)].data(), fused[size_t(k)].data(), fused[size_t(k)].nbytes()) == 0);
+    }
+  }
 }
 
 // BatchNormalization's gradient does not change when x moves by a constant, so x + 1e8 has the

@@ -442,6 +442,49 @@ TEST_CASE("nn: BatchNormalization inference and training") {
   check_close(t[2], kBnRunVar);
 }
 
+// Large enough to split over threads and to take in blocks of channels (exec/cpu/row_sum.h's
+// batch_norm_block): [16, 40, 64, 64] (blocks of 4 channels, statistics and y block by block) and
+// [9, 1, 64, 64] (one channel for two or three threads: statistics, then y's rows over the
+// threads). The same values on 1, 2 and 3 threads, bit for bit, and within float rounding of a
+// double loop.
+TEST_CASE("nn: BatchNormalization training over blocks of channels and threads equals a double loop") {
+  convref::KeepThreads keep;
+  for (Shape xs : {Shape{16, 40, 64, 64}, Shape{9, 1, 64, 64}}) {
+    CAPTURE(shape_str(xs));
+    const int64_t N = xs[0], C = xs[1], S = xs[2] * xs[3];
+    Tensor x = pattern(xs, 0.3, 2.0);
+    for (int64_t i = 0; i < x.numel(); ++i) x.as<float>()[i] += float((i / S) % C);  // a mean per channel
+    std::vector<Tensor> ins = {x, pattern({C}, 1), pattern({C}, 2), pattern({C}, 3), pattern({C}, 4, 0.5)};
+    for (int64_t ch = 0; ch < C; ++ch) ins[4].as<float>()[ch] += 1.0f;
+    const std::map<std::string, Attr> attrs = {{"epsilon", 1e-5f}, {"training_mode", int64_t(1)}};
+    set_cpu_threads(1);
+    const std::vector<Tensor> one = run_op(Op::BatchNormalization, ins, 3, attrs);
+    for (int threads : {2, 3}) {
+      CAPTURE(threads);
+      set_cpu_threads(threads);
+      const std::vector<Tensor> more = run_op(Op::BatchNormalization, ins, 3, attrs);
+      for (int k = 0; k < 3; ++k) CHECK(std::memcmp(one[size_t(k)].data(), more[size_t(k)].data(), one[size_t(k)].nbytes()) == 0);
+    }
+    int bad = 0;
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double sum = 0, ss = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) sum += x.as<float>()[(n * C + ch) * S + i];
+      const double mean = sum / double(N * S);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) ss += std::pow(x.as<float>()[(n * C + ch) * S + i] - mean, 2);
+      const double inv = 1.0 / std::sqrt(ss / double(N * S) + 1e-5), sc = ins[1].as<float>()[ch], b = ins[2].as<float>()[ch];
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t e = (n * C + ch) * S + i;
+          const double want = (x.as<float>()[e] - mean) * inv * sc + b;
+          bad += std::abs(one[0].as<float>()[e] - want) > 1e-5 * (1 + std::abs(want));
+        }
+    }
+    CHECK(bad == 0);
+  }
+}
+
 // unbiased_running_var (set by the trainer): running_var = var * m + unbiased batch variance *
 // (1 - m), the unbiased variance computed here from the batch itself; y and running_mean as ONNX.
 // A single element per channel (M = 1) keeps the biased variance, 0.
