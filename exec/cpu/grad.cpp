@@ -327,9 +327,9 @@ ONNXDP_CPU_CLONES void layer_norm_grad_rows(const T* dy, const T* x, T* dx, int6
         db[j] += double(dyrow[j]);
       }
     if (!dx) continue;
-    const double sum_g = row_sum(inner, [&](int64_t j) { return double(dyrow[j]) * scale[j]; });
-    const double sum_g_xhat =
-        row_sum(inner, [&](int64_t j) { return double(dyrow[j]) * scale[j] * ((double(xrow[j]) - mean) * inv); });
+    const double sum_g = row_sum_wide(inner, [&](int64_t j) { return double(dyrow[j]) * scale[j]; });
+    const double sum_g_xhat = row_sum_wide(
+        inner, [&](int64_t j) { return double(dyrow[j]) * scale[j] * ((double(xrow[j]) - mean) * inv); });
     const double mean_g = sum_g / double(inner), mean_g_xhat = sum_g_xhat / double(inner);
     for (int64_t j = 0; j < inner; ++j) {
       const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[j];

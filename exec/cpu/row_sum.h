@@ -54,11 +54,13 @@ inline int64_t batch_norm_block(int64_t channel_bytes) {
 }
 
 // A LayerNormalization row's statistics: its mean, and 1 / sqrt(biased variance + eps) with the
-// variance summed from the deviations, all in double. Always inlined, as row_sum.
+// variance summed from the deviations, all in double, each sum a row_sum_wide (rows of hundreds of
+// elements: gpt_small's LayerNormalizationGrad took 7.5 ms per step with row_sum's four partial
+// sums). Always inlined, as row_sum.
 template <class T>
 [[gnu::always_inline]] inline void row_mean_inv_std(const T* x, int64_t n, double eps, double& mean, double& inv_std) {
-  const double m = row_sum(n, [&](int64_t j) { return double(x[j]); }) / double(n);
-  const double ss = row_sum(n, [&](int64_t j) {
+  const double m = row_sum_wide(n, [&](int64_t j) { return double(x[j]); }) / double(n);
+  const double ss = row_sum_wide(n, [&](int64_t j) {
     const double d = double(x[j]) - m;
     return d * d;
   });

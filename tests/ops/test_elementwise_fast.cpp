@@ -363,8 +363,8 @@ void check_rows(DType dt) {
   const double eps = double(1e-5f);
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x.as<T>() + r * n;
-    const double m = row_sum(n, [&](int64_t j) { return double(xr[j]); }) / double(n);
-    const double ss = row_sum(n, [&](int64_t j) { return (double(xr[j]) - m) * (double(xr[j]) - m); });
+    const double m = row_sum_wide(n, [&](int64_t j) { return double(xr[j]); }) / double(n);
+    const double ss = row_sum_wide(n, [&](int64_t j) { return (double(xr[j]) - m) * (double(xr[j]) - m); });
     const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
     for (int64_t j = 0; j < n; ++j)
       want.as<T>()[r * n + j] = T((double(xr[j]) - m) * inv * double(scale.as<T>()[j]) + double(bias.as<T>()[j]));
