@@ -328,7 +328,8 @@ def main():
           f"- versions: {versions}; onnxdp binary {info['onnxdp_binary']} built {info['onnxdp_binary_mtime']}"
           + (f" (REWRITTEN during the run, {info['onnxdp_binary_changed_during_run']}: two builds mixed)"
              if "onnxdp_binary_changed_during_run" in info else ""),
-          f"- settings: {settings}; steady step = (min t(4N) - min t(N)) / 3N over repeats",
+          f"- settings: {settings}; steady step = (min t(4N) - min t(N)) / 3N over repeats, t the wall time of "
+          "each side's training loop (onnxdp: its metrics' time_s)",
           "- ratio = peer ms/step ÷ onnxdp ms/step (> 1: onnxdp faster). Informational, never a test.", "",
           h.markdown_table(header, rows), "",
           "Geometric mean of ratios: " + "; ".join(geo_lines) + "."]
