@@ -1,8 +1,14 @@
 // Building small graphs in tests: graph inputs, a node's output, counting ops.
 #pragma once
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "exec/plan.h"
 #include "graph/graph.h"
 
 namespace onnxdp::test {
@@ -32,6 +38,45 @@ inline ValueId add_ints(Graph& g, const std::string& name, const std::vector<int
 
 // The first output of node index `node` (as Graph::add_node returns it).
 inline ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
+
+// Every graph input filled with standard normal draws from a generator seeded `seed`, in input
+// order (float32 or float64 inputs), by name: what a pass's before-and-after runs are fed.
+inline std::map<std::string, Tensor> random_feeds(const Graph& g, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> nd;
+  std::map<std::string, Tensor> f;
+  for (ValueId i : g.inputs) {
+    const Value& v = g.value(i);
+    Tensor t(v.dtype, v.shape);
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      if (v.dtype == DType::f64) t.as<double>()[k] = nd(rng);
+      else t.as<float>()[k] = float(nd(rng));
+    }
+    f[v.name] = std::move(t);
+  }
+  return f;
+}
+
+// Runs `before` and `after` (a pass's input and output) on the CPU with the same feeds and checks
+// every output: bit for bit with rel = 0, else within rel * (1 + |before's value|). Returns
+// after's outputs.
+inline std::map<std::string, Tensor> check_same_outputs(Graph before, Graph after,
+                                                        const std::map<std::string, Tensor>& in, double rel) {
+  Plan a(std::move(before)), b(std::move(after));
+  const std::map<std::string, Tensor> ya = a.run(in);
+  std::map<std::string, Tensor> yb = b.run(in);
+  REQUIRE(ya.size() == yb.size());
+  for (const auto& [name, t] : ya) {
+    INFO(name);
+    REQUIRE(t.shape() == yb.at(name).shape());
+    const std::vector<double> x = t.to_f64(), z = yb.at(name).to_f64();
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (rel == 0) CHECK(x[i] == z[i]);
+      else CHECK(std::fabs(x[i] - z[i]) <= rel * (1 + std::fabs(x[i])));
+    }
+  }
+  return yb;
+}
 
 inline int count_ops(const Graph& g, Op op) {
   int n = 0;

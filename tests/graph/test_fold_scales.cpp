@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <map>
-#include <random>
 #include <string>
 
 #include "exec/plan.h"
@@ -14,6 +13,8 @@
 
 using namespace onnxdp;
 using onnxdp::test::add_input;
+using onnxdp::test::check_same_outputs;
+using onnxdp::test::random_feeds;
 using onnxdp::test::count_ops;
 using onnxdp::test::out;
 
@@ -65,19 +66,6 @@ Graph sample() {
   return g;
 }
 
-std::map<std::string, Tensor> feeds(const Graph& g) {
-  std::mt19937 rng(5);
-  std::normal_distribution<double> nd;
-  std::map<std::string, Tensor> f;
-  for (ValueId i : g.inputs) {
-    const Value& v = g.value(i);
-    Tensor t(v.dtype, v.shape);
-    for (int64_t j = 0; j < t.numel(); ++j) t.as<float>()[j] = float(nd(rng));
-    f[v.name] = std::move(t);
-  }
-  return f;
-}
-
 }  // namespace
 
 TEST_CASE("fold_scales: a constant scalar Mul after a product, or before the products that read it, becomes alpha") {
@@ -111,14 +99,6 @@ TEST_CASE("fold_scales: a constant scalar Mul after a product, or before the pro
 TEST_CASE("fold_scales: the folded graph computes the unfolded graph's values on the CPU, to one rounding") {
   Graph plain = sample(), folded = sample();
   REQUIRE(fold_scales(folded) == 2);
-  const std::map<std::string, Tensor> in = feeds(plain);
-  Plan a(std::move(plain)), b(std::move(folded));
-  std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
-  REQUIRE(ya.size() == yb.size());
-  for (const auto& [name, t] : ya) {
-    INFO(name);
-    const std::vector<double> x = t.to_f64(), z = yb.at(name).to_f64();
-    REQUIRE(x.size() == z.size());
-    for (size_t i = 0; i < x.size(); ++i) CHECK(std::fabs(x[i] - z[i]) <= 1e-6 * (1 + std::fabs(x[i])));
-  }
+  const std::map<std::string, Tensor> in = random_feeds(plain, 5);
+  check_same_outputs(std::move(plain), std::move(folded), in, 1e-6);
 }

@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <map>
-#include <random>
 #include <string>
 
 #include "exec/device_backend.h"
@@ -17,6 +16,7 @@
 
 using namespace onnxdp;
 using onnxdp::test::add_input;
+using onnxdp::test::random_feeds;
 using onnxdp::test::count_ops;
 using onnxdp::test::out;
 
@@ -68,19 +68,6 @@ Graph sample() {
   return g;
 }
 
-std::map<std::string, Tensor> feeds(const Graph& g) {
-  std::mt19937 rng(5);
-  std::normal_distribution<double> nd;
-  std::map<std::string, Tensor> f;
-  for (ValueId i : g.inputs) {
-    const Value& v = g.value(i);
-    Tensor t(v.dtype, v.shape);
-    for (int64_t k = 0; k < t.numel(); ++k) t.as<float>()[k] = float(nd(rng));
-    f[v.name] = std::move(t);
-  }
-  return f;
-}
-
 void check_same(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
   REQUIRE(a.size() == b.size());
   for (const auto& [name, t] : a) {
@@ -129,7 +116,7 @@ TEST_CASE("fold_transposes: products take transposes as flags, the rest stays, s
   CHECK(by_name.at("gc")->op == Op::Gemm);
   // The same values, on the CPU and on the emulated CUDA device (cuBLAS(Lt) with op T).
   Graph plain = sample();
-  const std::map<std::string, Tensor> in = feeds(plain);
+  const std::map<std::string, Tensor> in = random_feeds(plain, 5);
   Plan a(std::move(plain));
   const std::map<std::string, Tensor> want = a.run(in);
   Graph cpu_graph = g;

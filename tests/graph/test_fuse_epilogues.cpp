@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <map>
-#include <random>
 #include <string>
 
 #include "exec/plan.h"
@@ -17,6 +16,8 @@
 
 using namespace onnxdp;
 using onnxdp::test::add_input;
+using onnxdp::test::check_same_outputs;
+using onnxdp::test::random_feeds;
 using onnxdp::test::count_ops;
 using onnxdp::test::out;
 
@@ -48,22 +49,6 @@ Graph sample() {
   ValueId r6 = out(g, g.add_node(Op::Relu, "relu6", {h6}, {"relu6/y"}));
   g.outputs = {y, r3, n3, h4, r4, r5, r6};
   return g;
-}
-
-std::map<std::string, Tensor> feeds(const Graph& g) {
-  std::mt19937 rng(3);
-  std::normal_distribution<double> nd;
-  std::map<std::string, Tensor> f;
-  for (ValueId i : g.inputs) {
-    const Value& v = g.value(i);
-    Tensor t(v.dtype, v.shape);
-    for (int64_t k = 0; k < t.numel(); ++k) {
-      if (v.dtype == DType::f64) t.as<double>()[k] = nd(rng);
-      else t.as<float>()[k] = float(nd(rng));
-    }
-    f[v.name] = std::move(t);
-  }
-  return f;
 }
 
 }  // namespace
@@ -106,20 +91,11 @@ TEST_CASE("fuse_epilogues: a float32 Gemm read only by a Relu becomes one FusedG
 TEST_CASE("fuse_epilogues: the fused graph computes the unfused graph's values on the CPU") {
   Graph plain = sample(), fused = sample();
   REQUIRE(fuse_epilogues(fused) == 3);
-  const std::map<std::string, Tensor> in = feeds(plain);
-  Plan a(std::move(plain)), b(std::move(fused));
-  std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
-  REQUIRE(ya.size() == yb.size());
+  const std::map<std::string, Tensor> in = random_feeds(plain, 3);
+  // The same kernels: bit for bit.
+  const std::map<std::string, Tensor> yb = check_same_outputs(std::move(plain), std::move(fused), in, 0);
   int negatives_zeroed = 0;
-  for (const auto& [name, t] : ya) {
-    INFO(name);
-    const Tensor& u = yb.at(name);
-    REQUIRE(t.shape() == u.shape());
-    std::vector<double> x = t.to_f64(), z = u.to_f64();
-    for (size_t i = 0; i < x.size(); ++i) CHECK(x[i] == z[i]);  // the same kernels: bit for bit
-    if (name == "y")
-      for (double v : z) negatives_zeroed += v == 0;
-  }
+  for (double v : yb.at("y").to_f64()) negatives_zeroed += v == 0;
   CHECK(negatives_zeroed > 0);  // the Relu did something
 }
 
@@ -177,15 +153,8 @@ TEST_CASE("fuse_epilogues: MatMul + bias Add (+ Relu) becomes one FusedMatMul, t
   // The same values on the CPU up to float rounding: FusedMatMul adds the bias inside the
   // product's sum (rounded once), MatMul + Add after it (rounded twice).
   Graph plain = linear_sample();
-  const std::map<std::string, Tensor> in = feeds(plain);
-  Plan a(std::move(plain)), b(std::move(g));
-  std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
-  for (const auto& [name, t] : ya) {
-    INFO(name);
-    std::vector<double> x = t.to_f64(), z = yb.at(name).to_f64();
-    REQUIRE(x.size() == z.size());
-    for (size_t i = 0; i < x.size(); ++i) CHECK(std::abs(x[i] - z[i]) <= 1e-6 * (1 + std::abs(x[i])));
-  }
+  const std::map<std::string, Tensor> in = random_feeds(plain, 3);
+  check_same_outputs(std::move(plain), std::move(g), in, 1e-6);
 }
 
 TEST_CASE("fuse_epilogues: the trainer's graphs of mlp use FusedGemm, Relu's gradient reads Relu's output") {

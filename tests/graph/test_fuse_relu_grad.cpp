@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <map>
-#include <random>
 #include <string>
 
 #include "compile/compile.h"
@@ -15,6 +14,8 @@
 
 using namespace onnxdp;
 using onnxdp::test::add_input;
+using onnxdp::test::check_same_outputs;
+using onnxdp::test::random_feeds;
 using onnxdp::test::count_ops;
 using onnxdp::test::out;
 
@@ -44,19 +45,6 @@ Graph sample() {
   return g;
 }
 
-std::map<std::string, Tensor> feeds(const Graph& g) {
-  std::mt19937 rng(11);
-  std::normal_distribution<double> nd;
-  std::map<std::string, Tensor> f;
-  for (ValueId i : g.inputs) {
-    const Value& v = g.value(i);
-    Tensor t(v.dtype, v.shape);
-    for (int64_t j = 0; j < t.numel(); ++j) t.as<float>()[j] = float(nd(rng));
-    f[v.name] = std::move(t);
-  }
-  return f;
-}
-
 }  // namespace
 
 TEST_CASE("fuse_relu_grad: a ReluGrad read by a BatchNormalizationGrad alone goes into it") {
@@ -83,16 +71,8 @@ TEST_CASE("fuse_relu_grad: a ReluGrad read by a BatchNormalizationGrad alone goe
 TEST_CASE("fuse_relu_grad: the fused graph computes the unfused graph's values on the CPU, bit for bit") {
   Graph plain = sample(), fused = sample();
   REQUIRE(fuse_relu_grad(fused) == 1);
-  const std::map<std::string, Tensor> in = feeds(plain);
-  Plan a(std::move(plain)), b(std::move(fused));
-  std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
-  REQUIRE(ya.size() == yb.size());
-  for (const auto& [name, t] : ya) {
-    INFO(name);
-    const std::vector<double> x = t.to_f64(), z = yb.at(name).to_f64();
-    REQUIRE(x.size() == z.size());
-    for (size_t i = 0; i < x.size(); ++i) CHECK(x[i] == z[i]);
-  }
+  const std::map<std::string, Tensor> in = random_feeds(plain, 11);
+  check_same_outputs(std::move(plain), std::move(fused), in, 0);
 }
 
 // One replica, and two with --local-bn (BatchNormalization's own statistics; with statistics
