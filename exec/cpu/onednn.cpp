@@ -314,6 +314,9 @@ void run(Prim& p, std::initializer_list<const float*> tensors, int64_t first = -
 int shares_of(int64_t images) { return in_thread_share() ? 1 : int(std::min<int64_t>(cpu_threads(), images)); }
 
 int64_t share_begin(int64_t images, int t, int shares) { return images * t / shares; }
+int64_t share_images(int64_t images, int t, int shares) {
+  return share_begin(images, t + 1, shares) - share_begin(images, t, shares);
+}
 
 // Calls work(share, first image, end image) for each of the batch's shares_of(images) ranges.
 template <class Work>
@@ -334,7 +337,7 @@ std::vector<Prim*> share_prims(Kind kind, const ConvWindows& g, int64_t groups, 
   const int n = std::max(shares_of(images), 1);
   std::vector<Prim*> prims;
   for (int t = 0; t < n; ++t) {
-    Prim* p = prim_for(kind, g, groups, cs, cd, share_begin(images, t + 1, n) - share_begin(images, t, n), bias, t);
+    Prim* p = prim_for(kind, g, groups, cs, cd, share_images(images, t, n), bias, t);
     if (!p) return {};
     prims.push_back(p);
   }
@@ -392,11 +395,9 @@ bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const f
   // The input gradient's primitives of the same shares, where this thread made them.
   std::vector<Prim*> data_prims(prims.size(), nullptr);
   if (dy_tag.known())
-    for (size_t t = 0; t < prims.size(); ++t) {
-      const int n = int(prims.size());
+    for (size_t t = 0; t < prims.size(); ++t)
       data_prims[t] = made_prim(Kind::backward_data, g, G, ch.in, ch.out,
-                                share_begin(ch.images, int(t) + 1, n) - share_begin(ch.images, int(t), n), int(t));
-    }
+                                share_images(ch.images, int(t), int(prims.size())), int(t));
   // Share 0 writes dw, the others their own sums, added in share order at the end.
   std::vector<std::vector<float>> partial;
   partial.resize(prims.size());

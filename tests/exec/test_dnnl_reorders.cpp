@@ -36,15 +36,20 @@ struct Step {
   std::string a, b;  // inputs by name; outputs are named after the node
 };
 
+// Step k's node and output name: ct<k> or cgf<k>.
+std::string step_name(const Step& s, size_t k) {
+  return (s.op == Op::ConvTranspose ? "ct" : "cgf") + std::to_string(k);
+}
+
 // The nodes of `steps` over inputs dy1, dy2, x1, x2 ([4, 16, 8, 8]) and w ([16, 16, 3, 3]).
 Graph graph_of(const std::vector<Step>& steps) {
   Graph g;
   std::map<std::string, ValueId> v;
   for (const char* n : {"dy1", "dy2", "x1", "x2"}) v[n] = add_input(g, n, kAct);
   v["w"] = add_input(g, "w", kWeight);
-  int k = 0;
-  for (const Step& s : steps) {
-    const std::string name = (s.op == Op::ConvTranspose ? "ct" : "cgf") + std::to_string(k++);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Step& s = steps[k];
+    const std::string name = step_name(s, k);
     g.outputs.push_back(out(g, g.add_node(s.op, name, {v.at(s.a), v.at(s.b)}, {name}, window())));
   }
   return g;
@@ -71,10 +76,8 @@ int64_t run_and_check(const std::vector<Step>& steps) {
   const std::map<std::string, Tensor> y = together.run(in);
   const int64_t shared = dnnl_shared_reorders() - before;
   for (size_t k = 0; k < steps.size(); ++k) {
-    Graph one = graph_of({steps[k]});
-    const std::string name = one.value(one.outputs[0]).name, want = (steps[k].op == Op::ConvTranspose ? "ct" : "cgf") +
-                                                                     std::to_string(k);
-    Plan alone(std::move(one));
+    const std::string want = step_name(steps[k], k);
+    Plan alone(graph_of({steps[k]}));
     const Tensor ref = alone.run(in).begin()->second;
     const Tensor& got = y.at(want);
     INFO(want);
