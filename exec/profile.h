@@ -23,6 +23,10 @@ struct OpProfile {
 
 struct Profile {
   std::map<Op, OpProfile> ops;
+  // The GEMM-shaped ops again, per shape they ran with ("Gemm m1024 n256 k1024 NT +bias",
+  // "FusedMatMul 64x m128 n128 k32 NT": batch count, C's rows and columns, the reduction, which
+  // operand is stored transposed): where a product runs slower than BLAS alone, and which one.
+  std::map<std::string, OpProfile> shapes;
   int64_t runs = 0;  // plan executions (forward/backward passes) recorded
   double after_run_seconds = 0;  // PlanOptions::after_run's work (the fused optimizer on a device)
 
@@ -31,6 +35,8 @@ struct Profile {
   void add(const Node& n, const KernelCtx& c, double seconds, double cpu_seconds = -1);
   // A table of the ops by time, per optimizer step (`steps` of them recorded), heaviest first.
   std::string table(int64_t steps, int max_rows = 15) const;
+  // The same for `shapes`: the heaviest shapes first, with their GFLOP/s.
+  std::string shape_table(int64_t steps, int max_rows = 40) const;
 };
 
 // GFLOP/s of one single-precision GEMM of n x n x n through blas_gemm (split among this thread's

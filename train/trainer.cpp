@@ -918,6 +918,7 @@ class Replica {
     if (o_.profile && profiled_steps_ > 0) {
       fmt::print("profile of replica 0 over steps {}..{} ({} forward/backward passes):\n{}", first_step_ + 1,
                  first_step_ + profiled_steps_, profile_.runs, profile_.table(profiled_steps_));
+      if (!profile_.shapes.empty()) fmt::print("{}", profile_.shape_table(profiled_steps_));
       fmt::print("  {:<28} {:>10.3f}\n  {:<28} {:>10.3f}\n", "optimizer (fused, flat)",
                  1e3 * (device_ ? profile_.after_run_seconds : profiled_optimizer_) / double(profiled_steps_),
                  "whole step (wall)", 1e3 * profiled_wall_ / double(profiled_steps_));

@@ -58,10 +58,42 @@ TEST_CASE("profile: calls, time and the flops of MatMul and Gemm") {
     CHECK(test::contains(q.table(1), "0.2\n"));  // 1680 flops in 8 us
     CHECK(!test::contains(q.table(1), "GFLOP/s*"));
   }
+  // Per shape: the same calls again, keyed by the product they ran.
+  CHECK(prof.shapes.size() == 2);
+  CHECK(prof.shapes.at("MatMul 3x m5 n4 k7 NN").calls == 3);
+  CHECK(prof.shapes.at("Gemm m6 n4 k7 NN").flops == doctest::Approx(3 * 2.0 * (6 * 4) * 7));
+  CHECK(test::contains(prof.shape_table(3), "MatMul 3x m5 n4 k7 NN"));
+  CHECK(test::contains(prof.shape_table(3), "GEMM-shaped ops in all"));
   // No profile pointer: nothing recorded.
   p.execute({{"a", ta}, {"b", tb}, {"c", tc}}, {});
   CHECK(prof.runs == 3);
   CHECK(blas_sgemm_gflops(64) > 0);
+}
+
+TEST_CASE("profile: a FusedMatMul reading A transposed reduces over A's rows") {
+  Graph g;
+  auto input = [&](const char* name, Shape s) {
+    Value v;
+    v.name = name;
+    v.shape = std::move(s);
+    v.kind = ValueKind::input;
+    ValueId id = g.add_value(v);
+    g.inputs.push_back(id);
+    return id;
+  };
+  // A stored [K 7, M 5], B [K 7, N 4], bias [4]: Y [5, 4] = Aᵀ B + bias, 2 x 5 x 4 x 7 flops.
+  ValueId a = input("a", {7, 5}), b = input("b", {7, 4}), bias = input("bias", {4});
+  int mm = g.add_node(Op::FusedMatMul, "fmm", {a, b, bias}, {"y"}, {{"transA", Attr(int64_t(1))}});
+  g.outputs = {g.nodes[size_t(mm)].outputs[0]};
+  Plan p(g);
+  Tensor ta(DType::f32, {7, 5}), tb(DType::f32, {7, 4}), tbias(DType::f32, {4});
+  Profile prof;
+  RunState rs;
+  rs.profile = &prof;
+  p.execute({{"a", ta}, {"b", tb}, {"bias", tbias}}, rs);
+  CHECK(prof.ops.at(Op::FusedMatMul).flops == doctest::Approx(2.0 * 5 * 4 * 7));
+  REQUIRE(prof.shapes.size() == 1);
+  CHECK(prof.shapes.begin()->first == "FusedMatMul m5 n4 k7 TN +bias");
 }
 
 TEST_CASE("cli: train --profile prints where a step's time goes and BLAS's own GEMM rate") {
@@ -73,5 +105,6 @@ TEST_CASE("cli: train --profile prints where a step's time goes and BLAS's own G
   CHECK(test::contains(r.out, "profile of replica 0 over steps 2..4"));
   CHECK(test::contains(r.out, "Gemm"));
   CHECK(test::contains(r.out, "optimizer (fused, flat)"));
+  CHECK(test::contains(r.out, "GEMM-shaped op by shape"));
   CHECK(test::contains(r.out, "BLAS alone on this machine:"));
 }
