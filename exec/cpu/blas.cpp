@@ -31,14 +31,17 @@ constexpr int64_t kBlockAlign = 16;
 // ([16, 16] x [16, 16] took 3x as long on oneDNN). oneDNN compiles a kernel for a shape the first
 // time it sees it (up to 20 ms, once per process), which a run's first steps pay.
 //
-// The exception: A stored transposed with C taller than wide (m > n), a Linear layer's weight
-// gradient dY^T X with more outputs than inputs. There oneDNN's sgemm trails OpenBLAS's (one
-// thread, operands not in cache: [1024, 1024]^T x [1024, 256] at 92-105 GFLOP/s against 113-121;
-// [768, 1024]^T x [1024, 256] at 110 against 125); with m <= n the two are level.
+// The exception: A stored transposed with C taller than wide (m > n) and 2^24 multiply-adds or
+// more, a Linear layer's weight gradient dY^T X with more outputs than inputs. There oneDNN's
+// sgemm trails OpenBLAS's (one thread, operands not in cache: [1024, 1024]^T x [1024, 256] at
+// 92-105 GFLOP/s against 113-121; [768, 1024]^T x [1024, 256] at 110 against 125); with m <= n
+// the two are level. Smaller such products stay on oneDNN: attention's P^T dO per head
+// ([128, 128]^T x [128, 32]) ran at 60 GFLOP/s there against 47 on OpenBLAS in gpt_small's steps.
 constexpr int64_t kDnnlMinWork = int64_t(1) << 16;
+constexpr int64_t kTallTransposedMinWork = int64_t(1) << 24;
 
 bool use_dnnl_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
-  if (ta && !tb && m > n) return false;
+  if (ta && !tb && m > n && m * n * k >= kTallTransposedMinWork) return false;
   return m * n * k >= kDnnlMinWork && dnnl_enabled();
 }
 
