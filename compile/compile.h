@@ -46,6 +46,9 @@ struct CompileOptions {
   int64_t step_rows = 0;    // rows of the whole optimizer step (0: batch); > batch with --grad-accum
   bool accumulate = false;  // --grad-accum > 1: inputs grad_accum/* carry the step's sums so far
   bool sync = true;         // the step's last micro-batch: gradient buckets all-reduce the sums
+  // The graph runs on the CPU backend (no DeviceBackend): passes may use what only the CPU
+  // kernels take (fuse_masked_softmax). Callers that run the graph on a device set it false.
+  bool cpu = true;
 };
 
 // --mixed-precision fp16 in train mode: the graph's scalar input that seeds backward (the loss scale).

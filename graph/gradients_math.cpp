@@ -284,5 +284,6 @@ void grad_Gemm(GradCtx& c) {
 // Made after autodiff (graph/passes/fuse_epilogues.cpp): a graph holding one is not differentiated.
 void grad_FusedGemm(GradCtx& c) { gradient_missing(c); }
 void grad_FusedMatMul(GradCtx& c) { gradient_missing(c); }
+void grad_MaskedSoftmax(GradCtx& c) { gradient_missing(c); }
 
 }  // namespace onnxdp

@@ -213,10 +213,12 @@
   /* ReluGrad (dy, y) -> dx = dy where y > 0, else 0, y Relu's output: PyTorch's                */ \
   /* threshold_backward (y <= 0 ? 0 : dy, so a NaN y passes dy), one pass (exec/functors.h).   */ \
   X(ReluGrad,                   grad,       2, 2, 1, 1, "")                                         \
-  /* SoftmaxGrad (dy, y) -> dx = y * (dy - sum(dy * y, axis)), y Softmax's output;            */ \
+  /* SoftmaxGrad (dy, y, mask?) -> dx = y * (dy - sum(dy * y, axis)), y Softmax's output;      */ \
   /* LogSoftmaxGrad (dy, y) -> dx = dy - exp(y) * sum(dy, axis), y LogSoftmax's output. One    */ \
-  /* pass for the sums, one for dx.                                                           */ \
-  X(SoftmaxGrad,                grad,       2, 2, 1, 1, "axis:i=-1")                                \
+  /* pass for the sums, one for dx. SoftmaxGrad's mask (bool, broadcast to y; the last axis     */ \
+  /* only; CPU only): dx is 0 where mask == fill_when, MaskedSoftmax's gradient through its     */ \
+  /* Where (graph/passes/fuse_masked_softmax.h).                                                */ \
+  X(SoftmaxGrad,                grad,       2, 3, 1, 1, "axis:i=-1,fill_when:i=1")                  \
   X(LogSoftmaxGrad,             grad,       2, 2, 1, 1, "axis:i=-1")                                \
   /* ---- internal fused ops: made by graph/passes/fuse_epilogues.cpp after autodiff, not ONNX, */ \
   /* not importable, no gradient; their pieces live with the op they extend ------------------- */ \
@@ -230,11 +232,15 @@
   /* product reading a transposed operand as stored (graph/passes/fold_transposes.h), a product  */ \
   /* scaled by a constant (graph/passes/fold_scales.h); on CUDA one cuBLAS / cuBLASLt call.      */ \
   X(FusedMatMul,                math,       2, 3, 1, 1,                                             \
-    "alpha:f=1,activation:s=,transA:i=0,transB:i=0")
+    "alpha:f=1,activation:s=,transA:i=0,transB:i=0")                                               \
+  /* MaskedSoftmax (x, mask) -> Softmax(Where(mask, fill, x)) along the last axis (fill_when 1; */ \
+  /* 0: Where(mask, x, fill)), mask bool broadcast to x: attention's masked scores in one pass  */ \
+  /* (graph/passes/fuse_masked_softmax.h; CPU only).                                            */ \
+  X(MaskedSoftmax,              math,       2, 2, 1, 1, "axis:i=-1,fill:f,fill_when:i=1")
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 115
+#define ONNXDP_OP_COUNT 116
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

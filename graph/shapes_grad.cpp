@@ -309,7 +309,20 @@ void shape_softmax_grad(ShapeCtx& c) {
   c.set(0, c.dtype(1), c.shape(1));
 }
 
-void shape_SoftmaxGrad(ShapeCtx& c) { shape_softmax_grad(c); }
+// SoftmaxGrad's mask: bool, broadcast to y, the softmax along y's last axis.
+void shape_SoftmaxGrad(ShapeCtx& c) {
+  shape_softmax_grad(c);
+  if (!c.has(2)) return;
+  const int64_t rank = int64_t(c.shape(1).size());
+  if (normalize_axis(c.node.i("axis"), rank, c.node) != rank - 1) c.fail("with a mask the axis must be the last");
+  if (c.dtype(2) != DType::boolean) c.fail("the mask is {}, not bool", dtype_name(c.dtype(2)));
+  Shape b;
+  try {
+    b = broadcast_shapes(c.shape(2), c.shape(1));
+  } catch (const Error&) {
+  }
+  if (b != c.shape(1)) c.fail("the mask {} does not broadcast to y {}", shape_str(c.shape(2)), shape_str(c.shape(1)));
+}
 void shape_LogSoftmaxGrad(ShapeCtx& c) { shape_softmax_grad(c); }
 
 }  // namespace onnxdp

@@ -168,6 +168,18 @@ void shape_Clip(ShapeCtx& c) {
 // Softmax / LogSoftmax with Softmax-13 semantics: normalised along `axis` only. (The importer
 // rewrites the older "flatten to 2-D at axis" form.)
 void shape_Softmax(ShapeCtx& c) { softmax_like(c); }
+
+// MaskedSoftmax: Softmax's rule along the last axis, with the fill a float attribute and the mask
+// bool, broadcast to x.
+void shape_MaskedSoftmax(ShapeCtx& c) {
+  softmax_like(c);
+  const int64_t rank = int64_t(c.shape(0).size());
+  if (normalize_axis(c.node.i("axis"), rank, c.node) != rank - 1) c.fail("the axis must be the last");
+  if (!c.node.has("fill")) c.fail("attribute 'fill' is required");
+  if (c.dtype(1) != DType::boolean) c.fail("the mask is {}, not bool", dtype_name(c.dtype(1)));
+  if (broadcast_or_fail(c, c.shape(1), c.shape(0)) != c.shape(0))
+    c.fail("the mask {} does not broadcast to x {}", shape_str(c.shape(1)), shape_str(c.shape(0)));
+}
 void shape_LogSoftmax(ShapeCtx& c) { softmax_like(c); }
 
 // MatMul as numpy.matmul: a [..., M, K] x b [..., K, N] -> [..., M, N] with the batch dims

@@ -67,6 +67,7 @@ void import_LogSoftmax(ImportCtx& c) { import_legacy_softmax(c); }
 // onnxdp's own, made by graph/passes/fuse_epilogues.cpp: a model naming it fails.
 void import_FusedGemm(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 void import_FusedMatMul(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
+void import_MaskedSoftmax(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 
 // ---- Einsum (composite, graph/op_table.h) -----------------------------------------------------
 //

@@ -22,6 +22,7 @@ Evaluator::EvalPlan& Evaluator::plan_for(int64_t rows, const std::map<std::strin
   co.import = shapes_for(data_, rows);
   co.mixed_precision = o_.mixed_precision;  // evaluated as trained
   co.loss = lo_;
+  co.cpu = device_ == nullptr;
   Compiled c = compile(proto_, model_dir_, co);
   // The parameters take the trainer's bytes, so every evaluation sees the current values.
   for (ValueId p : c.g.parameters()) {

@@ -123,6 +123,7 @@ std::unique_ptr<Plan> compile_for(const onnx::ModelProto& m, const std::string& 
   co.import.batch_size = rows;
   co.train_mode = opt.train_mode;
   co.mixed_precision = opt.mixed_precision;
+  co.cpu = device == nullptr;
   for (const FedInput& f : fed) {
     Shape s = f.array->shape();
     if (f.batched) {

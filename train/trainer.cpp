@@ -288,8 +288,9 @@ class Replica {
     if (rows == 0)
       fail("a {} of {} rows cannot be split over {} replicas (each needs a row); use --drop-last or a larger "
            "--batch-size", o_.grad_accum > 1 ? "micro-batch" : "batch", mb.b, world_);
-    Compiled c = compile(proto_, model_dir_,
-                         train_compile_options(o_, shapes_for(data_, rows), lo_, batch_inputs_, world_, rank_, mb));
+    CompileOptions co = train_compile_options(o_, shapes_for(data_, rows), lo_, batch_inputs_, world_, rank_, mb);
+    co.cpu = device_ == nullptr;
+    Compiled c = compile(proto_, model_dir_, co);
     if (!state_) {  // the first build (the full step's plan, on every replica) makes the state
       make_state(c);
       if (o_.loss == LossKind::cross_entropy) {  // labels in range, training and held-out data, before step 1

@@ -30,6 +30,7 @@
 #include "exec/cpu/gather_elements.h"
 #include "exec/cpu/gather_nd.h"
 #include "exec/cpu/in_float.h"
+#include "exec/cpu/mask_rows.h"
 #include "exec/cpu/pool_windows.h"
 #include "exec/cpu/resize_interp.h"
 #include "exec/cpu/row_sum.h"
@@ -599,15 +600,25 @@ namespace {
 // dy, y and dx viewed as [outer, n, inner], the softmax along n; rows lo..hi of the outer dim.
 // Softmax: s = sum(dy * y), dx = y * (dy - s); LogSoftmax: s = sum(dy), dx = dy - exp(y) * s. The
 // sum is a double, rounded to T once, as the ReduceSum of the unfused chain.
-template <class T, bool Log>
+// Masked (SoftmaxGrad's mask, inner 1): dx[j] of row o is 0 where mask[row_mask[o] + j] ==
+// fill_when, as Where(mask, 0, dx) after the unmasked gradient would make it.
+template <class T, bool Log, bool Masked = false>
 ONNXDP_CPU_CLONES void softmax_grad_rows(const T* dy, const T* y, T* dx, int64_t lo, int64_t hi, int64_t n,
-                                         int64_t inner) {
+                                         int64_t inner, const bool* mask = nullptr, const int64_t* row_mask = nullptr,
+                                         bool fill_when = true) {
   const auto term = [](T g, T v) { return Log ? double(g) : double(g) * double(v); };
   const auto value = [](T g, T v, T s) { return Log ? T(g - fn::m::exp(v) * s) : T(v * T(g - s)); };
   for (int64_t o = lo; o < hi; ++o) {
     const int64_t base = o * n * inner;
     const T *g = dy + base, *v = y + base;
     T* d = dx + base;
+    if constexpr (Masked) {
+      const uint8_t* mo = reinterpret_cast<const uint8_t*>(mask + row_mask[o]);
+      const uint8_t when = fill_when ? 1 : 0;
+      const T s = T(row_sum(n, [&](int64_t j) { return term(g[j], v[j]); }));
+      for (int64_t j = 0; j < n; ++j) d[j] = mo[j] == when ? T(0) : value(g[j], v[j], s);
+      continue;
+    }
     if (inner == 1) {
       const T s = T(row_sum(n, [&](int64_t j) { return term(g[j], v[j]); }));
       for (int64_t j = 0; j < n; ++j) d[j] = value(g[j], v[j], s);
@@ -644,7 +655,23 @@ void softmax_grad(KernelCtx& c) {
 }
 }  // namespace
 
-void SoftmaxGrad_forward(KernelCtx& c) { softmax_grad<false>(c); }
+void SoftmaxGrad_forward(KernelCtx& c) {
+  if (!c.has_in(2)) return softmax_grad<false>(c);
+  // With the mask (the last axis, the shape rule's): dx, then 0 where the mask selects the fill.
+  const TensorRef& y = c.in(1);
+  if (y.numel == 0) return;
+  const int64_t n = y.dim(y.rank() - 1), outer = y.numel / n;
+  const MaskRows m = mask_rows(c.in(2), *y.shape);
+  const bool when = c.node.i("fill_when") != 0;
+  dispatch_float(c, y.dtype, [&]<class T>() {
+    const T* pdy = c.in(0).as<const T>();
+    const T* py = y.as<const T>();
+    T* pdx = c.out(0).as<T>();
+    split_rows(outer, y.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+      softmax_grad_rows<T, false, true>(pdy, py, pdx, lo, hi, n, 1, m.data, m.start.data(), when);
+    });
+  });
+}
 void LogSoftmaxGrad_forward(KernelCtx& c) { softmax_grad<true>(c); }
 
 }  // namespace onnxdp

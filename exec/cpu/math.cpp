@@ -13,6 +13,7 @@
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
 #include "exec/cpu/in_float.h"
+#include "exec/cpu/mask_rows.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
 #include "graph/shape_helpers.h"
@@ -92,12 +93,23 @@ T clip_bound(const KernelCtx& c, int k, T dflt) {
 }
 
 // Softmax / LogSoftmax of x viewed as [outer, n, inner] along n, rows lo..hi of the outer dim;
-// max-subtracted so exp never overflows.
-template <class T, bool Log>
-ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, int64_t n, int64_t inner) {
+// max-subtracted so exp never overflows. Masked (MaskedSoftmax, inner 1, not Log): row o reads
+// x[j] as `fill` where mask[row_mask[o] + j] == fill_when, as Softmax of Where's output would; it
+// writes that row into y first (one pass that vectorizes) and works in place from there.
+template <class T, bool Log, bool Masked = false>
+ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, int64_t n, int64_t inner,
+                                    const bool* mask = nullptr, const int64_t* row_mask = nullptr, bool fill_when = true,
+                                    T fill = T(0)) {
+  static_assert(!(Masked && Log), "LogSoftmax reads x after y is written");
   for (int64_t o = lo; o < hi; ++o) {
     const T* xo = x + o * n * inner;
     T* yo = y + o * n * inner;
+    if constexpr (Masked) {  // x as the Where writes it, into y's row; then the row as below, from there
+      const uint8_t* mo = reinterpret_cast<const uint8_t*>(mask + row_mask[o]);
+      const uint8_t when = fill_when ? 1 : 0;
+      for (int64_t j = 0; j < n; ++j) yo[j] = mo[j] == when ? fill : xo[j];
+      xo = yo;
+    }
     if (inner == 1) {
       // The row's max in 8 lanes (max is exact: any order finds the same value), so it vectorizes.
       // A NaN makes every output NaN whichever max it leaves (through its own exp and the sum).
@@ -105,7 +117,7 @@ ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, in
       for (int k = 0; k < 8; ++k) lane[k] = xo[0];
       int64_t j = 0;
       for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; ++k) lane[k] = std::max(lane[k], xo[j + k]);
+        for (int k = 0; k < 8; ++k) lane[k] = xo[j + k] > lane[k] ? xo[j + k] : lane[k];  // std::max(lane, x), NaN too
       T mx = xo[0];
       for (int k = 0; k < 8; ++k) mx = std::max(mx, lane[k]);
       for (; j < n; ++j) mx = std::max(mx, xo[j]);
@@ -375,6 +387,28 @@ void Clip_forward(KernelCtx& c) {
 }
 
 void Softmax_forward(KernelCtx& c) { softmax_forward<false>(c); }
+
+// Softmax(Where(mask, fill, x)) along the last axis (fill_when 0: Where(mask, x, fill)), the same
+// values as the two nodes, without Where's tensor.
+void MaskedSoftmax_forward(KernelCtx& c) {
+  const TensorRef& x = c.in(0);
+  if (x.numel == 0) return;
+  const int64_t n = x.dim(x.rank() - 1), outer = x.numel / n;
+  const MaskRows m = mask_rows(c.in(1), *x.shape);
+  const bool when = c.node.i("fill_when") != 0;
+  dispatch_dtype(x.dtype, [&]<class T>() {
+    if constexpr (kIsFloat<T>) {
+      const T fill = T(c.node.f("fill"));
+      const T* px = x.as<const T>();
+      T* py = c.out(0).as<T>();
+      split_rows(outer, x.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+        softmax_rows<T, false, true>(px, py, lo, hi, n, 1, m.data, m.start.data(), when, fill);
+      });
+    } else {
+      unsupported(c, x.dtype);
+    }
+  });
+}
 void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
 
 namespace {

@@ -41,6 +41,8 @@ std::vector<int64_t> axes_of(const Graph& g, const Node& n) {
 
 bool reduce_runs(const Graph& g, const Node& n) {
   if (kernel_family(n.op) != KernelFamily::reduce || !n.has_input(0)) return false;
+  // SoftmaxGrad's mask (graph/passes/fuse_masked_softmax.h) is fused for the CPU backend only.
+  if (n.op == Op::SoftmaxGrad && n.has_input(2)) return false;
   if (is_softmax(n.op)) return float_type(g.value(n.inputs[0]).dtype);
   RdType t;
   if (!reduce_type(g.value(n.inputs[0]).dtype, &t)) return false;
