@@ -58,8 +58,10 @@ TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the 
   std::mt19937 rng(11);
   const int before = cpu_threads();
   const bool dnnl_before = dnnl_enabled();
-  // Above the split threshold: tall (split by rows), wide (by columns), and uneven edges.
-  const Dims dims[] = {{300, 140, 120}, {80, 602, 100}, {1000, 17, 264}, {33, 1000, 136}};
+  // Above the split threshold: tall (split by rows), wide (by columns), and uneven edges; the
+  // last, on one thread with A transposed and beta 0, is computed as its transpose and copied
+  // into C (exec/cpu/blas.cpp, transposed_product).
+  const Dims dims[] = {{300, 140, 120}, {80, 602, 100}, {1000, 17, 264}, {33, 1000, 136}, {1100, 130, 120}};
   for (Dims d : dims) REQUIRE(d.m * d.n * d.k >= blas_split_min_work());
   for (int threads : {1, 2, 3}) {
     set_cpu_threads(threads);
