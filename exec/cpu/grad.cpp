@@ -604,8 +604,8 @@ namespace {
 // fill_when, as Where(mask, 0, dx) after the unmasked gradient would make it.
 template <class T, bool Log, bool Masked = false>
 ONNXDP_CPU_CLONES void softmax_grad_rows(const T* dy, const T* y, T* dx, int64_t lo, int64_t hi, int64_t n,
-                                         int64_t inner, const bool* mask = nullptr, const int64_t* row_mask = nullptr,
-                                         bool fill_when = true) {
+                                         int64_t inner, const int32_t* mask = nullptr,
+                                         const int64_t* row_mask = nullptr, bool fill_when = true) {
   const auto term = [](T g, T v) { return Log ? double(g) : double(g) * double(v); };
   const auto value = [](T g, T v, T s) { return Log ? T(g - fn::m::exp(v) * s) : T(v * T(g - s)); };
   for (int64_t o = lo; o < hi; ++o) {
@@ -613,8 +613,8 @@ ONNXDP_CPU_CLONES void softmax_grad_rows(const T* dy, const T* y, T* dx, int64_t
     const T *g = dy + base, *v = y + base;
     T* d = dx + base;
     if constexpr (Masked) {
-      const uint8_t* mo = reinterpret_cast<const uint8_t*>(mask + row_mask[o]);
-      const uint8_t when = fill_when ? 1 : 0;
+      const int32_t* mo = mask + row_mask[o];
+      const int32_t when = fill_when ? 1 : 0;
       const T s = T(row_sum(n, [&](int64_t j) { return term(g[j], v[j]); }));
       for (int64_t j = 0; j < n; ++j) d[j] = mo[j] == when ? T(0) : value(g[j], v[j], s);
       continue;
@@ -668,7 +668,7 @@ void SoftmaxGrad_forward(KernelCtx& c) {
     const T* py = y.as<const T>();
     T* pdx = c.out(0).as<T>();
     split_rows(outer, y.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
-      softmax_grad_rows<T, false, true>(pdy, py, pdx, lo, hi, n, 1, m.data, m.start.data(), when);
+      softmax_grad_rows<T, false, true>(pdy, py, pdx, lo, hi, n, 1, m.data.data(), m.start.data(), when);
     });
   });
 }

@@ -98,15 +98,15 @@ T clip_bound(const KernelCtx& c, int k, T dflt) {
 // writes that row into y first (one pass that vectorizes) and works in place from there.
 template <class T, bool Log, bool Masked = false>
 ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, int64_t n, int64_t inner,
-                                    const bool* mask = nullptr, const int64_t* row_mask = nullptr, bool fill_when = true,
-                                    T fill = T(0)) {
+                                    const int32_t* mask = nullptr, const int64_t* row_mask = nullptr,
+                                    bool fill_when = true, T fill = T(0)) {
   static_assert(!(Masked && Log), "LogSoftmax reads x after y is written");
   for (int64_t o = lo; o < hi; ++o) {
     const T* xo = x + o * n * inner;
     T* yo = y + o * n * inner;
     if constexpr (Masked) {  // x as the Where writes it, into y's row; then the row as below, from there
-      const uint8_t* mo = reinterpret_cast<const uint8_t*>(mask + row_mask[o]);
-      const uint8_t when = fill_when ? 1 : 0;
+      const int32_t* mo = mask + row_mask[o];
+      const int32_t when = fill_when ? 1 : 0;
       for (int64_t j = 0; j < n; ++j) yo[j] = mo[j] == when ? fill : xo[j];
       xo = yo;
     }
@@ -402,7 +402,7 @@ void MaskedSoftmax_forward(KernelCtx& c) {
       const T* px = x.as<const T>();
       T* py = c.out(0).as<T>();
       split_rows(outer, x.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
-        softmax_rows<T, false, true>(px, py, lo, hi, n, 1, m.data, m.start.data(), when, fill);
+        softmax_rows<T, false, true>(px, py, lo, hi, n, 1, m.data.data(), m.start.data(), when, fill);
       });
     } else {
       unsupported(c, x.dtype);
