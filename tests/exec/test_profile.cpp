@@ -4,21 +4,14 @@
 
 #include "exec/plan.h"
 #include "exec/profile.h"
+#include "tests/graph/graph_test_util.h"
 #include "tests/test_util.h"
 
 using namespace onnxdp;
 
 TEST_CASE("profile: calls, time and the flops of MatMul and Gemm") {
   Graph g;
-  auto input = [&](const char* name, Shape s) {
-    Value v;
-    v.name = name;
-    v.shape = std::move(s);
-    v.kind = ValueKind::input;
-    ValueId id = g.add_value(v);
-    g.inputs.push_back(id);
-    return id;
-  };
+  auto input = [&](const char* name, Shape s) { return test::add_input(g, name, std::move(s)); };
   ValueId a = input("a", {3, 5, 7}), b = input("b", {7, 4}), c = input("c", {6, 7});
   int mm = g.add_node(Op::MatMul, "mm", {a, b}, {"y"});                                      // [3,5,4], K 7
   int gm = g.add_node(Op::Gemm, "gm", {c, b}, {"z"}, {{"transA", Attr(int64_t(0))}});         // [6,4], K 7
@@ -72,15 +65,7 @@ TEST_CASE("profile: calls, time and the flops of MatMul and Gemm") {
 
 TEST_CASE("profile: a FusedMatMul reading A transposed reduces over A's rows") {
   Graph g;
-  auto input = [&](const char* name, Shape s) {
-    Value v;
-    v.name = name;
-    v.shape = std::move(s);
-    v.kind = ValueKind::input;
-    ValueId id = g.add_value(v);
-    g.inputs.push_back(id);
-    return id;
-  };
+  auto input = [&](const char* name, Shape s) { return test::add_input(g, name, std::move(s)); };
   // A stored [K 7, M 5], B [K 7, N 4], bias [4]: Y [5, 4] = Aᵀ B + bias, 2 x 5 x 4 x 7 flops.
   ValueId a = input("a", {7, 5}), b = input("b", {7, 4}), bias = input("bias", {4});
   int mm = g.add_node(Op::FusedMatMul, "fmm", {a, b, bias}, {"y"}, {{"transA", Attr(int64_t(1))}});

@@ -11,6 +11,7 @@
 
 #include "exec/plan.h"
 #include "graph/autodiff.h"
+#include "tests/graph/graph_test_util.h"
 
 namespace onnxdp::testing {
 
@@ -47,15 +48,7 @@ struct Case {
     params.push_back(id);
     return id;
   }
-  ValueId constant(Tensor t, const std::string& name) {
-    Value v;
-    v.name = name;
-    v.dtype = t.dtype();
-    v.shape = t.shape();
-    v.kind = ValueKind::constant;
-    v.data = std::move(t);
-    return g.add_value(std::move(v));
-  }
+  ValueId constant(Tensor t, const std::string& name) { return test::add_constant(g, name, std::move(t)); }
   ValueId scalar(double x, const std::string& name) {
     Tensor t(dtype, {});
     set(t, 0, x);

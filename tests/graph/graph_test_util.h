@@ -36,6 +36,17 @@ inline ValueId add_ints(Graph& g, const std::string& name, const std::vector<int
   return g.add_value(std::move(v));
 }
 
+// A constant of this name holding t (its dtype and shape).
+inline ValueId add_constant(Graph& g, const std::string& name, Tensor t) {
+  Value v;
+  v.name = name;
+  v.dtype = t.dtype();
+  v.shape = t.shape();
+  v.kind = ValueKind::constant;
+  v.data = std::move(t);
+  return g.add_value(std::move(v));
+}
+
 // The first output of node index `node` (as Graph::add_node returns it).
 inline ValueId out(Graph& g, int node) { return g.nodes[size_t(node)].outputs[0]; }
 

@@ -15,6 +15,7 @@
 #include "compile/compile.h"
 
 using namespace onnxdp;
+using onnxdp::test::add_constant;
 using onnxdp::test::add_input;
 using onnxdp::test::count_ops;
 using onnxdp::test::out;
@@ -22,12 +23,9 @@ using onnxdp::test::out;
 namespace {
 
 ValueId scalar(Graph& g, const std::string& name, float v) {
-  Value c;
-  c.name = name;
-  c.kind = ValueKind::constant;
-  c.data = Tensor(DType::f32, {});
-  c.data.as<float>()[0] = v;
-  return g.add_value(std::move(c));
+  Tensor t(DType::f32, {});
+  t.as<float>()[0] = v;
+  return add_constant(g, name, std::move(t));
 }
 
 // gelu_a: Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5), torch's legacy export;

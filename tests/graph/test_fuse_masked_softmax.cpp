@@ -19,6 +19,7 @@
 #include "train/trainer.h"
 
 using namespace onnxdp;
+using onnxdp::test::add_constant;
 using onnxdp::test::add_input;
 using onnxdp::test::check_same_outputs;
 using onnxdp::test::count_ops;
@@ -27,17 +28,7 @@ using onnxdp::test::random_feeds;
 
 namespace {
 
-ValueId constant(Graph& g, const std::string& name, Tensor t) {
-  Value v;
-  v.name = name;
-  v.dtype = t.dtype();
-  v.shape = t.shape();
-  v.kind = ValueKind::constant;
-  v.data = std::move(t);
-  return g.add_value(std::move(v));
-}
-
-ValueId scalar(Graph& g, const std::string& name, float x) { return constant(g, name, Tensor::from_f32({x})); }
+ValueId scalar(Graph& g, const std::string& name, float x) { return add_constant(g, name, Tensor::from_f32({x})); }
 
 // Whether element (row, j) of a mask with rows of n is true: (3 row + 2 j) % 5 < 2, never at
 // j = 0 of a row longer than 1, so only a row of one element (a mask broadcast along the softmax's
@@ -48,7 +39,7 @@ ValueId mask(Graph& g, const std::string& name, Shape s) {
   Tensor t(DType::boolean, s);
   const int64_t n = s.back();
   for (int64_t i = 0; i < t.numel(); ++i) t.as<bool>()[i] = masked(i / n, i % n, n);
-  return constant(g, name, std::move(t));
+  return add_constant(g, name, std::move(t));
 }
 
 // Fused, forward and backward: Where(m, -inf, x) then Softmax (fill_when 1), Where(m, 0, dx) of
