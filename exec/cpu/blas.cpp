@@ -75,7 +75,8 @@ void transposed_product(int m, int n, int k, float alpha, const float* a, int ld
   for (int i0 = 0; i0 < m; i0 += kTile)
     for (int j0 = 0; j0 < n; j0 += kTile)
       for (int i = i0; i < std::min(m, i0 + kTile); ++i)
-        for (int j = j0; j < std::min(n, j0 + kTile); ++j) c[size_t(i) * size_t(ldc) + size_t(j)] = t[size_t(j) * size_t(m) + size_t(i)];
+        for (int j = j0; j < std::min(n, j0 + kTile); ++j)
+          c[size_t(i) * size_t(ldc) + size_t(j)] = t[size_t(j) * size_t(m) + size_t(i)];
 }
 #endif
 
@@ -85,7 +86,8 @@ void call(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
   if (ta && !tb && m > n && int64_t(m) * n * k >= kTallTransposedMinWork && beta == 0.0f && dnnl_enabled()) {
     transposed_product(m, n, k, alpha, a, lda, b, ldb, c, ldc);
     return;
-  }  if (use_dnnl_sgemm(ta, tb, m, n, k)) {  // oneDNN's sgemm (exec/cpu/onednn.h), row-major as this call
+  }
+  if (use_dnnl_sgemm(ta, tb, m, n, k)) {  // oneDNN's sgemm (exec/cpu/onednn.h), row-major as this call
     dnnl_one_thread();
     const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (st != dnnl_success) fail("oneDNN's sgemm failed (status {}) on a [{}, {}] x [{}, {}] product", int(st), m, k, k, n);

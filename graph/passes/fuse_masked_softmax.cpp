@@ -64,8 +64,10 @@ struct MaskFuser : NodeRewrite {
     // The fill is a float attribute: it must be one exactly (any float32; a float64 in range).
     if (slot == 0 || !(double(float(fill)) == fill || std::isinf(fill))) return 0;
     const ValueId mask = where.inputs[0], x = where.inputs[size_t(3 - slot)];
-    drop[size_t(wv.producer)] = true;
-    reads(g.nodes[size_t(wv.producer)], {});
+    const int where_node = wv.producer;
+    drop[size_t(where_node)] = true;
+    reads(g.nodes[size_t(where_node)], {});
+    g.value(w).producer = -1;  // the Where's output goes with it
     sm.op = Op::MaskedSoftmax;
     reads(sm, {x, mask});
     sm.attrs["fill"] = Attr(float(fill));
@@ -93,6 +95,7 @@ struct MaskFuser : NodeRewrite {
       reads(grad, {grad.inputs[0], grad.inputs[1], mask});
       grad.attrs["fill_when"] = Attr(int64_t(slot == 1));
       grad.outputs[0] = where.outputs[0];
+      g.value(dx).producer = -1;  // the SoftmaxGrad writes the Where's output instead
       reads(where, {});
       drop[size_t(wi)] = true;
       return true;
