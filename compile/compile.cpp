@@ -11,6 +11,7 @@
 #include "graph/passes/fold_transposes.h"
 #include "graph/passes/fold_scales.h"
 #include "graph/passes/fuse_epilogues.h"
+#include "graph/passes/fuse_attention.h"
 #include "graph/passes/fuse_masked_softmax.h"
 #include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/fuse_gelu.h"
@@ -101,6 +102,19 @@ void pass_loss(Compilation& x) {
 
 // Trainable: what the decision says trains (importer/trainability.h), is float32, is no running
 // statistic, and has a gradient path to the loss (autodiff on a copy decides that).
+// The parameters whose values never change: those decide_trainability freezes as constants, by
+// --freeze or as unable to train (not those it leaves to the gradient check). A pass may read
+// them as constants (fuse_attention's scales and masks in a dynamo export's initializers).
+std::vector<ValueId> fixed_parameters(const Compilation& x) {
+  const Trainability decision = decide_trainability(x.proto, {x.o.freeze, x.o.trainable});
+  std::vector<ValueId> fixed;
+  for (ValueId p : x.c.g.parameters()) {
+    const InitializerRole* role = decision.find(x.c.g.value(p).name);
+    if (role && !role->trainable() && role->why != InitializerRole::Why::unreached) fixed.push_back(p);
+  }
+  return fixed;
+}
+
 void pass_trainability(Compilation& x) {
   Graph& g = x.c.g;
   const Trainability decision = decide_trainability(x.proto, {x.o.freeze, x.o.trainable});
@@ -211,6 +225,9 @@ const std::vector<Pass>& compile_passes() {
       {"running_stats", train, pass_running_stats},
       {"autocast", [](const CompileOptions&) { return true; },
        [](Compilation& x) { autocast(x.c.g, x.o.mixed_precision); }},
+      // After autocast (a product it casts is not matched), before autodiff (Attention's gradient).
+      {"fuse_attention", [](const CompileOptions& o) { return o.cpu; },
+       [](Compilation& x) { fuse_attention(x.c.g, x.read_after(), fixed_parameters(x)); }},
       {"loss", [](const CompileOptions& o) { return o.mode != Mode::infer; }, pass_loss},
       {"trainability", train, pass_trainability},
       {"data_parallel_forward", [](const CompileOptions& o) { return train(o) || (o.mode == Mode::infer && o.world > 1); },

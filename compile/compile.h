@@ -47,7 +47,8 @@ struct CompileOptions {
   bool accumulate = false;  // --grad-accum > 1: inputs grad_accum/* carry the step's sums so far
   bool sync = true;         // the step's last micro-batch: gradient buckets all-reduce the sums
   // The graph runs on the CPU backend (no DeviceBackend): passes may use what only the CPU
-  // kernels take (fuse_masked_softmax). Callers that run the graph on a device set it false.
+  // kernels take (fuse_attention, fuse_masked_softmax). Callers that run the graph on a device
+  // set it false.
   bool cpu = true;
 };
 

@@ -18,6 +18,7 @@ void grad_NegativeLogLikelihoodLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GeluGrad(GradCtx& c) { gradient_missing(c); }
 void grad_ReluGrad(GradCtx& c) { gradient_missing(c); }
 void grad_SoftmaxGrad(GradCtx& c) { gradient_missing(c); }
+void grad_FusedAttentionGrad(GradCtx& c) { gradient_missing(c); }
 void grad_LogSoftmaxGrad(GradCtx& c) { gradient_missing(c); }
 
 }  // namespace onnxdp

@@ -286,4 +286,17 @@ void grad_FusedGemm(GradCtx& c) { gradient_missing(c); }
 void grad_FusedMatMul(GradCtx& c) { gradient_missing(c); }
 void grad_MaskedSoftmax(GradCtx& c) { gradient_missing(c); }
 
+// FusedAttention (graph/passes/fuse_attention.h): one FusedAttentionGrad node for dq, dk and dv from dy and
+// the saved probabilities p. The mask gets none (bool); p is kept for this node alone, so a
+// gradient reaching it is refused.
+void grad_FusedAttention(GradCtx& c) {
+  if (c.dy(1) != kNoValue) gradient_missing(c);
+  if (c.dy(0) == kNoValue) return;
+  std::vector<ValueId> ins = {c.dy(0), c.in_id(0), c.in_id(1), c.in_id(2), c.out_id(1)};
+  if (c.node.has_input(3)) ins.push_back(c.in_id(3));
+  const std::vector<ValueId> g = c.emit_n(Op::FusedAttentionGrad, ins, c.node.attrs, 3);
+  for (int k = 0; k < 3; ++k)
+    if (c.needs(k)) c.add(k, g[size_t(k)]);
+}
+
 }  // namespace onnxdp

@@ -3,6 +3,7 @@
 // its CPU kernel (exec/cpu/grad.cpp) relies on, so a malformed node fails here naming itself.
 #include <string>
 
+#include "graph/attention.h"
 #include "graph/checked.h"
 #include "graph/graph.h"
 #include "graph/resize.h"
@@ -324,5 +325,17 @@ void shape_SoftmaxGrad(ShapeCtx& c) {
   if (b != c.shape(1)) c.fail("the mask {} does not broadcast to y {}", shape_str(c.shape(2)), shape_str(c.shape(1)));
 }
 void shape_LogSoftmaxGrad(ShapeCtx& c) { shape_softmax_grad(c); }
+
+// FusedAttentionGrad (dy, q, k, v, p, mask?): FusedAttention's inputs, dy like its y and p like its p, all
+// of q's dtype; dq, dk, dv like q, k, v.
+void shape_FusedAttentionGrad(ShapeCtx& c) {
+  const AttentionDims a = check_attention_inputs(c, 1, 5);
+  const DType t = c.dtype(1);
+  for (int k : {0, 4})
+    if (c.dtype(k) != t) c.fail("input {} ('{}') is {}, q is {}", k, c.in(k).name, dtype_name(c.dtype(k)), dtype_name(t));
+  if (c.shape(0) != a.y_shape()) c.fail("dy {} is not y's shape {}", shape_str(c.shape(0)), shape_str(a.y_shape()));
+  if (c.shape(4) != a.p_shape()) c.fail("p {} is not {}", shape_str(c.shape(4)), shape_str(a.p_shape()));
+  for (int k = 0; k < 3; ++k) c.set(k, c.dtype(1), c.shape(k + 1));
+}
 
 }  // namespace onnxdp

@@ -1,6 +1,7 @@
 // Shape rules of the math ops (see graph/op_table.h).
 #include <initializer_list>
 
+#include "graph/attention.h"
 #include "graph/graph.h"
 
 namespace onnxdp {
@@ -181,6 +182,13 @@ void shape_MaskedSoftmax(ShapeCtx& c) {
     c.fail("the mask {} does not broadcast to x {}", shape_str(c.shape(1)), shape_str(c.shape(0)));
 }
 void shape_LogSoftmax(ShapeCtx& c) { softmax_like(c); }
+
+// FusedAttention: q, k, v (and the mask) as graph/attention.h says; y and p in q's dtype.
+void shape_FusedAttention(ShapeCtx& c) {
+  const AttentionDims a = check_attention_inputs(c, 0, 3);
+  c.set(0, c.dtype(0), a.y_shape());
+  c.set(1, c.dtype(0), a.p_shape());
+}
 
 // MatMul as numpy.matmul: a [..., M, K] x b [..., K, N] -> [..., M, N] with the batch dims
 // broadcast; a 1-D a is [1, K] and a 1-D b is [K, 1], their added dim removed from the result.

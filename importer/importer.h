@@ -98,7 +98,7 @@ struct ImportCtx {
 // (ONNXDP_COMPOSITES) always have their own. The importer is compiled with
 // -Werror=missing-declarations, so an import_<Op> left out of this list does not build.
 #define ONNXDP_IMPORTS(X)                                                                          \
-  X(Clip) X(Softmax) X(LogSoftmax) X(FusedGemm) X(FusedMatMul) X(MaskedSoftmax)                    \
+  X(Clip) X(Softmax) X(LogSoftmax) X(FusedGemm) X(FusedMatMul) X(MaskedSoftmax) X(FusedAttention)  \
   X(BatchNormalization) X(Dropout)                                                                 \
   X(ReduceMean) X(ReduceSum) X(ReduceMax) X(ReduceMin) X(ReduceProd) X(TopK)                       \
   X(Cast) X(CastLike) X(Squeeze) X(Unsqueeze) X(Concat) X(Split) X(Slice) X(Pad) X(GatherND)       \

@@ -68,6 +68,7 @@ void import_LogSoftmax(ImportCtx& c) { import_legacy_softmax(c); }
 void import_FusedGemm(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 void import_FusedMatMul(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 void import_MaskedSoftmax(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
+void import_FusedAttention(ImportCtx& c) { c.fail("internal onnxdp op, not importable"); }
 
 // ---- Einsum (composite, graph/op_table.h) -----------------------------------------------------
 //

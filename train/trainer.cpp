@@ -978,7 +978,7 @@ class Replica {
 // The number of replicas in this process asked for by --devices.
 int local_replicas(const std::string& devices) { return int(devices_of(devices).index.size()); }
 
-TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool last_micro) {
+TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool last_micro, bool cpu) {
   onnx::ModelProto proto = load_model_proto(o.model);
   const int64_t rows = shard_rows(o.batch_size, world)[size_t(replica)];
   if (rows == 0) fail("a batch of {} rows cannot be split over {} replicas", o.batch_size, world);
@@ -996,8 +996,9 @@ TrainingGraph training_graph(const TrainOptions& o, int world, int replica, bool
   lo.label_dtype = o.loss == LossKind::cross_entropy ? DType::i64 : DType::f32;
   if (o.loss != LossKind::none) batch_inputs.push_back(o.label);
   const MicroBatch mb{o.batch_size, o.batch_size * std::max<int64_t>(1, o.grad_accum), o.grad_accum > 1, last_micro};
-  return compile(proto, fs::path(o.model).parent_path().string(),
-                 train_compile_options(o, io, lo, batch_inputs, world, replica, mb));
+  CompileOptions co = train_compile_options(o, io, lo, batch_inputs, world, replica, mb);
+  co.cpu = cpu;
+  return compile(proto, fs::path(o.model).parent_path().string(), co);
 }
 
 namespace {

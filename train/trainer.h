@@ -99,8 +99,10 @@ TrainResult train(const TrainOptions& options);
 // cross_entropy and f32 otherwise): what `onnxdp graph --train` and `inspect --train` show. With
 // --grad-accum K > 1 it is a micro-batch's graph (inputs grad_accum/* carry the step's sums);
 // `last_micro` false gives the graph of the micro-batches before the last: no gradient buckets.
+// `cpu` false: the graph a device replica runs (CompileOptions::cpu: without the CPU-only passes).
 using TrainingGraph = Compiled;
-TrainingGraph training_graph(const TrainOptions& options, int world, int replica, bool last_micro = true);
+TrainingGraph training_graph(const TrainOptions& options, int world, int replica, bool last_micro = true,
+                             bool cpu = true);
 // How many replicas --devices asks for in this process (cpu: 1, cpu:N: N, cuda: one per GPU).
 int local_replicas(const std::string& devices);
 

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/cpu/attention.h"
+#include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/conv_gemm.h"
 #include "exec/cpu/clones.h"
@@ -673,5 +675,57 @@ void SoftmaxGrad_forward(KernelCtx& c) {
   });
 }
 void LogSoftmaxGrad_forward(KernelCtx& c) { softmax_grad<true>(c); }
+
+// FusedAttentionGrad (dy, q, k, v, p, mask?) -> dq, dk, dv: per head, on one thread, in the blocks of
+// rows FusedAttention_forward used (exec/cpu/attention.h), over the columns each block reaches:
+// dP = dy v^T; dv += p^T dy; dS = SoftmaxGrad(dP, p), 0 where masked (the masked SoftmaxGrad's
+// values); dq = scale * dS k; dk += scale * dS^T q (heads 0: dkt += scale * q^T dS). The products
+// read and write the heads where they are, as FusedAttention_forward's do.
+void FusedAttentionGrad_forward(KernelCtx& c) {
+  AttentionDims a;
+  attention_dims(*c.in(1).shape, *c.in(2).shape, *c.in(3).shape, c.node.i("heads") != 0, a);
+  if (a.count == 0) return;
+  const AttentionRows rows = attention_rows(c, a, 5);
+  const double scale = c.node.f("scale");
+  dispatch_float(c, c.in(1).dtype, [&]<class T>() {
+    const T *dy = c.in(0).as<const T>(), *q = c.in(1).as<const T>(), *k = c.in(2).as<const T>();
+    const T *v = c.in(3).as<const T>(), *p = c.in(4).as<const T>();
+    T *dq = c.out(0).as<T>(), *dk = c.out(1).as<T>(), *dv = c.out(2).as<T>();
+    const int64_t zero = 0, lq = a.q_stride(), lk = a.k_stride(), lv = a.v_stride(), ly = a.y_stride();
+    const bool parallel = a.count > 1 && a.count * a.tq * a.tk * (a.d + a.dv) >= blas_split_min_work();
+    parallel_for(a.count, parallel, [&](int64_t i) {
+      thread_local std::vector<T> ds;
+      const T *qh = q + a.q_at(i), *kh = k + a.k_at(i), *vh = v + a.v_at(i), *dyh = dy + a.y_at(i);
+      const T* ph = p + i * a.tq * a.tk;
+      T *dqh = dq + a.q_at(i), *dkh = dk + a.k_at(i), *dvh = dv + a.v_at(i);
+      // dk and dv add up over the blocks: zeroed first (k as rows [Tk, D] or as kt [D, Tk]).
+      const int64_t k_rows = a.heads ? a.tk : a.d, k_cols = a.heads ? a.d : a.tk;
+      for (int64_t r = 0; r < k_rows; ++r) std::fill_n(dkh + r * lk, k_cols, T(0));
+      for (int64_t r = 0; r < a.tk; ++r) std::fill_n(dvh + r * lv, a.dv, T(0));
+      ds.resize(size_t(std::min(a.tq, kAttentionRowBlock) * a.tk));
+      for (int64_t r0 = 0; r0 < a.tq; r0 += kAttentionRowBlock) {
+        const int64_t r1 = std::min(a.tq, r0 + kAttentionRowBlock), nr = r1 - r0, l = rows.block_reach(a, i, r0, r1);
+        const T* pb = ph + r0 * a.tk;
+        blas_gemm(false, true, nr, l, a.dv, T(1), dyh + r0 * ly, ly, vh, lv, T(0), ds.data(), a.tk);
+        blas_gemm(true, false, l, a.dv, nr, T(1), pb, a.tk, dyh + r0 * ly, ly, T(1), dvh, lv);
+        for (int64_t r = r0; r < r1; ++r) {
+          T* row = ds.data() + (r - r0) * a.tk;
+          const int64_t o = i * a.tq + r, n = rows.reach(o);
+          if (rows.masked_within(o))
+            softmax_grad_rows<T, false, true>(row, pb + (r - r0) * a.tk, row, 0, 1, n, 1, rows.mask_row(o), &zero,
+                                              rows.fill_when);
+          else
+            softmax_grad_rows<T, false>(row, pb + (r - r0) * a.tk, row, 0, 1, n, 1);
+          std::fill(row + n, row + l, T(0));
+        }
+        blas_gemm(false, !a.heads, nr, a.d, l, T(scale), ds.data(), a.tk, kh, lk, T(0), dqh + r0 * lq, lq);
+        if (a.heads)
+          blas_gemm(true, false, l, a.d, nr, T(scale), ds.data(), a.tk, qh + r0 * lq, lq, T(1), dkh, lk);
+        else
+          blas_gemm(true, false, a.d, l, nr, T(scale), qh + r0 * lq, lq, ds.data(), a.tk, T(1), dkh, lk);
+      }
+    });
+  });
+}
 
 }  // namespace onnxdp

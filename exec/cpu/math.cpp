@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "exec/cpu/attention.h"
 #include "exec/cpu/blas.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/clones.h"
@@ -410,6 +411,50 @@ void MaskedSoftmax_forward(KernelCtx& c) {
   });
 }
 void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
+
+// FusedAttention (graph/op_table.h, graph/attention.h): per head, on one thread, in blocks of rows of
+// p (exec/cpu/attention.h): S = scale * q k^T over the columns the block reaches, written into
+// p's rows; each row's softmax in place, as MaskedSoftmax / Softmax compute it (unmasked where the
+// mask leaves the row's reach whole), the columns past its reach zeroed; then that block's rows of
+// y = p v. The products read q, k, v and write y where they are (a head's rows H * D apart with
+// heads 1).
+void FusedAttention_forward(KernelCtx& c) {
+  AttentionDims a;
+  attention_dims(*c.in(0).shape, *c.in(1).shape, *c.in(2).shape, c.node.i("heads") != 0, a);
+  if (a.count == 0 || a.tq == 0) return;
+  const AttentionRows rows = attention_rows(c, a, 3);
+  const double scale = c.node.f("scale");
+  dispatch_dtype(c.in(0).dtype, [&]<class T>() {
+    if constexpr (kIsFloat<T>) {
+      const T *q = c.in(0).as<const T>(), *k = c.in(1).as<const T>(), *v = c.in(2).as<const T>();
+      T *y = c.out(0).as<T>(), *p = c.out(1).as<T>();
+      const T fill = T(rows.fill);
+      const int64_t zero = 0, lq = a.q_stride(), lk = a.k_stride(), lv = a.v_stride(), ly = a.y_stride();
+      const bool parallel = a.count > 1 && a.count * a.tq * a.tk * (a.d + a.dv) >= blas_split_min_work();
+      parallel_for(a.count, parallel, [&](int64_t i) {
+        const T *qh = q + a.q_at(i), *kh = k + a.k_at(i), *vh = v + a.v_at(i);
+        T *yh = y + a.y_at(i), *ph = p + i * a.tq * a.tk;
+        for (int64_t r0 = 0; r0 < a.tq; r0 += kAttentionRowBlock) {
+          const int64_t r1 = std::min(a.tq, r0 + kAttentionRowBlock), l = rows.block_reach(a, i, r0, r1);
+          // k as rows [Tk, D] (heads 1) or as kt [D, Tk].
+          blas_gemm(false, a.heads, r1 - r0, l, a.d, T(scale), qh + r0 * lq, lq, kh, lk, T(0), ph + r0 * a.tk, a.tk);
+          for (int64_t r = r0; r < r1; ++r) {
+            T* row = ph + r * a.tk;
+            const int64_t o = i * a.tq + r, n = rows.reach(o);
+            if (rows.masked_within(o))
+              softmax_rows<T, false, true>(row, row, 0, 1, n, 1, rows.mask_row(o), &zero, rows.fill_when, fill);
+            else
+              softmax_rows<T, false>(row, row, 0, 1, n, 1);
+            std::fill(row + n, row + a.tk, T(0));
+          }
+          blas_gemm(false, false, r1 - r0, a.dv, l, T(1), ph + r0 * a.tk, a.tk, vh, lv, T(0), yh + r0 * ly, ly);
+        }
+      });
+    } else {
+      unsupported(c, c.in(0).dtype);
+    }
+  });
+}
 
 namespace {
 // MatMul, or FusedMatMul's product with its transA / transB, times alpha.

@@ -11,6 +11,10 @@
 //     alone): SoftmaxGrad(dy, y, mask) with the same fill_when, which writes 0 where the Where did.
 // The values are those of the nodes replaced (the same elements, the same arithmetic).
 //
+// On the CPU backend's graphs graph/passes/fuse_attention.h has taken attention whole before
+// this pass runs; what is left here is a masked softmax it does not match (one with Dropout on
+// its output, as a model trained with attention dropout has, or one read by other nodes too).
+//
 // The CPU backend's graphs only (compile's CompileOptions::cpu: CUDA has no MaskedSoftmax and
 // no masked SoftmaxGrad). Runs on a finished graph (after autodiff: MaskedSoftmax has no gradient
 // rule). A graph output, or a value in `keep` (read after the run), is never fused away. Returns

@@ -1,0 +1,337 @@
+// The fuse_attention pass (graph/passes/fuse_attention.h) and the FusedAttention / FusedAttentionGrad
+// kernels (exec/cpu/attention.h): which attentions become one FusedAttention node (and which stay),
+// that the fused graph's values and gradients are the unfused graph's on the CPU (its MatMul,
+// Softmax, Where and SoftmaxGrad kernels: an independent computation), causal masks with their
+// skipped blocks included, that autodiff's FusedAttentionGrad matches float64 finite differences, and
+// that the trainer's graph of the sample causal language model fuses every layer.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "compile/compile.h"
+#include "exec/device_backend.h"
+#include "exec/plan.h"
+#include "graph/autodiff.h"
+#include "graph/passes/fuse_attention.h"
+#include "importer/importer.h"
+#include "tests/graph/gradcheck.h"
+#include "tests/graph/graph_test_util.h"
+#include "tests/ops/op_test_util.h"
+#include "train/trainer.h"
+
+using namespace onnxdp;
+using onnxdp::test::add_constant;
+using onnxdp::test::add_input;
+using onnxdp::test::check_same_outputs;
+using onnxdp::test::count_ops;
+using onnxdp::test::out;
+using onnxdp::test::random_feeds;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+ValueId scalar(Graph& g, const std::string& name, float x) { return add_constant(g, name, Tensor::from_f32({x})); }
+
+// A [1, 1, tq, tk] bool mask: causal (true above the diagonal, offset so the last query row sees
+// every key) or a scattered pattern that leaves column 0 of every row unmasked.
+ValueId mask(Graph& g, const std::string& name, int64_t tq, int64_t tk, bool causal) {
+  Tensor t(DType::boolean, {1, 1, tq, tk});
+  for (int64_t i = 0; i < tq; ++i)
+    for (int64_t j = 0; j < tk; ++j)
+      t.as<bool>()[i * tk + j] = causal ? j > i + (tk - tq) : (j != 0 && (3 * i + 2 * j) % 5 < 2);
+  return add_constant(g, name, std::move(t));
+}
+
+struct Layer {
+  Graph& g;
+  std::string name;
+  ValueId node_out(Op op, const std::string& n, std::vector<ValueId> in, std::map<std::string, Attr> attrs = {}) {
+    return out(g, g.add_node(op, name + "/" + n, std::move(in), {name + "/" + n + "/y"}, std::move(attrs)));
+  }
+  ValueId qk(ValueId q, ValueId kt) { return node_out(Op::MatMul, "qk", {q, kt}); }
+  ValueId softmax(ValueId x, int64_t axis = -1) { return node_out(Op::Softmax, "softmax", {x}, {{"axis", Attr(axis)}}); }
+  ValueId pv(ValueId p, ValueId v) { return node_out(Op::MatMul, "pv", {p, v}); }
+  ValueId transpose(const std::string& n, ValueId x, std::vector<int64_t> perm) {
+    return node_out(Op::Transpose, n, {x}, {{"perm", Attr(std::move(perm))}});
+  }
+  // GPT-style: [B, T, H, D] inputs through the head transposes; Mul by a scale; Where(mask,
+  // fill, s) (fill_when 1) or Where(mask, s, fill) (0); Softmax; MatMul; Transpose back.
+  ValueId heads(ValueId q4, ValueId k4, ValueId v4, ValueId m, ValueId fill, bool fill_when = true) {
+    ValueId s = qk(transpose("tq", q4, {0, 2, 1, 3}), transpose("tk", k4, {0, 2, 3, 1}));
+    s = node_out(Op::Mul, "scale", {s, scalar(g, name + "/c", 0.35f)});
+    if (m != kNoValue) s = node_out(Op::Where, "where", fill_when ? std::vector{m, fill, s} : std::vector{m, s, fill});
+    return transpose("back", pv(softmax(s), transpose("tv", v4, {0, 2, 1, 3})), {0, 2, 1, 3});
+  }
+};
+
+// Fused: a1 (heads 1, causal -inf mask, 40 query rows: two blocks and a part), a2 (q, kt, v as
+// given, Div by a scale, Where(mask, s, -1e9): fill_when 0, a finite fill), a3 (no mask, no scale),
+// a7 (a -inf fill masking columns inside each row's reach), a8 - a10 (below).
+// Stay: a4 (its probabilities are a graph output), a5 (Softmax along axis 2), a6 (the scale an
+// input, not a constant), a11 (an additive mask of -1e9: s - 1e9 is not -1e9 for every score).
+Graph sample() {
+  Graph g;
+  const int64_t b = 2, t = 40, h = 3, d = 4;
+  ValueId q4 = add_input(g, "q4", {b, t, h, d}), k4 = add_input(g, "k4", {b, t, h, d}),
+          v4 = add_input(g, "v4", {b, t, h, 5});
+  ValueId q = add_input(g, "q", {b, h, 7, d}), kt = add_input(g, "kt", {b, h, d, 9}),
+          v = add_input(g, "v", {b, h, 9, 6});
+  ValueId sc = add_input(g, "sc", {1});
+  ValueId causal = mask(g, "causal", t, t, true), scattered = mask(g, "scattered", 7, 9, false);
+  ValueId ninf = scalar(g, "ninf", kNegInf), big = scalar(g, "big", -1e9f);
+  ValueId y1 = Layer{g, "a1"}.heads(q4, k4, v4, causal, ninf);
+  Layer a2{g, "a2"};
+  ValueId s2 = a2.node_out(Op::Div, "scale", {a2.qk(q, kt), scalar(g, "a2/c", 2.0f)});
+  ValueId y2 = a2.pv(a2.softmax(a2.node_out(Op::Where, "where", {scattered, s2, big})), v);
+  Layer a3{g, "a3"};
+  ValueId y3 = a3.pv(a3.softmax(a3.qk(q, kt), 3), v);
+  Layer a4{g, "a4"};
+  ValueId p4 = a4.softmax(a4.qk(q, kt));
+  ValueId y4 = a4.pv(p4, v);
+  Layer a5{g, "a5"};
+  ValueId y5 = a5.pv(a5.softmax(a5.qk(q, kt), 2), v);
+  Layer a6{g, "a6"};
+  ValueId y6 = a6.pv(a6.softmax(a6.node_out(Op::Mul, "scale", {a6.qk(q, kt), sc})), v);
+  Layer a7{g, "a7"};
+  ValueId y7 = a7.pv(a7.softmax(a7.node_out(Op::Where, "where", {scattered, ninf, a7.qk(q, kt)})), v);
+  // scaled_dot_product_attention as exported: q and kt scaled, an additive mask of 0 and -inf
+  // (a Where that a8 and a9 share) or of 0 and the lowest float (a constant, a10).
+  ValueId zero = scalar(g, "zero", 0.0f);
+  ValueId bias = out(g, g.add_node(Op::Where, "bias", {scattered, ninf, zero}, {"bias/y"}));
+  Tensor bt(DType::f32, {7, 9});
+  const float lowest = std::numeric_limits<float>::lowest();  // the export's fill
+  for (int64_t i = 0; i < bt.numel(); ++i) bt.as<float>()[i] = (i % 9 != 0 && i % 4 == 1) ? lowest : 0.0f;
+  ValueId bias_c = add_constant(g, "bias_c", std::move(bt));
+  auto sdpa = [&](const std::string& name, ValueId b, bool b_first) {
+    Layer a{g, name};
+    ValueId c = scalar(g, name + "/c", 0.6f);
+    ValueId s = a.qk(a.node_out(Op::Mul, "sq", {q, c}), a.node_out(Op::Mul, "sk", {c, kt}));
+    return a.pv(a.softmax(a.node_out(Op::Add, "add", b_first ? std::vector{b, s} : std::vector{s, b})), v);
+  };
+  ValueId y8 = sdpa("a8", bias, false), y9 = sdpa("a9", bias, true), y10 = sdpa("a10", bias_c, false);
+  ValueId y11 = sdpa("a11", out(g, g.add_node(Op::Where, "bias9", {scattered, big, zero}, {"bias9/y"})), false);
+  g.outputs = {y1, y2, y3, y4, p4, y5, y6, y7, y8, y9, y10, y11};
+  return g;
+}
+
+std::map<std::string, const Node*> by_name(const Graph& g) {
+  std::map<std::string, const Node*> m;
+  for (const Node& n : g.nodes) m[n.name] = &n;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("fuse_attention: MatMul, scale, mask, Softmax and MatMul become one FusedAttention node") {
+  Graph g = sample();
+  CHECK(fuse_attention(g) == 7);
+  verify(g);
+  const auto n = by_name(g);
+  // a1: the head transposes went with it; the node is the Transpose back's, writing its output.
+  const Node& a1 = *n.at("a1/back");
+  CHECK(a1.op == Op::FusedAttention);
+  CHECK(a1.i("heads") == 1);
+  REQUIRE(a1.inputs.size() == 4);
+  CHECK(g.value(a1.inputs[0]).name == "q4");
+  CHECK(g.value(a1.inputs[1]).name == "k4");
+  CHECK(g.value(a1.inputs[2]).name == "v4");
+  CHECK(g.value(a1.inputs[3]).name == "causal");
+  CHECK(g.value(a1.outputs[0]).name == "a1/back/y");
+  CHECK(g.value(a1.outputs[1]).name == "a1/softmax/y");
+  CHECK(std::isinf(a1.f("fill")));
+  CHECK(a1.i("fill_when") == 1);
+  CHECK(a1.f("scale") == 0.35f);
+  for (const char* gone : {"a1/tq", "a1/tk", "a1/tv", "a1/qk", "a1/scale", "a1/where", "a1/softmax", "a1/pv"})
+    CHECK_MESSAGE(!n.count(gone), gone);
+  const Node& a2 = *n.at("a2/pv");
+  CHECK(a2.op == Op::FusedAttention);
+  CHECK(a2.i("heads") == 0);
+  CHECK(a2.f("scale") == 0.5f);
+  CHECK(a2.f("fill") == -1e9f);
+  CHECK(a2.i("fill_when") == 0);
+  const Node& a3 = *n.at("a3/pv");
+  CHECK(a3.op == Op::FusedAttention);
+  CHECK(a3.inputs.size() == 3);
+  CHECK(a3.f("scale") == 1.0f);
+  for (const char* kept : {"a4/softmax", "a5/softmax", "a6/softmax", "a6/scale", "a11/softmax", "bias9"})
+    CHECK_MESSAGE(n.count(kept), kept);
+  CHECK(count_ops(g, Op::FusedAttention) == 7);
+  for (const char* sdpa : {"a8/pv", "a9/pv", "a10/pv"}) {
+    CAPTURE(sdpa);
+    const Node& a = *n.at(sdpa);
+    CHECK(a.op == Op::FusedAttention);
+    CHECK(a.f("scale") == doctest::Approx(0.36));
+    CHECK(g.value(a.inputs[0]).name == "q");
+    CHECK(g.value(a.inputs[1]).name == "kt");
+    CHECK(a.f("fill") == (std::string(sdpa) == "a10/pv" ? std::numeric_limits<float>::lowest() : kNegInf));
+    CHECK(a.i("fill_when") == 1);
+  }
+  CHECK(g.value(n.at("a8/pv")->inputs[3]).name == "scattered");
+  CHECK(g.value(n.at("a10/pv")->inputs[3]).dtype == DType::boolean);
+  CHECK(!n.count("bias"));  // nothing reads the additive mask any more
+  CHECK(n.at("a7/pv")->op == Op::FusedAttention);
+  CHECK(fuse_attention(g) == 0);
+  // A value the caller keeps is not fused away.
+  Graph k = sample();
+  CHECK(fuse_attention(k, {k.find("a1/where/y"), k.find("bias/y")}) == 6);
+  CHECK(by_name(k).at("a1/softmax")->op == Op::Softmax);
+  CHECK(by_name(k).count("bias"));
+}
+
+TEST_CASE("fuse_attention: the fused graph computes the unfused graph's values on the CPU") {
+  Graph plain = sample(), fused = sample();
+  REQUIRE(fuse_attention(fused) == 7);
+  const std::map<std::string, Tensor> in = random_feeds(plain, 7);
+  const std::map<std::string, Tensor> y = check_same_outputs(std::move(plain), std::move(fused), in, 2e-6);
+  CHECK(y.at("a1/back/y").shape() == Shape{2, 40, 3, 5});
+}
+
+namespace {
+
+// The sample's graph with loss = sum(y_i * R_i) over its outputs, and its gradients with respect
+// to every input as outputs too.
+Graph with_gradients(Graph g) {
+  std::vector<ValueId> terms;
+  int i = 0;
+  for (ValueId y : g.outputs) {
+    Tensor r(DType::f32, g.value(y).shape);
+    for (int64_t e = 0; e < r.numel(); ++e) r.as<float>()[e] = float(((e * 7 + i * 13) % 11) - 5) / 5.0f;
+    // fmt rather than "R" + std::to_string(..): GCC 12 warns falsely (-Wrestrict) on the latter.
+    ValueId rv = add_constant(g, fmt::format("R{}", i), std::move(r));
+    ValueId m = out(g, g.add_node(Op::Mul, fmt::format("mul{}", i), {y, rv}, {fmt::format("m{}", i)}));
+    terms.push_back(out(g, g.add_node(Op::ReduceSum, fmt::format("sum{}", i), {m}, {fmt::format("s{}", i)},
+                                      {{"keepdims", Attr(int64_t(0))}})));
+    ++i;
+  }
+  ValueId loss = terms[0];
+  for (size_t k = 1; k < terms.size(); ++k)
+    loss = out(g, g.add_node(Op::Add, fmt::format("add{}", k), {loss, terms[k]}, {fmt::format("l{}", k)}));
+  std::vector<ValueId> wrt;
+  for (const char* name : {"q4", "k4", "v4", "q", "kt", "v"}) wrt.push_back(g.find(name));
+  std::vector<ValueId> grads = autodiff(g, loss, wrt);
+  g.outputs.clear();
+  for (ValueId d : grads) g.outputs.push_back(d);
+  g.outputs.push_back(loss);
+  verify(g);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("fuse_attention: the gradients of the fused graph are the unfused graph's (FusedAttentionGrad)") {
+  Graph plain = sample(), fused = sample();
+  REQUIRE(fuse_attention(fused) == 7);
+  Graph gp = with_gradients(std::move(plain)), gf = with_gradients(std::move(fused));
+  CHECK(count_ops(gf, Op::FusedAttentionGrad) == 7);
+  CHECK(count_ops(gf, Op::SoftmaxGrad) == 4);  // a4, a5, a6, a11
+  // Output names differ (the gradients are named after the nodes they come from): in order.
+  const std::map<std::string, Tensor> in = random_feeds(gp, 11);
+  Plan a(gp), b(gf);
+  const std::map<std::string, Tensor> ya = a.run(in), yb = b.run(in);
+  REQUIRE(gp.outputs.size() == gf.outputs.size());
+  for (size_t k = 0; k < gp.outputs.size(); ++k) {
+    const Tensor &x = ya.at(gp.value(gp.outputs[k]).name), &z = yb.at(gf.value(gf.outputs[k]).name);
+    INFO("output " << k << " " << gp.value(gp.outputs[k]).name);
+    REQUIRE(x.shape() == z.shape());
+    const std::vector<double> xv = x.to_f64(), zv = z.to_f64();
+    double scale = 0;
+    for (double e : xv) scale = std::max(scale, std::fabs(e));
+    for (size_t e = 0; e < xv.size(); ++e) CHECK(std::fabs(xv[e] - zv[e]) <= 1e-5 * (1 + scale));
+  }
+}
+
+TEST_CASE("fuse_attention: FusedAttentionGrad against float64 finite differences (heads 0 and 1, masked)") {
+  for (bool heads : {false, true}) {
+    CAPTURE(heads);
+    testing::Case c;
+    const int64_t b = 1, t = 5, h = 2, d = 3;
+    ValueId q, k, v;
+    if (heads) {
+      q = c.param("q", {b, t, h, d});
+      k = c.param("k", {b, t, h, d});
+      v = c.param("v", {b, t, h, 2});
+    } else {
+      q = c.param("q", {b, h, t, d});
+      k = c.param("kt", {b, h, d, t + 1});
+      v = c.param("v", {b, h, t + 1, 2});
+    }
+    const int64_t tk = heads ? t : t + 1;
+    Tensor m(DType::boolean, {1, 1, t, tk});
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < tk; ++j) m.as<bool>()[i * tk + j] = j > i;  // causal: rows reach 1 .. t columns
+    ValueId mv = c.constant(m, "mask");
+    const std::map<std::string, Attr> attrs = {
+        {"scale", Attr(0.7f)}, {"heads", Attr(int64_t(heads))}, {"fill", Attr(kNegInf)}, {"fill_when", Attr(int64_t(1))}};
+    ValueId y = c.node_n(Op::FusedAttention, {q, k, v, mv}, attrs, 2)[0];
+    testing::gradcheck(c, y);
+  }
+}
+
+TEST_CASE("fuse_attention: the trainer's graph of the sample causal language model has one FusedAttention per layer") {
+  TrainOptions o;
+  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/tiny_lm/model.onnx";
+  o.batch_size = 4;
+  TrainingGraph tg = training_graph(o, 1, 0);
+  const int fused = count_ops(tg.g, Op::FusedAttention);
+  CHECK(fused >= 1);
+  CHECK(count_ops(tg.g, Op::FusedAttentionGrad) == fused);
+  CHECK(count_ops(tg.g, Op::Softmax) + count_ops(tg.g, Op::MaskedSoftmax) == 0);
+  verify(tg.g);
+}
+
+TEST_CASE("FusedAttention: the shape rules refuse operands that do not fit, naming them; a model cannot name the op") {
+  Graph g;
+  ValueId q = add_input(g, "q", {2, 3, 5, 4}), kt = add_input(g, "kt", {2, 3, 4, 9}), v = add_input(g, "v", {2, 3, 9, 6});
+  ValueId bad_kt = add_input(g, "bad_kt", {2, 3, 5, 9}), d64 = add_input(g, "d64", {2, 3, 9, 6}, DType::f64);
+  ValueId fmask = add_input(g, "fmask", {1, 1, 5, 9}), wide = mask(g, "wide", 5, 10, true), m = mask(g, "m", 5, 9, true);
+  auto add = [&](std::vector<ValueId> in, std::map<std::string, Attr> attrs = {}) {
+    return g.add_node(Op::FusedAttention, "att", std::move(in), {"y", "p"}, std::move(attrs));
+  };
+  CHECK_THROWS_WITH_AS(add({q, bad_kt, v}), doctest::Contains("do not fit"), Error);
+  CHECK_THROWS_WITH_AS(add({q, kt, d64}), doctest::Contains("'d64') is f64"), Error);
+  CHECK_THROWS_WITH_AS(add({q, kt, v}, {{"heads", Attr(int64_t(1))}}), doctest::Contains("[B, Tq, H, D]"), Error);
+  CHECK_THROWS_WITH_AS(add({q, kt, v, m}), doctest::Contains("'fill' is required"), Error);
+  CHECK_THROWS_WITH_AS(add({q, kt, v, fmask}, {{"fill", Attr(kNegInf)}}), doctest::Contains("not bool"), Error);
+  CHECK_THROWS_WITH_AS(add({q, kt, v, wide}, {{"fill", Attr(kNegInf)}}), doctest::Contains("does not broadcast to p"),
+                       Error);
+  const int ok = add({q, kt, v, m}, {{"fill", Attr(kNegInf)}});
+  CHECK(g.value(g.nodes[size_t(ok)].outputs[0]).shape == Shape{2, 3, 5, 6});
+  CHECK(g.value(g.nodes[size_t(ok)].outputs[1]).shape == Shape{2, 3, 5, 9});
+  ValueId p = g.nodes[size_t(ok)].outputs[1];
+  CHECK_THROWS_WITH_AS(g.add_node(Op::FusedAttentionGrad, "grad", {p, q, kt, v, p}, {"dq", "dk", "dv"}),
+                       doctest::Contains("dy [2, 3, 5, 9] is not y's shape [2, 3, 5, 6]"), Error);
+
+  onnx::ModelProto model = optest::one_node_model(17, "FusedAttention", {Tensor(DType::f32, {1, 2, 3}),
+                                                  Tensor(DType::f32, {1, 3, 2}), Tensor(DType::f32, {1, 2, 3})}, {}, 2);
+  CHECK_THROWS_WITH_AS(import_graph(model, ".", ImportOptions{}), doctest::Contains("internal onnxdp op, not importable"),
+                       Error);
+}
+
+TEST_CASE("fuse_attention: a parameter is read as a constant only when the caller says it never changes") {
+  auto build = [](ValueId& scale_param) {
+    Graph g;
+    ValueId q = add_input(g, "q", {1, 2, 4, 3}), kt = add_input(g, "kt", {1, 2, 3, 4}), v = add_input(g, "v", {1, 2, 4, 3});
+    Value p;
+    p.name = "scale";
+    p.dtype = DType::f32;
+    p.shape = {};
+    p.kind = ValueKind::parameter;
+    p.data = Tensor::from_f32({0.5f}).reshaped({});
+    scale_param = g.add_value(std::move(p));
+    Layer a{g, "a"};
+    g.outputs = {a.pv(a.softmax(a.node_out(Op::Mul, "scale", {a.qk(q, kt), scale_param})), v)};
+    return g;
+  };
+  ValueId sp = kNoValue;
+  Graph trained = build(sp);
+  CHECK(fuse_attention(trained) == 0);  // a parameter that may train stays a node's input
+  Graph fixed = build(sp);
+  CHECK(fuse_attention(fixed, {}, {sp}) == 1);
+  CHECK(by_name(fixed).at("a/pv")->f("scale") == 0.5f);
+}
