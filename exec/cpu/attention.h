@@ -28,6 +28,20 @@ namespace onnxdp {
 // Rows of p per block: a block's products are [kAttentionRowBlock, L], L the block's reach.
 constexpr int64_t kAttentionRowBlock = 32;
 
+// nan_to_zero: rows of p (`rows` of them, tk apart), columns [0, l), with NaN read as 0: pb itself
+// when they hold no NaN, else a copy in buf.
+template <class T>
+const T* attention_nan_zeroed(const T* pb, int64_t rows, int64_t tk, int64_t l, std::vector<T>& buf) {
+  bool any = false;
+  for (int64_t r = 0; r < rows && !any; ++r)
+    for (int64_t j = 0; j < l; ++j) any |= std::isnan(pb[r * tk + j]);
+  if (!any) return pb;
+  buf.resize(size_t(rows * tk));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < l; ++j) buf[size_t(r * tk + j)] = std::isnan(pb[r * tk + j]) ? T(0) : pb[r * tk + j];
+  return buf.data();
+}
+
 // The mask's rows and each row of p's reach: row o (head o / tq, row o % tq) reads its mask at
 // mask.data[mask.start[o]], and only its first reach(o) columns can be non-zero.
 struct AttentionRows {

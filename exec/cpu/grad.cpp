@@ -676,17 +676,19 @@ void SoftmaxGrad_forward(KernelCtx& c) {
 }
 void LogSoftmaxGrad_forward(KernelCtx& c) { softmax_grad<true>(c); }
 
-// FusedAttentionGrad (dy, q, k, v, p, mask?) -> dq, dk, dv: per head, on one thread, in the blocks of
-// rows FusedAttention_forward used (exec/cpu/attention.h), over the columns each block reaches:
-// dP = dy v^T; dv += p^T dy; dS = SoftmaxGrad(dP, p), 0 where masked (the masked SoftmaxGrad's
-// values); dq = scale * dS k; dk += scale * dS^T q (heads 0: dkt += scale * q^T dS). The products
-// read and write the heads where they are, as FusedAttention_forward's do.
+// FusedAttentionGrad (dy, q, k, v, p, mask?) -> dq, dk, dv: per head, on one thread, in the
+// blocks of rows FusedAttention_forward used (exec/cpu/attention.h), over the columns each block
+// reaches: dP = dy v^T (nan_to_zero: 0 where p is NaN); dv += p^T dy (p's NaNs read as 0 there);
+// dS = SoftmaxGrad(dP, p), 0 where masked (the masked SoftmaxGrad's values); dq = scale * dS k;
+// dk += scale * dS^T q (heads 0: dkt += scale * q^T dS). The products read and write the heads
+// where they are, as FusedAttention_forward's do.
 void FusedAttentionGrad_forward(KernelCtx& c) {
   AttentionDims a;
   attention_dims(*c.in(1).shape, *c.in(2).shape, *c.in(3).shape, c.node.i("heads") != 0, a);
   if (a.count == 0) return;
   const AttentionRows rows = attention_rows(c, a, 5);
   const double scale = c.node.f("scale");
+  const bool nan_to_zero = c.node.i("nan_to_zero") != 0;
   dispatch_float(c, c.in(1).dtype, [&]<class T>() {
     const T *dy = c.in(0).as<const T>(), *q = c.in(1).as<const T>(), *k = c.in(2).as<const T>();
     const T *v = c.in(3).as<const T>(), *p = c.in(4).as<const T>();
@@ -694,7 +696,7 @@ void FusedAttentionGrad_forward(KernelCtx& c) {
     const int64_t zero = 0, lq = a.q_stride(), lk = a.k_stride(), lv = a.v_stride(), ly = a.y_stride();
     const bool parallel = a.count > 1 && a.count * a.tq * a.tk * (a.d + a.dv) >= blas_split_min_work();
     parallel_for(a.count, parallel, [&](int64_t i) {
-      thread_local std::vector<T> ds;
+      thread_local std::vector<T> ds, zeroed;
       const T *qh = q + a.q_at(i), *kh = k + a.k_at(i), *vh = v + a.v_at(i), *dyh = dy + a.y_at(i);
       const T* ph = p + i * a.tq * a.tk;
       T *dqh = dq + a.q_at(i), *dkh = dk + a.k_at(i), *dvh = dv + a.v_at(i);
@@ -707,10 +709,13 @@ void FusedAttentionGrad_forward(KernelCtx& c) {
         const int64_t r1 = std::min(a.tq, r0 + kAttentionRowBlock), nr = r1 - r0, l = rows.block_reach(a, i, r0, r1);
         const T* pb = ph + r0 * a.tk;
         blas_gemm(false, true, nr, l, a.dv, T(1), dyh + r0 * ly, ly, vh, lv, T(0), ds.data(), a.tk);
-        blas_gemm(true, false, l, a.dv, nr, T(1), pb, a.tk, dyh + r0 * ly, ly, T(1), dvh, lv);
+        const T* pz = nan_to_zero ? attention_nan_zeroed(pb, nr, a.tk, l, zeroed) : pb;
+        blas_gemm(true, false, l, a.dv, nr, T(1), pz, a.tk, dyh + r0 * ly, ly, T(1), dvh, lv);
         for (int64_t r = r0; r < r1; ++r) {
           T* row = ds.data() + (r - r0) * a.tk;
           const int64_t o = i * a.tq + r, n = rows.reach(o);
+          if (nan_to_zero && pz != pb)  // Where(IsNaN(p), 0, p)'s gradient: 0 where p is NaN
+            for (int64_t j = 0; j < n; ++j) row[j] = std::isnan(pb[(r - r0) * a.tk + j]) ? T(0) : row[j];
           if (rows.masked_within(o))
             softmax_grad_rows<T, false, true>(row, pb + (r - r0) * a.tk, row, 0, 1, n, 1, rows.mask_row(o), &zero,
                                               rows.fill_when);

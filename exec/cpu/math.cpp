@@ -412,18 +412,19 @@ void MaskedSoftmax_forward(KernelCtx& c) {
 }
 void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
 
-// FusedAttention (graph/op_table.h, graph/attention.h): per head, on one thread, in blocks of rows of
-// p (exec/cpu/attention.h): S = scale * q k^T over the columns the block reaches, written into
-// p's rows; each row's softmax in place, as MaskedSoftmax / Softmax compute it (unmasked where the
+// FusedAttention (graph/op_table.h, graph/attention.h): per head, on one thread, in blocks of
+// rows of p (exec/cpu/attention.h): S = scale * q k^T over the columns the block reaches, written
+// into p's rows; each row's softmax in place, as MaskedSoftmax / Softmax compute it (unmasked where the
 // mask leaves the row's reach whole), the columns past its reach zeroed; then that block's rows of
-// y = p v. The products read q, k, v and write y where they are (a head's rows H * D apart with
-// heads 1).
+// y = p v (nan_to_zero: p's NaNs read as 0). The products read q, k, v and write y where they are
+// (a head's rows H * D apart with heads 1).
 void FusedAttention_forward(KernelCtx& c) {
   AttentionDims a;
   attention_dims(*c.in(0).shape, *c.in(1).shape, *c.in(2).shape, c.node.i("heads") != 0, a);
   if (a.count == 0 || a.tq == 0) return;
   const AttentionRows rows = attention_rows(c, a, 3);
   const double scale = c.node.f("scale");
+  const bool nan_to_zero = c.node.i("nan_to_zero") != 0;
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
     if constexpr (kIsFloat<T>) {
       const T *q = c.in(0).as<const T>(), *k = c.in(1).as<const T>(), *v = c.in(2).as<const T>();
@@ -447,7 +448,9 @@ void FusedAttention_forward(KernelCtx& c) {
               softmax_rows<T, false>(row, row, 0, 1, n, 1);
             std::fill(row + n, row + a.tk, T(0));
           }
-          blas_gemm(false, false, r1 - r0, a.dv, l, T(1), ph + r0 * a.tk, a.tk, vh, lv, T(0), yh + r0 * ly, ly);
+          thread_local std::vector<T> zeroed;
+          const T* pb = nan_to_zero ? attention_nan_zeroed(ph + r0 * a.tk, r1 - r0, a.tk, l, zeroed) : ph + r0 * a.tk;
+          blas_gemm(false, false, r1 - r0, a.dv, l, T(1), pb, a.tk, vh, lv, T(0), yh + r0 * ly, ly);
         }
       });
     } else {

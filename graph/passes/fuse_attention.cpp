@@ -55,14 +55,38 @@ struct AttentionFuser : NodeRewrite {
     Node& pv = g.nodes[ni];
     const DType t = g.value(pv.outputs[0]).dtype;
     if (t != DType::f32 && t != DType::f64) return false;
-    const ValueId probs = pv.inputs[0];
-    Node* sm = sole_producer(probs, Op::Softmax);
+    ValueId probs = pv.inputs[0];
+    std::vector<Node*> gone;
+    // Where(IsNaN(p), 0, p) between the Softmax and the product (scaled_dot_product_attention's
+    // export zeroes the NaN rows of a fully masked query so).
+    int64_t nan_to_zero = 0;
+    Node* sm = nullptr;
+    if (Node* w = sole_producer(probs, Op::Where)) {
+      const ValueId p = w->inputs[2];
+      const Value& isn = g.value(w->inputs[0]);
+      double z = 1;
+      if (isn.producer < 0 || drop[size_t(isn.producer)] || isn.kind != ValueKind::activation ||
+          readers[size_t(w->inputs[0])] != 1 || kept.count(w->inputs[0]))
+        return false;
+      Node& is_nan = g.nodes[size_t(isn.producer)];
+      if (is_nan.op != Op::IsNaN || is_nan.inputs[0] != p || !scalar_constant(w->inputs[1], t, z) || z != 0 ||
+          std::signbit(z) || readers[size_t(p)] != 2 || kept.count(p) || g.value(p).shape != g.value(probs).shape)
+        return false;
+      gone = {w, &is_nan};
+      --readers[size_t(p)];  // read by the Where and the IsNaN, both going: as if read once
+      sm = sole_producer(p, Op::Softmax);
+      ++readers[size_t(p)];
+      probs = p;
+      nan_to_zero = 1;
+    } else {
+      sm = sole_producer(probs, Op::Softmax);
+    }
     if (!sm) return false;
     const Shape ps = g.value(probs).shape;  // a copy: additive_mask may add a value
     int64_t axis = sm->i("axis");
     if (axis < 0) axis += int64_t(ps.size());
     if (ps.size() < 2 || axis != int64_t(ps.size()) - 1) return false;
-    std::vector<Node*> gone = {sm};
+    gone.push_back(sm);
     // The mask.
     ValueId m = sm->inputs[0], mask = kNoValue;
     double fill = 0;
@@ -169,6 +193,7 @@ struct AttentionFuser : NodeRewrite {
     node->attrs.clear();
     node->attrs["scale"] = Attr(float(scale));
     node->attrs["heads"] = Attr(heads);
+    if (nan_to_zero) node->attrs["nan_to_zero"] = Attr(nan_to_zero);
     if (mask != kNoValue) {
       node->attrs["fill"] = Attr(float(fill));
       node->attrs["fill_when"] = Attr(fill_when);

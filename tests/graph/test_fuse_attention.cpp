@@ -72,7 +72,7 @@ struct Layer {
 
 // Fused: a1 (heads 1, causal -inf mask, 40 query rows: two blocks and a part), a2 (q, kt, v as
 // given, Div by a scale, Where(mask, s, -1e9): fill_when 0, a finite fill), a3 (no mask, no scale),
-// a7 (a -inf fill masking columns inside each row's reach), a8 - a10 (below).
+// a7 (a -inf fill masking columns inside each row's reach), a8 - a10 and a12 (below).
 // Stay: a4 (its probabilities are a graph output), a5 (Softmax along axis 2), a6 (the scale an
 // input, not a constant), a11 (an additive mask of -1e9: s - 1e9 is not -1e9 for every score).
 Graph sample() {
@@ -116,7 +116,18 @@ Graph sample() {
   };
   ValueId y8 = sdpa("a8", bias, false), y9 = sdpa("a9", bias, true), y10 = sdpa("a10", bias_c, false);
   ValueId y11 = sdpa("a11", out(g, g.add_node(Op::Where, "bias9", {scattered, big, zero}, {"bias9/y"})), false);
-  g.outputs = {y1, y2, y3, y4, p4, y5, y6, y7, y8, y9, y10, y11};
+  // The export's Where(IsNaN(p), 0, p) after the softmax, a query row masked throughout (NaN).
+  Tensor rm(DType::boolean, {1, 1, 7, 9});
+  for (int64_t i = 0; i < rm.numel(); ++i) rm.as<bool>()[i] = i / 9 == 3 || (i % 9 > i / 9 + 2);
+  ValueId row_masked = add_constant(g, "row_masked", std::move(rm));
+  // Inputs of its own: its NaN gradients stay out of the other layers'.
+  ValueId q12 = add_input(g, "q12", {b, h, 7, d}), kt12 = add_input(g, "kt12", {b, h, d, 9}),
+          v12 = add_input(g, "v12", {b, h, 9, 6});
+  Layer a12{g, "a12"};
+  ValueId p12 = a12.softmax(a12.node_out(Op::Where, "where", {row_masked, ninf, a12.qk(q12, kt12)}));
+  ValueId z12 = a12.node_out(Op::Where, "nan0", {a12.node_out(Op::IsNaN, "isnan", {p12}), zero, p12});
+  ValueId y12 = a12.pv(z12, v12);
+  g.outputs = {y1, y2, y3, y4, p4, y5, y6, y7, y8, y9, y10, y11, y12};
   return g;
 }
 
@@ -130,7 +141,7 @@ std::map<std::string, const Node*> by_name(const Graph& g) {
 
 TEST_CASE("fuse_attention: MatMul, scale, mask, Softmax and MatMul become one FusedAttention node") {
   Graph g = sample();
-  CHECK(fuse_attention(g) == 7);
+  CHECK(fuse_attention(g) == 8);
   verify(g);
   const auto n = by_name(g);
   // a1: the head transposes went with it; the node is the Transpose back's, writing its output.
@@ -161,7 +172,10 @@ TEST_CASE("fuse_attention: MatMul, scale, mask, Softmax and MatMul become one Fu
   CHECK(a3.f("scale") == 1.0f);
   for (const char* kept : {"a4/softmax", "a5/softmax", "a6/softmax", "a6/scale", "a11/softmax", "bias9"})
     CHECK_MESSAGE(n.count(kept), kept);
-  CHECK(count_ops(g, Op::FusedAttention) == 7);
+  CHECK(count_ops(g, Op::FusedAttention) == 8);
+  CHECK(n.at("a12/pv")->i("nan_to_zero") == 1);
+  CHECK(g.value(n.at("a12/pv")->outputs[1]).name == "a12/softmax/y");
+  for (const char* gone : {"a12/isnan", "a12/nan0", "a12/softmax"}) CHECK_MESSAGE(!n.count(gone), gone);
   for (const char* sdpa : {"a8/pv", "a9/pv", "a10/pv"}) {
     CAPTURE(sdpa);
     const Node& a = *n.at(sdpa);
@@ -179,17 +193,21 @@ TEST_CASE("fuse_attention: MatMul, scale, mask, Softmax and MatMul become one Fu
   CHECK(fuse_attention(g) == 0);
   // A value the caller keeps is not fused away.
   Graph k = sample();
-  CHECK(fuse_attention(k, {k.find("a1/where/y"), k.find("bias/y")}) == 6);
+  CHECK(fuse_attention(k, {k.find("a1/where/y"), k.find("bias/y")}) == 7);
   CHECK(by_name(k).at("a1/softmax")->op == Op::Softmax);
   CHECK(by_name(k).count("bias"));
 }
 
 TEST_CASE("fuse_attention: the fused graph computes the unfused graph's values on the CPU") {
   Graph plain = sample(), fused = sample();
-  REQUIRE(fuse_attention(fused) == 7);
+  REQUIRE(fuse_attention(fused) == 8);
   const std::map<std::string, Tensor> in = random_feeds(plain, 7);
   const std::map<std::string, Tensor> y = check_same_outputs(std::move(plain), std::move(fused), in, 2e-6);
   CHECK(y.at("a1/back/y").shape() == Shape{2, 40, 3, 5});
+  // a12's row 3, masked throughout: NaN after the softmax, so 0 after the export's Where.
+  const Tensor& y12 = y.at("a12/pv/y");  // [2, 3, 7, 6]
+  for (int64_t head = 0; head < 6; ++head)
+    for (int64_t j = 0; j < 6; ++j) CHECK(y12.as<float>()[(head * 7 + 3) * 6 + j] == 0.0f);
 }
 
 namespace {
@@ -213,7 +231,7 @@ Graph with_gradients(Graph g) {
   for (size_t k = 1; k < terms.size(); ++k)
     loss = out(g, g.add_node(Op::Add, fmt::format("add{}", k), {loss, terms[k]}, {fmt::format("l{}", k)}));
   std::vector<ValueId> wrt;
-  for (const char* name : {"q4", "k4", "v4", "q", "kt", "v"}) wrt.push_back(g.find(name));
+  for (const char* name : {"q4", "k4", "v4", "q", "kt", "v", "q12", "kt12", "v12"}) wrt.push_back(g.find(name));
   std::vector<ValueId> grads = autodiff(g, loss, wrt);
   g.outputs.clear();
   for (ValueId d : grads) g.outputs.push_back(d);
@@ -226,9 +244,9 @@ Graph with_gradients(Graph g) {
 
 TEST_CASE("fuse_attention: the gradients of the fused graph are the unfused graph's (FusedAttentionGrad)") {
   Graph plain = sample(), fused = sample();
-  REQUIRE(fuse_attention(fused) == 7);
+  REQUIRE(fuse_attention(fused) == 8);
   Graph gp = with_gradients(std::move(plain)), gf = with_gradients(std::move(fused));
-  CHECK(count_ops(gf, Op::FusedAttentionGrad) == 7);
+  CHECK(count_ops(gf, Op::FusedAttentionGrad) == 8);
   CHECK(count_ops(gf, Op::SoftmaxGrad) == 4);  // a4, a5, a6, a11
   // Output names differ (the gradients are named after the nodes they come from): in order.
   const std::map<std::string, Tensor> in = random_feeds(gp, 11);
@@ -242,6 +260,7 @@ TEST_CASE("fuse_attention: the gradients of the fused graph are the unfused grap
     const std::vector<double> xv = x.to_f64(), zv = z.to_f64();
     double scale = 0;
     for (double e : xv) scale = std::max(scale, std::fabs(e));
+    // Finite throughout: a12's row masked throughout gets 0 from the masks' gradient, fused or not.
     for (size_t e = 0; e < xv.size(); ++e) CHECK(std::fabs(xv[e] - zv[e]) <= 1e-5 * (1 + scale));
   }
 }
