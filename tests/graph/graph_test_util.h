@@ -89,6 +89,13 @@ inline std::map<std::string, Tensor> check_same_outputs(Graph before, Graph afte
   return yb;
 }
 
+// The nodes of g by name (a pass test's way to find what it rewrote).
+inline std::map<std::string, const Node*> by_name(const Graph& g) {
+  std::map<std::string, const Node*> m;
+  for (const Node& n : g.nodes) m[n.name] = &n;
+  return m;
+}
+
 inline int count_ops(const Graph& g, Op op) {
   int n = 0;
   for (const Node& x : g.nodes) n += x.op == op;

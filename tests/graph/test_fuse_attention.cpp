@@ -27,6 +27,7 @@
 using namespace onnxdp;
 using onnxdp::test::add_constant;
 using onnxdp::test::add_input;
+using onnxdp::test::by_name;
 using onnxdp::test::check_same_outputs;
 using onnxdp::test::count_ops;
 using onnxdp::test::out;
@@ -129,12 +130,6 @@ Graph sample() {
   ValueId y12 = a12.pv(z12, v12);
   g.outputs = {y1, y2, y3, y4, p4, y5, y6, y7, y8, y9, y10, y11, y12};
   return g;
-}
-
-std::map<std::string, const Node*> by_name(const Graph& g) {
-  std::map<std::string, const Node*> m;
-  for (const Node& n : g.nodes) m[n.name] = &n;
-  return m;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 using namespace onnxdp;
 using onnxdp::test::add_constant;
 using onnxdp::test::add_input;
+using onnxdp::test::by_name;
 using onnxdp::test::check_same_outputs;
 using onnxdp::test::out;
 using onnxdp::test::random_feeds;
@@ -76,12 +77,6 @@ Graph sample() {
   ValueId g7 = where("bw7", m2, zero, softmax_grad("sg7", y7));
   g.outputs = {y1, g1, y2, g2, y3, g3, y4, y5, neg, y6, y7, g7};
   return g;
-}
-
-std::map<std::string, const Node*> by_name(const Graph& g) {
-  std::map<std::string, const Node*> m;
-  for (const Node& n : g.nodes) m[n.name] = &n;
-  return m;
 }
 
 }  // namespace
