@@ -442,6 +442,7 @@ void FusedAttention_forward(KernelCtx& c) {
           for (int64_t r = r0; r < r1; ++r) {
             T* row = ph + r * a.tk;
             const int64_t o = i * a.tq + r, n = rows.reach(o);
+            if (n == 0) continue;  // no keys (Tk 0): y is 0, as the product of empty p and v makes it
             if (rows.masked_within(o))
               softmax_rows<T, false, true>(row, row, 0, 1, n, 1, rows.mask_row(o), &zero, rows.fill_when, fill);
             else

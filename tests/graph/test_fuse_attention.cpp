@@ -349,3 +349,17 @@ TEST_CASE("fuse_attention: a parameter is read as a constant only when the calle
   CHECK(fuse_attention(fixed, {}, {sp}) == 1);
   CHECK(by_name(fixed).at("a/pv")->f("scale") == 0.5f);
 }
+
+TEST_CASE("FusedAttention: no keys (Tk 0) gives y = 0, as the unfused product of empty p and v does") {
+  Graph plain, fused;
+  for (Graph* g : {&plain, &fused}) {
+    ValueId q = add_input(*g, "q", {1, 2, 3, 4}), kt = add_input(*g, "kt", {1, 2, 4, 0}),
+            v = add_input(*g, "v", {1, 2, 0, 5});
+    Layer a{*g, "a"};
+    g->outputs = {a.pv(a.softmax(a.qk(q, kt)), v)};
+  }
+  REQUIRE(fuse_attention(fused) == 1);
+  const std::map<std::string, Tensor> in = random_feeds(plain, 3);
+  const std::map<std::string, Tensor> y = check_same_outputs(std::move(plain), std::move(fused), in, 0);
+  for (double e : y.at("a/pv/y").to_f64()) CHECK(e == 0.0);
+}
