@@ -299,7 +299,7 @@ TEST_CASE("fuse_attention: the trainer's graph of the sample causal language mod
   verify(tg.g);
 }
 
-TEST_CASE("FusedAttention: the shape rules refuse operands that do not fit, naming them; a model cannot name the op") {
+TEST_CASE("FusedAttention: the shape rules refuse operands that do not fit, naming them, and a model cannot name the op") {
   Graph g;
   ValueId q = add_input(g, "q", {2, 3, 5, 4}), kt = add_input(g, "kt", {2, 3, 4, 9}), v = add_input(g, "v", {2, 3, 9, 6});
   ValueId bad_kt = add_input(g, "bad_kt", {2, 3, 5, 9}), d64 = add_input(g, "d64", {2, 3, 9, 6}, DType::f64);
