@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "exec/kernel.h"
 #include "graph/autodiff.h"
@@ -39,6 +40,11 @@ struct Compilation {
   std::vector<ValueId> stats;  // BatchNormalization running-statistic parameters (never trained)
   std::vector<ValueId> wrt;    // train: the trainable parameters, in c.trainable's order
   ValueId seed = kNoValue;     // train with fp16: the loss-scale input that seeds backward
+  std::optional<Trainability> decided;  // decide_trainability's, made once (trainability())
+  const Trainability& trainability() {
+    if (!decided) decided = decide_trainability(proto, {o.freeze, o.trainable});
+    return *decided;
+  }
   int64_t rows() const { return shard_rows(o.batch, o.world)[size_t(o.rank)]; }
   int64_t step_rows() const { return o.step_rows > 0 ? o.step_rows : o.batch; }
   DataParallelOptions dp() const {
@@ -100,13 +106,11 @@ void pass_loss(Compilation& x) {
   x.c.loss = add_loss(g, lo);
 }
 
-// Trainable: what the decision says trains (importer/trainability.h), is float32, is no running
-// statistic, and has a gradient path to the loss (autodiff on a copy decides that).
 // The parameters whose values never change: those decide_trainability freezes as constants, by
 // --freeze or as unable to train (not those it leaves to the gradient check). A pass may read
 // them as constants (fuse_attention's scales and masks in a dynamo export's initializers).
-std::vector<ValueId> fixed_parameters(const Compilation& x) {
-  const Trainability decision = decide_trainability(x.proto, {x.o.freeze, x.o.trainable});
+std::vector<ValueId> fixed_parameters(Compilation& x) {
+  const Trainability& decision = x.trainability();
   std::vector<ValueId> fixed;
   for (ValueId p : x.c.g.parameters()) {
     const InitializerRole* role = decision.find(x.c.g.value(p).name);
@@ -115,9 +119,11 @@ std::vector<ValueId> fixed_parameters(const Compilation& x) {
   return fixed;
 }
 
+// Trainable: what the decision says trains (importer/trainability.h), is float32, is no running
+// statistic, and has a gradient path to the loss (autodiff on a copy decides that).
 void pass_trainability(Compilation& x) {
   Graph& g = x.c.g;
-  const Trainability decision = decide_trainability(x.proto, {x.o.freeze, x.o.trainable});
+  const Trainability& decision = x.trainability();
   std::vector<ValueId> candidates;
   for (ValueId p : g.parameters()) {
     const Value& v = g.value(p);

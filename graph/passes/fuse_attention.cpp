@@ -24,17 +24,6 @@ struct AttentionFuser : NodeRewrite {
     return c.kind == ValueKind::constant || (c.kind == ValueKind::parameter && fixed.count(x) && c.data.numel() > 0);
   }
 
-  // The node producing v, of this op, when v is an activation read by one node input and not kept.
-  Node* sole_producer(ValueId v, Op op) {
-    if (v == kNoValue) return nullptr;
-    const Value& x = g.value(v);
-    if (x.kind != ValueKind::activation || x.producer < 0 || drop[size_t(x.producer)] || readers[size_t(v)] != 1 ||
-        kept.count(v))
-      return nullptr;
-    Node& n = g.nodes[size_t(x.producer)];
-    return n.op == op ? &n : nullptr;
-  }
-
   // The value of x when it is a one-element float constant of dtype t.
   bool scalar_constant(ValueId x, DType t, double& v) const {
     const Value& c = g.value(x);

@@ -12,15 +12,6 @@ namespace {
 struct GeluFuser : NodeRewrite {
   using NodeRewrite::NodeRewrite;
 
-  // The node producing v when v is an activation read by one node and not kept, else nullptr.
-  Node* only_reader_producer(ValueId v, Op op) {
-    if (v == kNoValue) return nullptr;
-    const Value& x = g.value(v);
-    if (x.producer < 0 || drop[size_t(x.producer)] || readers[size_t(v)] != 1 || kept.count(v)) return nullptr;
-    Node& n = g.nodes[size_t(x.producer)];
-    return n.op == op ? &n : nullptr;
-  }
-
   // Whether v is a constant float scalar within 1e-6 of want.
   bool scalar(ValueId v, double want) const {
     const Value& x = g.value(v);
@@ -39,14 +30,14 @@ struct GeluFuser : NodeRewrite {
 
   // a = Add(Erf(d), 1) with d = x / sqrt 2 (Div or Mul by 1 / sqrt 2), for this x: the nodes to drop.
   bool erf_term(ValueId a, ValueId x, std::vector<Node*>& chain) {
-    Node* add = only_reader_producer(a, Op::Add);
+    Node* add = sole_producer(a, Op::Add);
     if (!add) return false;
     const ValueId e = other_than(*add, [&](ValueId v) { return scalar(v, 1.0); });
-    Node* erf = only_reader_producer(e, Op::Erf);
+    Node* erf = sole_producer(e, Op::Erf);
     if (!erf) return false;
     const ValueId d = erf->inputs[0];
-    Node* div = only_reader_producer(d, Op::Div);
-    Node* mul = div ? nullptr : only_reader_producer(d, Op::Mul);
+    Node* div = sole_producer(d, Op::Div);
+    Node* mul = div ? nullptr : sole_producer(d, Op::Mul);
     if (div && !(div->inputs[0] == x && scalar(div->inputs[1], M_SQRT2))) return false;
     if (mul && other_than(*mul, [&](ValueId v) { return scalar(v, M_SQRT1_2); }) != x) return false;
     if (!div && !mul) return false;
@@ -61,7 +52,7 @@ struct GeluFuser : NodeRewrite {
     ValueId x = kNoValue;
     // Mul(Mul(x, a), 0.5) with a the erf term.
     const ValueId inner = other_than(n, [&](ValueId v) { return scalar(v, 0.5); });
-    if (Node* m = only_reader_producer(inner, Op::Mul)) {
+    if (Node* m = sole_producer(inner, Op::Mul)) {
       for (int k = 0; k < 2 && x == kNoValue; ++k) {
         const ValueId cand = m->inputs[size_t(k)], a = m->inputs[size_t(1 - k)];
         std::vector<Node*> c;
@@ -71,7 +62,7 @@ struct GeluFuser : NodeRewrite {
     }
     // Mul(Mul(x, 0.5), a).
     for (int k = 0; k < 2 && x == kNoValue; ++k) {
-      Node* h = only_reader_producer(n.inputs[size_t(k)], Op::Mul);
+      Node* h = sole_producer(n.inputs[size_t(k)], Op::Mul);
       if (!h) continue;
       const ValueId cand = other_than(*h, [&](ValueId v) { return scalar(v, 0.5); });
       std::vector<Node*> c;

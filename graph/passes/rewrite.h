@@ -21,6 +21,16 @@ struct NodeRewrite {
     kept.insert(g.outputs.begin(), g.outputs.end());
   }
 
+  // The node producing v, of this op, when v is read by one node input, is not kept and its
+  // producer is not dropped yet; else nullptr.
+  Node* sole_producer(ValueId v, Op op) {
+    if (v == kNoValue) return nullptr;
+    const Value& x = g.value(v);
+    if (x.producer < 0 || drop[size_t(x.producer)] || readers[size_t(v)] != 1 || kept.count(v)) return nullptr;
+    Node& n = g.nodes[size_t(x.producer)];
+    return n.op == op ? &n : nullptr;
+  }
+
   // Removes the dropped nodes; returns how many went.
   int finish() {
     int gone = 0;
