@@ -11,6 +11,7 @@
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "exec/cpu/clones.h"  // parallel_for
@@ -103,11 +104,32 @@ void call(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, 
               b, ldb, beta, c, ldc);
 }
 
+void check_int_range(std::initializer_list<int64_t> dims) {
+  for (int64_t v : dims)
+    if (v > int64_t(std::numeric_limits<int>::max())) fail("a matrix product's dim or row length {} exceeds BLAS's int range", v);
+}
+
+// Splits C [m, n] among the team: block(by_rows, lo, hi) computes rows lo..hi of C (by_rows) or
+// its columns lo..hi; one block, the whole of C, inside a share or below the split threshold.
+template <class Block>
+void split_blocks(int64_t m, int64_t n, int64_t k, const Block& block) {
+  const bool by_rows = m >= n;
+  const int64_t dim = by_rows ? m : n;
+  int64_t parts = in_thread_share() ? 1 : std::min<int64_t>(cpu_threads(), dim / kBlockAlign);
+  if (m * n * k < blas_split_min_work()) parts = 1;
+  if (parts <= 1) return block(true, 0, m);
+  const int64_t size = (dim + parts - 1) / parts + kBlockAlign - 1;
+  const int64_t step = size - size % kBlockAlign;
+  parallel_for(parts, true, [&](int64_t p) {
+    const int64_t lo = p * step, hi = std::min(dim, lo + step);
+    if (lo < hi) block(by_rows, lo, hi);
+  });
+}
+
 template <class T>
 void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                 int64_t ldb, T beta, T* c, int64_t ldc) {
-  for (int64_t v : {m, n, k, lda, ldb, ldc})
-    if (v > int64_t(std::numeric_limits<int>::max())) fail("a matrix product's dim or row length {} exceeds BLAS's int range", v);
+  check_int_range({m, n, k, lda, ldb, ldc});
   if (m <= 0 || n <= 0) return;
   if (k == 0) {  // nothing to multiply (and BLAS rejects lda = 0)
     for (int64_t i = 0; i < m; ++i)
@@ -115,22 +137,38 @@ void gemm_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
     return;
   }
   one_thread_blas();
-  const bool by_rows = m >= n;
-  const int64_t dim = by_rows ? m : n;
-  int64_t parts = in_thread_share() ? 1 : std::min<int64_t>(cpu_threads(), dim / kBlockAlign);
-  if (m * n * k < blas_split_min_work()) parts = 1;
-  if (parts <= 1) return call(ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  const int64_t block = (dim + parts - 1) / parts + kBlockAlign - 1;
-  const int64_t step = block - block % kBlockAlign;
-  parallel_for(parts, true, [&](int64_t p) {
-    const int64_t lo = p * step, hi = std::min(dim, lo + step);
-    if (lo >= hi) return;
+  split_blocks(m, n, k, [&](bool by_rows, int64_t lo, int64_t hi) {
     if (by_rows)  // rows lo..hi of op(A) and C
       call(ta, tb, int(hi - lo), int(n), int(k), alpha, ta ? a + lo : a + lo * lda, int(lda), b, int(ldb), beta,
            c + lo * ldc, int(ldc));
     else  // columns lo..hi of op(B) and C
       call(ta, tb, int(m), int(hi - lo), int(k), alpha, a, int(lda), tb ? b + lo * ldb : b + lo, int(ldb), beta,
            c + lo, int(ldc));
+  });
+}
+
+// C's block [rows, cols] = A's rows x op(B)'s columns + bias: on oneDNN (float, large enough), or
+// C's rows set to the bias and BLAS with beta 1.
+template <class T>
+void bias_block(bool tb, int64_t rows, int64_t cols, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+                const T* bias, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    if (rows * cols * k >= kDnnlMinWork && dnnl_matmul_bias(tb, rows, cols, k, a, lda, b, ldb, bias, c, ldc)) return;
+  for (int64_t i = 0; i < rows; ++i) std::copy(bias, bias + cols, c + i * ldc);
+  if (k > 0) call(false, tb, int(rows), int(cols), int(k), T(1), a, int(lda), b, int(ldb), T(1), c, int(ldc));
+}
+
+template <class T>
+void gemm_bias_split(bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+                     const T* bias, T* c, int64_t ldc) {
+  check_int_range({m, n, k, lda, ldb, ldc});
+  if (m <= 0 || n <= 0) return;
+  one_thread_blas();
+  split_blocks(m, n, k, [&](bool by_rows, int64_t lo, int64_t hi) {
+    if (by_rows)
+      bias_block(tb, hi - lo, n, k, a + lo * lda, lda, b, ldb, bias, c + lo * ldc, ldc);
+    else
+      bias_block(tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, bias + lo, c + lo, ldc);
   });
 }
 
@@ -169,6 +207,14 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
                const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   gemm_split(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm_bias(bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                    const float* bias, float* c, int64_t ldc) {
+  gemm_bias_split(tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+}
+void blas_gemm_bias(bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+                    int64_t ldb, const double* bias, double* c, int64_t ldc) {
+  gemm_bias_split(tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
 }
 
 }  // namespace onnxdp

@@ -37,6 +37,15 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
                const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
+// C [m, n] = A [m, k] x op(B) + bias [n] along C's rows (a Linear layer's forward), split among
+// the team as blas_gemm. Float products of 2^16 multiply-adds or more run as oneDNN's matmul with
+// the bias added in its kernel (exec/cpu/onednn.h); others set C's rows to the bias and add the
+// product onto them (BLAS with beta 1). Either way the sum is rounded once.
+void blas_gemm_bias(bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                    const float* bias, float* c, int64_t ldc);
+void blas_gemm_bias(bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+                    int64_t ldb, const double* bias, double* c, int64_t ldc);
+
 // Sets BLAS to one thread and readies `concurrent` of its work buffers (see above): call it from
 // outside any parallel region with the most products that will run at once in this process (its
 // replicas x their threads). Products call it themselves on first use with their own thread

@@ -204,10 +204,13 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 bool blas_int_ok(int64_t v) { return v <= int64_t(std::numeric_limits<int>::max()); }
 
 // MatMul, numpy semantics; ta / tb (FusedMatMul's transA / transB): that operand's last two dims
-// are stored swapped ([.., K, M] for A, [.., N, K] for B) and BLAS reads it transposed. beta 0:
-// Y = A @ B; beta 1: Y += A @ B (Y holds FusedMatMul's bias rows).
+// are stored swapped ([.., K, M] for A, [.., N, K] for B) and BLAS reads it transposed. Y = alpha
+// A @ B, plus `bias` [N] along Y's rows where given (FusedMatMul's): in the product's own pass
+// where it is one product (blas_gemm_bias), else Y's rows start as the bias and the products
+// are accumulated onto them (BLAS with beta 1, as torch's addmm does a Linear). Either way the
+// sum is rounded once, not twice.
 template <class T>
-void matmul(KernelCtx& c, bool ta, bool tb, double beta = 0, double alpha = 1) {
+void matmul(KernelCtx& c, bool ta, bool tb, double alpha = 1, const T* bias = nullptr) {
   const TensorRef &ra = c.in(0), &rb = c.in(1), &ry = c.out(0);
   Shape a = *ra.shape, b = *rb.shape;
   if (a.size() == 1) a.insert(a.begin(), 1);
@@ -226,7 +229,17 @@ void matmul(KernelCtx& c, bool ta, bool tb, double beta = 0, double alpha = 1) {
   if (ry.numel == 0) return;
 
   // b shared by every batch and a's batches contiguous rows: one product [nbatch * m, k] x [k, n].
-  if (shape_numel(b_batch) == 1 && a_batch == batch && !ta && blas_int_ok(nbatch * m)) {
+  const bool one_product = shape_numel(b_batch) == 1 && a_batch == batch && !ta && blas_int_ok(nbatch * m);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    if (one_product && bias && alpha == 1) return blas_gemm_bias(tb, nbatch * m, n, k, pa, lda, pb, ldb, bias, py, n);
+  double beta = 0;
+  if (bias) {
+    split_rows(nbatch * m, ry.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) std::copy(bias, bias + n, py + r * n);
+    });
+    beta = 1;
+  }
+  if (one_product) {
     gemm<T>(false, tb, nbatch * m, n, k, alpha, pa, lda, pb, ldb, beta, py);
     return;
   }
@@ -259,6 +272,13 @@ void gemm_op(KernelCtx& c) {
   for (int64_t v : {m, n, k})
     if (!blas_int_ok(v)) c.fail("matrix dim {} is too large for BLAS", v);
   const bool with_c = c.has_in(2) && beta != 0;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    // Y = A op(B) + a bias along Y's rows (C [n] or [1, n]: a Linear layer's export): one pass.
+    const TensorRef& rc = with_c ? c.in(2) : ra;
+    if (with_c && !ta && alpha == 1 && beta == 1 && rc.numel == n && n > 1 && rc.dim(rc.rank() - 1) == n)
+      return blas_gemm_bias(tb, m, n, k, ra.as<const T>(), ra.dim(1), rb.as<const T>(), rb.dim(1), rc.as<const T>(),
+                            ry.as<T>(), n);
+  }
   if (with_c) broadcast_map<T, T>(ry, fn::Identity{}, c.in(2));  // y = C broadcast to [m, n]
   gemm<T>(ta, tb, m, n, k, alpha, ra.as<const T>(), ra.dim(1), rb.as<const T>(), rb.dim(1), with_c ? beta : 0.0,
           ry.as<T>());
@@ -463,9 +483,9 @@ void FusedAttention_forward(KernelCtx& c) {
 namespace {
 // MatMul, or FusedMatMul's product with its transA / transB, times alpha.
 void matmul_any(KernelCtx& c, bool ta, bool tb, double alpha = 1) {
-  if (is_16bit_float(c.in(0).dtype)) return in_float(c, [&](KernelCtx& fc) { matmul<float>(fc, ta, tb, 0, alpha); });
+  if (is_16bit_float(c.in(0).dtype)) return in_float(c, [&](KernelCtx& fc) { matmul<float>(fc, ta, tb, alpha); });
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
-    if constexpr (kIsNumber<T>) matmul<T>(c, ta, tb, 0, alpha);
+    if constexpr (kIsNumber<T>) matmul<T>(c, ta, tb, alpha);
     else unsupported(c, c.in(0).dtype);
   });
 }
@@ -501,25 +521,16 @@ void FusedGemm_forward(KernelCtx& c) {
 }
 
 // MatMul (each operand possibly stored with its last two dims swapped: transA, transB), plus the
-// bias [N] along Y's rows, then Relu. In f32 / f64 Y's rows start as the bias and the product is
-// accumulated onto them (BLAS with beta 1, as torch's addmm does a Linear): one pass over Y fewer
-// than the product and then the bias (BLAS's beta 0 clears Y in a pass of its own), and the sum is
-// rounded once, not twice. Other dtypes: the product, then Add's functor.
+// bias [N] along Y's rows, then Relu. In f32 / f64 the bias is added with the product (matmul
+// above: one pass over Y fewer than the product and then the bias, and the sum rounded once).
+// Other dtypes: the product, then Add's functor.
 void FusedMatMul_forward(KernelCtx& c) {
   const bool ta = c.node.i("transA") != 0, tb = c.node.i("transB") != 0;
   const double alpha = c.node.f("alpha");
   const TensorRef& y = c.out(0);
   if (c.has_in(2) && (y.dtype == DType::f32 || y.dtype == DType::f64)) {
     dispatch_dtype(y.dtype, [&]<class T>() {
-      if constexpr (kIsFloat<T>) {
-        const int64_t n = y.dim(y.rank() - 1), rows = n ? y.numel / n : 0;
-        const T* bias = c.in(2).as<const T>();  // [N] (shape_FusedMatMul)
-        T* py = y.as<T>();
-        split_rows(rows, y.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
-          for (int64_t r = lo; r < hi; ++r) std::copy(bias, bias + n, py + r * n);
-        });
-        matmul<T>(c, ta, tb, 1, alpha);
-      }
+      if constexpr (kIsFloat<T>) matmul<T>(c, ta, tb, alpha, c.in(2).as<const T>());  // bias [N] (shape_FusedMatMul)
     });
     if (c.node.s("activation") == "Relu") relu_in_place(c);
     return;

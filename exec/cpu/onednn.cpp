@@ -59,6 +59,11 @@ bool dnnl_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*
   return false;
 }
 int64_t dnnl_shared_reorders() { return 0; }
+bool dnnl_matmul_bias(bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, const float*,
+                      float*, int64_t) {
+  return false;
+}
+int64_t dnnl_bias_products() { return 0; }
 
 #else
 
@@ -427,6 +432,66 @@ bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const f
       for (int64_t i = 0; i < wsize; ++i) dw[i] += partial[t][size_t(i)];
   return true;
 }
+
+namespace {
+
+std::atomic<int64_t> bias_products{0};
+
+// The matmul primitive of one shape and layout, its arguments' memories (their data set per call).
+struct MatmulBias {
+  dnnl::matmul prim;
+  memory a, b, bias, c, scratch;
+};
+
+// Null where oneDNN refuses the shape.
+std::unique_ptr<MatmulBias> make_matmul_bias(bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                             int64_t ldc) {
+  const auto f32 = memory::data_type::f32;
+  const memory::desc ad({m, k}, f32, {lda, 1}), bd({k, n}, f32, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1}),
+      biasd({1, n}, f32, {n, 1}), cd({m, n}, f32, {ldc, 1});
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, biasd, cd), own_scratchpad(), cpu_engine());
+    auto p = std::make_unique<MatmulBias>();
+    p->prim = dnnl::matmul(pd);
+    p->a = memory(ad, cpu_engine(), DNNL_MEMORY_NONE);
+    p->b = memory(bd, cpu_engine(), DNNL_MEMORY_NONE);
+    p->bias = memory(biasd, cpu_engine(), DNNL_MEMORY_NONE);
+    p->c = memory(cd, cpu_engine(), DNNL_MEMORY_NONE);
+    if (pd.scratchpad_desc().get_size() > 0) p->scratch = memory(pd.scratchpad_desc(), cpu_engine());
+    return p;
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+bool dnnl_matmul_bias(bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                      int64_t ldb, const float* bias, float* c, int64_t ldc) {
+  if (!dnnl_enabled() || m <= 0 || n <= 0 || k <= 0) return false;
+  dnnl_one_thread();
+  // The calling thread's primitives (any thread of a team may run any block of a product).
+  thread_local std::map<std::vector<int64_t>, std::unique_ptr<MatmulBias>> cache;
+  std::vector<int64_t> key{tb, m, n, k, lda, ldb, ldc};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(std::move(key), make_matmul_bias(tb, m, n, k, lda, ldb, ldc)).first;
+  MatmulBias* p = it->second.get();
+  if (!p) return false;
+  thread_local dnnl::stream stream(cpu_engine());
+  p->a.set_data_handle(const_cast<float*>(a));
+  p->b.set_data_handle(const_cast<float*>(b));
+  p->bias.set_data_handle(const_cast<float*>(bias));
+  p->c.set_data_handle(c);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_BIAS, p->bias}, {DNNL_ARG_DST, p->c}};
+  if (p->scratch) args[DNNL_ARG_SCRATCHPAD] = p->scratch;
+  p->prim.execute(stream, args);
+  stream.wait();
+  bias_products.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+int64_t dnnl_bias_products() { return bias_products.load(); }
 
 #endif
 

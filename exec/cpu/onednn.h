@@ -13,7 +13,9 @@
 // caller's team may run it).
 //
 // Products: blas_gemm (exec/cpu/blas.h) calls oneDNN's sgemm for float, OpenBLAS's for double:
-// 10-45 % faster on gpt_small's shapes here (bench/results/2026-12-05-gemm-engines.md).
+// 10-45 % faster on gpt_small's shapes here (bench/results/2026-12-05-gemm-engines.md); a product
+// with a bias along its rows (a Linear layer's forward, blas_gemm_bias) runs as oneDNN's matmul
+// primitive, the bias added in its kernel.
 //
 // Threads: oneDNN always runs on one thread (its OpenMP team is set to 1 on every thread that
 // calls it); onnxdp's own team (exec/cpu/threads.h) splits the work instead: a product's blocks
@@ -55,5 +57,16 @@ bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const f
                            ValueTag dy_tag = {});
 // How many input reorders the tags above saved in this process so far (for tests).
 int64_t dnnl_shared_reorders();
+
+// C [m, n] = A [m, k] x op(B) + bias [n] along C's rows, on the calling thread: oneDNN's matmul
+// with the bias added in its kernel, where blas_gemm_bias (exec/cpu/blas.h) would otherwise set
+// C's rows to the bias and accumulate the product onto them, a pass over C of its own. Row-major
+// with row lengths lda, ldb, ldc; B is [k, n], or [n, k] read transposed with tb. The primitive of
+// a shape is made once per calling thread. False where oneDNN is off or refuses the shape
+// (nothing written then).
+bool dnnl_matmul_bias(bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                      int64_t ldb, const float* bias, float* c, int64_t ldc);
+// How many products dnnl_matmul_bias ran in this process so far (for tests).
+int64_t dnnl_bias_products();
 
 }  // namespace onnxdp

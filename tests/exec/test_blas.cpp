@@ -1,7 +1,8 @@
 // blas_gemm (exec/cpu/blas.h): products split into row or column blocks among the thread team equal
 // the definition, for every transpose pair, alpha / beta, a C that is a block of a wider matrix,
 // block edges that are not multiples of the alignment, 1 to 3 threads, and inside a share of
-// the thread team's work, float through oneDNN's sgemm and OpenBLAS's; and after blas_prepare has readied BLAS's buffers. The operands are small integers, so every sum is exact and the check is equality.
+// the thread team's work, float through oneDNN's sgemm and OpenBLAS's; and after blas_prepare has readied BLAS's buffers.
+// blas_gemm_bias likewise, on oneDNN's matmul and on BLAS. The operands are small integers, so every sum is exact and the check is equality.
 #include <doctest/doctest.h>
 #include <cblas.h>
 
@@ -86,6 +87,53 @@ TEST_CASE("blas_gemm: split by rows and by columns among 1-3 threads equals the 
   }
   set_cpu_threads(before);
   CHECK(openblas_get_num_threads() == 1);  // BLAS itself stays on one thread
+}
+
+TEST_CASE("blas_gemm_bias: the product plus a bias along C's rows equals the definition, on oneDNN and BLAS") {
+  std::mt19937 rng(14);
+  std::uniform_int_distribution<int> u(-4, 4);
+  const int before = cpu_threads();
+  const bool dnnl_before = dnnl_enabled();
+  // Tall (split by rows), wide (by columns), uneven edges, one too small to split or to go to
+  // oneDNN, and k = 0 (C is the bias).
+  const Dims dims[] = {{300, 140, 120}, {80, 602, 100}, {1000, 17, 264}, {7, 9, 5}, {40, 30, 0}};
+  for (int threads : {1, 2, 3}) {
+    set_cpu_threads(threads);
+    for (Dims d : dims)
+      for (bool tb : {false, true})
+        for (auto [dnnl, pad] : {std::pair{true, 3}, {true, 0}, {false, 3}}) {  // the same shape unpadded
+          CAPTURE(threads);
+          CAPTURE(d.m);
+          CAPTURE(d.n);
+          CAPTURE(d.k);
+          CAPTURE(tb);
+          CAPTURE(dnnl);
+          set_dnnl_enabled(dnnl);
+          CAPTURE(pad);
+          const int64_t lda = d.k + pad, ldb = (tb ? d.k : d.n) + 2 * pad, ldc = d.n + 3 * pad;  // padded rows
+          std::vector<float> a(size_t(d.m * lda)), b(size_t((tb ? d.n : d.k) * ldb)), bias(size_t(d.n)),
+              c(size_t(d.m * ldc));
+          for (auto* v : {&a, &b, &bias, &c})
+            for (float& x : *v) x = float(u(rng));
+          std::vector<float> want = c;
+          for (int64_t i = 0; i < d.m; ++i)
+            for (int64_t j = 0; j < d.n; ++j) want[size_t(i * ldc + j)] = bias[size_t(j)];
+          reference(false, tb, d, 1.0, a, lda, b, ldb, 1.0, want, ldc);
+          const int64_t ran = dnnl_bias_products();
+          blas_gemm_bias(tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, bias.data(), c.data(), ldc);
+          CHECK(c == want);  // the padding too: left as it was
+          // oneDNN ran it where built and on, for the products large enough.
+          const bool large = d.k > 0 && d.m * d.n * d.k >= (int64_t(1) << 16);
+          CHECK((dnnl_bias_products() > ran) == (dnnl && dnnl_built() && large));
+          std::vector<double> ad(a.begin(), a.end()), bd(b.begin(), b.end()), biasd(bias.begin(), bias.end()),
+              cd(c.size(), 0.0), wantd(want.begin(), want.end());
+          blas_gemm_bias(tb, d.m, d.n, d.k, ad.data(), lda, bd.data(), ldb, biasd.data(), cd.data(), ldc);
+          for (size_t i = 0; i < cd.size(); ++i)  // the padding is not written: compare the rows' n values
+            if (int64_t(i) % ldc < d.n) CHECK(cd[i] == wantd[i]);
+        }
+  }
+  set_dnnl_enabled(dnnl_before);
+  set_cpu_threads(before);
 }
 
 TEST_CASE("blas_gemm: inside a share of the team's work each call runs whole on its thread") {
