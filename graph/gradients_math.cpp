@@ -292,10 +292,11 @@ void grad_MaskedSoftmax(GradCtx& c) { gradient_missing(c); }
 void grad_FusedAttention(GradCtx& c) {
   if (c.dy(1) != kNoValue) gradient_missing(c);
   if (c.dy(0) == kNoValue) return;
-  std::vector<ValueId> ins = {c.dy(0), c.in_id(0), c.in_id(1), c.in_id(2), c.out_id(1)};
+  std::vector<ValueId> ins = {c.dy(0), c.in_id(0), c.in_id(1), c.in_id(2), c.out_id(1)};  // heads 2: k, v absent
   if (c.node.has_input(3)) ins.push_back(c.in_id(3));
-  const std::vector<ValueId> g = c.emit_n(Op::FusedAttentionGrad, ins, c.node.attrs, 3);
-  for (int k = 0; k < 3; ++k)
+  const int n = c.node.i("heads") == 2 ? 1 : 3;  // heads 2: dqkv alone
+  const std::vector<ValueId> g = c.emit_n(Op::FusedAttentionGrad, ins, c.node.attrs, n);
+  for (int k = 0; k < n; ++k)
     if (c.needs(k)) c.add(k, g[size_t(k)]);
 }
 

@@ -222,9 +222,9 @@
   X(LogSoftmaxGrad,             grad,       2, 2, 1, 1, "axis:i=-1")                                \
   /* FusedAttentionGrad (dy, q, k, v, p, mask?) -> (dq, dk, dv): FusedAttention's gradient,    */ \
   /* from its inputs, attributes and saved probabilities p; each gradient in its input's       */ \
-  /* layout.                                                                                    */ \
-  X(FusedAttentionGrad,         grad,       5, 6, 3, 3,                                             \
-    "fill:f,fill_when:i=1,heads:i=0,nan_to_zero:i=0,scale:f=1")                                    \
+  /* layout. heads 2: (dy, qkv, -, -, p, mask?) -> dqkv.                                        */ \
+  X(FusedAttentionGrad,         grad,       5, 6, 1, 3,                                             \
+    "fill:f,fill_when:i=1,heads:i=0,nan_to_zero:i=0,num_heads:i=0,scale:f=1")                      \
   /* ---- internal fused ops: made by graph/passes/ (fuse_epilogues and fuse_masked_softmax     */ \
   /* after autodiff, without a gradient; fuse_attention before it), not ONNX, not importable;   */ \
   /* their pieces live with the op they extend ------------------------------------------------ */ \
@@ -247,12 +247,14 @@
   /* along the last axis (fill_when 0: Where(mask, x, fill)), y = p @ v (nan_to_zero 1:         */ \
   /* Where(IsNaN(p), 0, p) @ v); p is kept for the gradient. heads 0: q [N.., Tq, D], k given   */ \
   /* as kt [N.., D, Tk], v [N.., Tk, Dv], y [N.., Tq, Dv]; heads 1, the head transposes read in  */ \
-  /* place: q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, Dv], y [B, Tq, H, Dv]. p [N.., Tq,    */ \
-  /* Tk] ([B, H, Tq, Tk]); the mask bool, broadcast to p (graph/attention.h). Made before        */ \
-  /* autodiff by graph/passes/fuse_attention.h (CPU graphs only); its gradient is one            */ \
-  /* FusedAttentionGrad. Not ONNX's Attention (opset 23), which onnxdp does not import.          */ \
+  /* place: q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, Dv], y [B, Tq, H, Dv]; heads 2, q, k  */ \
+  /* and v read where a Linear layer wrote them: input 0 qkv [B, T, 3 * H * D] (H num_heads),     */ \
+  /* inputs 1 and 2 absent, y [B, T, H, D]. p [N.., Tq, Tk] ([B, H, Tq, Tk]); the mask bool,      */ \
+  /* broadcast to p (graph/attention.h). Made before autodiff by graph/passes/fuse_attention.h   */ \
+  /* (CPU graphs only); its gradient is one FusedAttentionGrad. Not ONNX's Attention (opset 23), */ \
+  /* which onnxdp does not import.                                                               */ \
   X(FusedAttention,             math,       3, 4, 2, 2,                                             \
-    "fill:f,fill_when:i=1,heads:i=0,nan_to_zero:i=0,scale:f=1")
+    "fill:f,fill_when:i=1,heads:i=0,nan_to_zero:i=0,num_heads:i=0,scale:f=1")
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.

@@ -327,7 +327,7 @@ void shape_SoftmaxGrad(ShapeCtx& c) {
 void shape_LogSoftmaxGrad(ShapeCtx& c) { shape_softmax_grad(c); }
 
 // FusedAttentionGrad (dy, q, k, v, p, mask?): FusedAttention's inputs, dy like its y and p like its p, all
-// of q's dtype; dq, dk, dv like q, k, v.
+// of q's dtype; dq, dk, dv like q, k, v (heads 2: one output, dqkv like qkv).
 void shape_FusedAttentionGrad(ShapeCtx& c) {
   const AttentionDims a = check_attention_inputs(c, 1, 5);
   const DType t = c.dtype(1);
@@ -335,7 +335,11 @@ void shape_FusedAttentionGrad(ShapeCtx& c) {
     if (c.dtype(k) != t) c.fail("input {} ('{}') is {}, q is {}", k, c.in(k).name, dtype_name(c.dtype(k)), dtype_name(t));
   if (c.shape(0) != a.y_shape()) c.fail("dy {} is not y's shape {}", shape_str(c.shape(0)), shape_str(a.y_shape()));
   if (c.shape(4) != a.p_shape()) c.fail("p {} is not {}", shape_str(c.shape(4)), shape_str(a.p_shape()));
-  for (int k = 0; k < 3; ++k) c.set(k, c.dtype(1), c.shape(k + 1));
+  const size_t outputs = a.packed ? 1 : 3;
+  if (c.node.outputs.size() != outputs)
+    c.fail("with heads {} FusedAttentionGrad has {}, not {} outputs", c.node.i("heads"),
+           a.packed ? "1 output (dqkv)" : "3 outputs (dq, dk, dv)", c.node.outputs.size());
+  for (size_t k = 0; k < outputs; ++k) c.set(int(k), t, c.shape(int(k) + 1));
 }
 
 }  // namespace onnxdp

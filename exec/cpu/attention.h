@@ -68,6 +68,17 @@ struct AttentionRows {
   }
 };
 
+// The geometry of a FusedAttention (q at input `first` = 0) or FusedAttentionGrad (1) node's
+// operands, as its shape rule checked them; heads 2 reads qkv's shape alone.
+inline AttentionDims attention_dims_of(const KernelCtx& c, int first) {
+  const int64_t heads = c.node.i("heads");
+  const Shape& q = *c.in(first).shape;
+  AttentionDims a;
+  attention_dims(heads, c.node.i("num_heads"), q, heads == 2 ? q : *c.in(first + 1).shape,
+                 heads == 2 ? q : *c.in(first + 2).shape, a);
+  return a;
+}
+
 // `mask_input`: the node's mask input (absent: no mask).
 inline AttentionRows attention_rows(const KernelCtx& c, const AttentionDims& a, int mask_input) {
   AttentionRows r;

@@ -683,16 +683,18 @@ void LogSoftmaxGrad_forward(KernelCtx& c) { softmax_grad<true>(c); }
 // dk += scale * dS^T q (heads 0: dkt += scale * q^T dS). The products read and write the heads
 // where they are, as FusedAttention_forward's do.
 void FusedAttentionGrad_forward(KernelCtx& c) {
-  AttentionDims a;
-  attention_dims(*c.in(1).shape, *c.in(2).shape, *c.in(3).shape, c.node.i("heads") != 0, a);
+  const AttentionDims a = attention_dims_of(c, 1);
   if (a.count == 0) return;
   const AttentionRows rows = attention_rows(c, a, 5);
   const double scale = c.node.f("scale");
   const bool nan_to_zero = c.node.i("nan_to_zero") != 0;
   dispatch_float(c, c.in(1).dtype, [&]<class T>() {
-    const T *dy = c.in(0).as<const T>(), *q = c.in(1).as<const T>(), *k = c.in(2).as<const T>();
-    const T *v = c.in(3).as<const T>(), *p = c.in(4).as<const T>();
-    T *dq = c.out(0).as<T>(), *dk = c.out(1).as<T>(), *dv = c.out(2).as<T>();
+    // heads 2: q, k and v one tensor (input 1), their gradients one too (output 0), each head's
+    // slots found by a.q_at, a.k_at and a.v_at; the heads write disjoint slots of dqkv.
+    const T *dy = c.in(0).as<const T>(), *q = c.in(1).as<const T>(), *p = c.in(4).as<const T>();
+    const T *k = a.packed ? q : c.in(2).as<const T>(), *v = a.packed ? q : c.in(3).as<const T>();
+    T* dq = c.out(0).as<T>();
+    T *dk = a.packed ? dq : c.out(1).as<T>(), *dv = a.packed ? dq : c.out(2).as<T>();
     const int64_t zero = 0, lq = a.q_stride(), lk = a.k_stride(), lv = a.v_stride(), ly = a.y_stride();
     const bool parallel = a.count > 1 && a.count * a.tq * a.tk * (a.d + a.dv) >= blas_split_min_work();
     parallel_for(a.count, parallel, [&](int64_t i) {

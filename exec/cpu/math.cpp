@@ -439,15 +439,16 @@ void LogSoftmax_forward(KernelCtx& c) { softmax_forward<true>(c); }
 // y = p v (nan_to_zero: p's NaNs read as 0). The products read q, k, v and write y where they are
 // (a head's rows H * D apart with heads 1).
 void FusedAttention_forward(KernelCtx& c) {
-  AttentionDims a;
-  attention_dims(*c.in(0).shape, *c.in(1).shape, *c.in(2).shape, c.node.i("heads") != 0, a);
+  const AttentionDims a = attention_dims_of(c, 0);
   if (a.count == 0 || a.tq == 0) return;
   const AttentionRows rows = attention_rows(c, a, 3);
   const double scale = c.node.f("scale");
   const bool nan_to_zero = c.node.i("nan_to_zero") != 0;
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
     if constexpr (kIsFloat<T>) {
-      const T *q = c.in(0).as<const T>(), *k = c.in(1).as<const T>(), *v = c.in(2).as<const T>();
+      // heads 2: q, k and v one tensor, input 0 (a.k_at and a.v_at find k and v in it).
+      const T* q = c.in(0).as<const T>();
+      const T *k = a.packed ? q : c.in(1).as<const T>(), *v = a.packed ? q : c.in(2).as<const T>();
       T *y = c.out(0).as<T>(), *p = c.out(1).as<T>();
       const T fill = T(rows.fill);
       const int64_t zero = 0, lq = a.q_stride(), lk = a.k_stride(), lv = a.v_stride(), ly = a.y_stride();

@@ -164,6 +164,19 @@ struct AttentionFuser : NodeRewrite {
       node = back;
       heads = 1;
     }
+    // q, k and v cut from one Linear layer's output: read there (heads 2).
+    int64_t num_heads = 0;
+    if (heads == 1) {
+      std::vector<Node*> split;
+      const ValueId qkv = packed_qkv(q, k, v, t, split);
+      if (qkv != kNoValue) {
+        gone.insert(gone.end(), split.begin(), split.end());
+        num_heads = g.value(q).shape[2];
+        q = qkv;
+        k = v = kNoValue;
+        heads = 2;
+      }
+    }
     if (mask != kNoValue && g.value(mask).dtype != DType::boolean) mask = constant_mask(mask);
     // The rewrite: `node` becomes FusedAttention, writing the Softmax's output as p.
     for (Node* n : gone) {
@@ -177,11 +190,13 @@ struct AttentionFuser : NodeRewrite {
     node->op = Op::FusedAttention;
     node->inputs = {q, k, v};
     if (mask != kNoValue) node->inputs.push_back(mask);
-    for (ValueId u : node->inputs) ++readers[size_t(u)];
+    for (ValueId u : node->inputs)
+      if (u != kNoValue) ++readers[size_t(u)];
     node->outputs = {node->outputs[0], probs};
     node->attrs.clear();
     node->attrs["scale"] = Attr(float(scale));
     node->attrs["heads"] = Attr(heads);
+    if (heads == 2) node->attrs["num_heads"] = Attr(num_heads);
     if (nan_to_zero) node->attrs["nan_to_zero"] = Attr(nan_to_zero);
     if (mask != kNoValue) {
       node->attrs["fill"] = Attr(float(fill));
@@ -194,6 +209,37 @@ struct AttentionFuser : NodeRewrite {
       drop[size_t(bias_where - g.nodes.data())] = true;
     }
     return true;
+  }
+
+  // The value qkv [B, T, 3 * H * D] of dtype t when q4, k4 and v4 ([B, T, H, D] alike) are
+  // Reshapes of the three outputs of one Split along qkv's last axis, in that order (equal thirds:
+  // a Linear layer's output cut into q, k and v), each read only there; the Split and the
+  // Reshapes are added to `gone`. Else kNoValue.
+  ValueId packed_qkv(ValueId q4, ValueId k4, ValueId v4, DType t, std::vector<Node*>& gone) {
+    const Shape& s4 = g.value(q4).shape;
+    if (g.value(k4).shape != s4 || g.value(v4).shape != s4) return kNoValue;
+    Node* reshape[3] = {sole_producer(q4, Op::Reshape), sole_producer(k4, Op::Reshape), sole_producer(v4, Op::Reshape)};
+    for (Node* r : reshape)
+      if (!r) return kNoValue;
+    const Value& part = g.value(reshape[0]->inputs[0]);
+    if (part.producer < 0 || drop[size_t(part.producer)]) return kNoValue;
+    Node& split = g.nodes[size_t(part.producer)];
+    if (split.op != Op::Split || split.outputs.size() != 3) return kNoValue;
+    const ValueId qkv = split.inputs[0];
+    const Shape& xs = g.value(qkv).shape;
+    if (g.value(qkv).dtype != t || xs != Shape{s4[0], s4[1], 3 * s4[2] * s4[3]}) return kNoValue;
+    int64_t axis = split.i("axis");
+    if (axis < 0) axis += 3;
+    if (axis != 2) return kNoValue;
+    for (int j = 0; j < 3; ++j) {
+      const ValueId sj = split.outputs[size_t(j)];
+      if (reshape[j]->inputs[0] != sj || readers[size_t(sj)] != 1 || kept.count(sj) ||
+          g.value(sj).shape != Shape{s4[0], s4[1], s4[2] * s4[3]})
+        return kNoValue;
+    }
+    gone.push_back(&split);
+    gone.insert(gone.end(), reshape, reshape + 3);
+    return qkv;
   }
 
   // A bool constant true where float constant b is not 0.

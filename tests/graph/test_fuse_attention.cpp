@@ -3,7 +3,8 @@
 // that the fused graph's values and gradients are the unfused graph's on the CPU (its MatMul,
 // Softmax, Where and SoftmaxGrad kernels: an independent computation), causal masks with their
 // skipped blocks included, that autodiff's FusedAttentionGrad matches float64 finite differences, and
-// that the trainer's graph of the sample causal language model fuses every layer.
+// that the trainer's graph of the sample causal language model fuses every layer; q, k and v cut
+// from one Linear output read in place (heads 2).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -287,6 +288,107 @@ TEST_CASE("fuse_attention: FusedAttentionGrad against float64 finite differences
   }
 }
 
+namespace {
+
+// GPT-style layers whose q, k and v a Split cuts from one [B, T, 3 * H * D] input, then Reshapes
+// to [B, T, H, D]: p1 packs (heads 2: the Split and Reshapes go); p2 (the Split's outputs taken
+// as k, q, v) and p3 (a Split output also a graph output) fuse with heads 1 and keep their Split.
+Graph packed_sample() {
+  Graph g;
+  const int64_t b = 2, t = 37, h = 3, d = 4;
+  ValueId causal = mask(g, "causal", t, t, true), ninf = scalar(g, "ninf", kNegInf);
+  std::vector<ValueId> ys;
+  for (const char* name : {"p1", "p2", "p3"}) {
+    const std::string n = name;
+    ValueId x = add_input(g, n + "/qkv", {b, t, 3 * h * d});
+    ValueId sizes = add_constant(g, n + "/sizes", Tensor::from_i64({h * d, h * d, h * d}, {3}));
+    ValueId shape = add_constant(g, n + "/shape", Tensor::from_i64({b, t, h, d}, {4}));
+    const int split = g.add_node(Op::Split, n + "/split", {x, sizes}, {n + "/s0", n + "/s1", n + "/s2"},
+                                 {{"axis", Attr(int64_t(2))}});
+    std::vector<ValueId> parts;
+    for (int j = 0; j < 3; ++j)
+      parts.push_back(out(g, g.add_node(Op::Reshape, fmt::format("{}/r{}", n, j),
+                                        {g.nodes[size_t(split)].outputs[size_t(j)], shape}, {fmt::format("{}/q{}", n, j)})));
+    if (n == "p2") std::swap(parts[0], parts[1]);
+    ys.push_back(Layer{g, n}.heads(parts[0], parts[1], parts[2], causal, ninf));
+    if (n == "p3") ys.push_back(g.nodes[size_t(split)].outputs[2]);
+  }
+  g.outputs = ys;
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("fuse_attention: q, k and v split from one Linear output are read there (heads 2), values and gradients") {
+  Graph g = packed_sample();
+  CHECK(fuse_attention(g) == 3);
+  verify(g);
+  const auto n = by_name(g);
+  const Node& p1 = *n.at("p1/back");
+  CHECK(p1.op == Op::FusedAttention);
+  CHECK(p1.i("heads") == 2);
+  CHECK(p1.i("num_heads") == 3);
+  REQUIRE(p1.inputs.size() == 4);
+  CHECK(g.value(p1.inputs[0]).name == "p1/qkv");
+  CHECK(p1.inputs[1] == kNoValue);
+  CHECK(p1.inputs[2] == kNoValue);
+  for (const char* gone : {"p1/split", "p1/r0", "p1/r1", "p1/r2"}) CHECK_MESSAGE(!n.count(gone), gone);
+  for (const char* layer : {"p2", "p3"}) {
+    CAPTURE(layer);
+    CHECK(n.at(std::string(layer) + "/back")->i("heads") == 1);
+    CHECK(n.at(std::string(layer) + "/split")->op == Op::Split);
+  }
+  // Values: the unfused graph's.
+  const std::map<std::string, Tensor> in = random_feeds(g, 5);
+  check_same_outputs(packed_sample(), g, in, 2e-6);
+  // Gradients with respect to each qkv: the unfused graph's (one dqkv, no Concat, for p1).
+  auto grads = [](Graph x) {
+    std::vector<ValueId> terms;
+    for (size_t i = 0; i < x.outputs.size(); ++i) {
+      Tensor r(DType::f32, x.value(x.outputs[i]).shape);
+      for (int64_t e = 0; e < r.numel(); ++e) r.as<float>()[e] = float(((e * 5 + int64_t(i) * 3) % 13) - 6) / 6.0f;
+      ValueId m = out(x, x.add_node(Op::Mul, fmt::format("mul{}", i), {x.outputs[i], add_constant(x, fmt::format("R{}", i), std::move(r))},
+                                    {fmt::format("m{}", i)}));
+      terms.push_back(out(x, x.add_node(Op::ReduceSum, fmt::format("sum{}", i), {m}, {fmt::format("s{}", i)},
+                                        {{"keepdims", Attr(int64_t(0))}})));
+    }
+    ValueId loss = terms[0];
+    for (size_t k = 1; k < terms.size(); ++k)
+      loss = out(x, x.add_node(Op::Add, fmt::format("add{}", k), {loss, terms[k]}, {fmt::format("l{}", k)}));
+    x.outputs = autodiff(x, loss, {x.find("p1/qkv"), x.find("p2/qkv"), x.find("p3/qkv")});
+    verify(x);
+    return x;
+  };
+  Graph gp = grads(packed_sample()), gf = grads(std::move(g));
+  CHECK(count_ops(gf, Op::FusedAttentionGrad) == 3);
+  CHECK(count_ops(gf, Op::Concat) == 2);  // p2's and p3's; p1's gradient is written in place
+  const std::map<std::string, Tensor> ya = Plan(gp).run(in), yb = Plan(gf).run(in);
+  for (size_t k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    const std::vector<double> xv = ya.at(gp.value(gp.outputs[k]).name).to_f64(),
+                              zv = yb.at(gf.value(gf.outputs[k]).name).to_f64();
+    REQUIRE(xv.size() == zv.size());
+    double scale = 0;
+    for (double e : xv) scale = std::max(scale, std::fabs(e));
+    REQUIRE(scale > 0);
+    for (size_t e = 0; e < xv.size(); ++e) CHECK(std::fabs(xv[e] - zv[e]) <= 1e-5 * (1 + scale));
+  }
+}
+
+TEST_CASE("fuse_attention: FusedAttentionGrad with q, k and v packed (heads 2) against float64 finite differences") {
+  testing::Case c;
+  const int64_t t = 5, h = 2, d = 3;
+  ValueId qkv = c.param("qkv", {2, t, 3 * h * d});
+  Tensor m(DType::boolean, {1, 1, t, t});
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < t; ++j) m.as<bool>()[i * t + j] = j > i;
+  const std::map<std::string, Attr> attrs = {{"scale", Attr(0.7f)},          {"heads", Attr(int64_t(2))},
+                                             {"num_heads", Attr(int64_t(h))}, {"fill", Attr(kNegInf)},
+                                             {"fill_when", Attr(int64_t(1))}};
+  ValueId y = c.node_n(Op::FusedAttention, {qkv, kNoValue, kNoValue, c.constant(m, "mask")}, attrs, 2)[0];
+  testing::gradcheck(c, y);
+}
+
 TEST_CASE("fuse_attention: the trainer's graph of the sample causal language model has one FusedAttention per layer") {
   TrainOptions o;
   o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/tiny_lm/model.onnx";
@@ -296,6 +398,11 @@ TEST_CASE("fuse_attention: the trainer's graph of the sample causal language mod
   CHECK(fused >= 1);
   CHECK(count_ops(tg.g, Op::FusedAttentionGrad) == fused);
   CHECK(count_ops(tg.g, Op::Softmax) + count_ops(tg.g, Op::MaskedSoftmax) == 0);
+  // Its one Linear for q, k and v: read in place, no Split forward or Concat backward.
+  for (const Node& n : tg.g.nodes)
+    if (n.op == Op::FusedAttention) CHECK(n.i("heads") == 2);
+  CHECK(count_ops(tg.g, Op::Split) == 0);
+  CHECK(count_ops(tg.g, Op::Concat) == 0);
   verify(tg.g);
 }
 
@@ -320,6 +427,27 @@ TEST_CASE("FusedAttention: the shape rules refuse operands that do not fit, nami
   ValueId p = g.nodes[size_t(ok)].outputs[1];
   CHECK_THROWS_WITH_AS(g.add_node(Op::FusedAttentionGrad, "grad", {p, q, kt, v, p}, {"dq", "dk", "dv"}),
                        doctest::Contains("dy [2, 3, 5, 9] is not y's shape [2, 3, 5, 6]"), Error);
+  CHECK_THROWS_WITH_AS(add({q, kNoValue, v}), doctest::Contains("input 1 (k) is missing"), Error);
+  // heads 2: qkv [B, T, 3 * H * D] alone.
+  ValueId qkv = add_input(g, "qkv", {2, 5, 24}), qkv_odd = add_input(g, "qkv_odd", {2, 5, 25});
+  const std::map<std::string, Attr> packed = {{"heads", Attr(int64_t(2))}, {"num_heads", Attr(int64_t(2))}};
+  CHECK_THROWS_WITH_AS(add({qkv, kt, kNoValue}, packed), doctest::Contains("input 1 is to be absent"), Error);
+  CHECK_THROWS_WITH_AS(add({qkv_odd, kNoValue, kNoValue}, packed), doctest::Contains("[B, T, 3 * H * D]"), Error);
+  CHECK_THROWS_WITH_AS(add({qkv, kNoValue, kNoValue}, {{"heads", Attr(int64_t(2))}}),
+                       doctest::Contains("'num_heads' is 0"), Error);
+  CHECK_THROWS_WITH_AS(add({qkv, kNoValue, kNoValue}, {{"heads", Attr(int64_t(3))}}), doctest::Contains("not 0, 1 or 2"),
+                       Error);
+  const int pk = add({qkv, kNoValue, kNoValue}, packed);
+  const Node& pn = g.nodes[size_t(pk)];
+  CHECK(g.value(pn.outputs[0]).shape == Shape{2, 5, 2, 4});
+  CHECK(g.value(pn.outputs[1]).shape == Shape{2, 2, 5, 5});
+  std::map<std::string, Attr> grad_attrs = packed;
+  CHECK_THROWS_WITH_AS(g.add_node(Op::FusedAttentionGrad, "pgrad", {pn.outputs[0], qkv, kNoValue, kNoValue, pn.outputs[1]},
+                                  {"dq", "dk", "dv"}, grad_attrs),
+                       doctest::Contains("with heads 2 FusedAttentionGrad has 1 output (dqkv), not 3 outputs"), Error);
+  const int pg = g.add_node(Op::FusedAttentionGrad, "pgrad", {pn.outputs[0], qkv, kNoValue, kNoValue, pn.outputs[1]},
+                            {"dqkv"}, grad_attrs);
+  CHECK(g.value(g.nodes[size_t(pg)].outputs[0]).shape == Shape{2, 5, 24});
 
   onnx::ModelProto model = optest::one_node_model(17, "FusedAttention", {Tensor(DType::f32, {1, 2, 3}),
                                                   Tensor(DType::f32, {1, 3, 2}), Tensor(DType::f32, {1, 2, 3})}, {}, 2);
