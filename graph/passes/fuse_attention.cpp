@@ -151,13 +151,23 @@ struct AttentionFuser : NodeRewrite {
     int64_t heads = 0;
     const ValueId q4 = transposed_from(q, {0, 2, 1, 3}), k4 = transposed_from(k, {0, 2, 3, 1}),
                   v4 = transposed_from(v, {0, 2, 1, 3});
-    Node* back = nullptr;
-    for (size_t ri = ni + 1; ri < g.nodes.size() && !back; ++ri)
-      if (!drop[ri] && g.nodes[ri].op == Op::Transpose && g.nodes[ri].inputs[0] == y) back = &g.nodes[ri];
+    // The Transpose back reads y, or a Reshape of y to its own shape read only there (HF GPT-2's
+    // export reshapes y so before transposing it).
+    Node *back = nullptr, *same = nullptr;
+    ValueId yb = y;
+    for (size_t ri = ni + 1; ri < g.nodes.size() && !back; ++ri) {
+      Node& r = g.nodes[ri];
+      if (drop[ri] || r.inputs.empty() || r.inputs[0] != yb) continue;
+      if (r.op == Op::Transpose) back = &r;
+      else if (r.op == Op::Reshape && !same && g.value(r.outputs[0]).shape == g.value(y).shape &&
+               readers[size_t(r.outputs[0])] == 1 && !kept.count(r.outputs[0]))
+        yb = (same = &r)->outputs[0];
+    }
     if (q4 != kNoValue && k4 != kNoValue && v4 != kNoValue && back && readers[size_t(y)] == 1 && !kept.count(y) &&
         back->ints_or("perm", {}) == std::vector<int64_t>{0, 2, 1, 3}) {
       for (ValueId u : {q, k, v}) gone.push_back(&g.nodes[size_t(g.value(u).producer)]);
       gone.push_back(&pv);
+      if (same) gone.push_back(same);
       q = q4;
       k = k4;
       v = v4;

@@ -292,13 +292,14 @@ namespace {
 
 // GPT-style layers whose q, k and v a Split cuts from one [B, T, 3 * H * D] input, then Reshapes
 // to [B, T, H, D]: p1 packs (heads 2: the Split and Reshapes go); p2 (the Split's outputs taken
-// as k, q, v) and p3 (a Split output also a graph output) fuse with heads 1 and keep their Split.
+// as k, q, v) and p3 (a Split output also a graph output) fuse with heads 1 and keep their Split;
+// p4 packs too, its y reshaped to its own shape before the Transpose back (HF GPT-2's export).
 Graph packed_sample() {
   Graph g;
   const int64_t b = 2, t = 37, h = 3, d = 4;
   ValueId causal = mask(g, "causal", t, t, true), ninf = scalar(g, "ninf", kNegInf);
   std::vector<ValueId> ys;
-  for (const char* name : {"p1", "p2", "p3"}) {
+  for (const char* name : {"p1", "p2", "p3", "p4"}) {
     const std::string n = name;
     ValueId x = add_input(g, n + "/qkv", {b, t, 3 * h * d});
     ValueId sizes = add_constant(g, n + "/sizes", Tensor::from_i64({h * d, h * d, h * d}, {3}));
@@ -310,6 +311,17 @@ Graph packed_sample() {
       parts.push_back(out(g, g.add_node(Op::Reshape, fmt::format("{}/r{}", n, j),
                                         {g.nodes[size_t(split)].outputs[size_t(j)], shape}, {fmt::format("{}/q{}", n, j)})));
     if (n == "p2") std::swap(parts[0], parts[1]);
+    if (n == "p4") {  // as Layer::heads, with y reshaped to [B, H, T, D] before the Transpose back
+      Layer a{g, n};
+      ValueId sc = a.node_out(Op::Mul, "scale", {a.qk(a.transpose("tq", parts[0], {0, 2, 1, 3}),
+                                                      a.transpose("tk", parts[1], {0, 2, 3, 1})),
+                                                 scalar(g, n + "/c", 0.35f)});
+      ValueId y = a.pv(a.softmax(a.node_out(Op::Where, "where", {causal, ninf, sc})),
+                       a.transpose("tv", parts[2], {0, 2, 1, 3}));
+      y = a.node_out(Op::Reshape, "same", {y, add_constant(g, n + "/bhtd", Tensor::from_i64({b, h, t, d}, {4}))});
+      ys.push_back(a.transpose("back", y, {0, 2, 1, 3}));
+      continue;
+    }
     ys.push_back(Layer{g, n}.heads(parts[0], parts[1], parts[2], causal, ninf));
     if (n == "p3") ys.push_back(g.nodes[size_t(split)].outputs[2]);
   }
@@ -321,18 +333,22 @@ Graph packed_sample() {
 
 TEST_CASE("fuse_attention: q, k and v split from one Linear output are read there (heads 2), values and gradients") {
   Graph g = packed_sample();
-  CHECK(fuse_attention(g) == 3);
+  CHECK(fuse_attention(g) == 4);
   verify(g);
   const auto n = by_name(g);
-  const Node& p1 = *n.at("p1/back");
-  CHECK(p1.op == Op::FusedAttention);
-  CHECK(p1.i("heads") == 2);
-  CHECK(p1.i("num_heads") == 3);
-  REQUIRE(p1.inputs.size() == 4);
-  CHECK(g.value(p1.inputs[0]).name == "p1/qkv");
-  CHECK(p1.inputs[1] == kNoValue);
-  CHECK(p1.inputs[2] == kNoValue);
-  for (const char* gone : {"p1/split", "p1/r0", "p1/r1", "p1/r2"}) CHECK_MESSAGE(!n.count(gone), gone);
+  for (const char* layer : {"p1", "p4"}) {
+    CAPTURE(layer);
+    const std::string l = layer;
+    const Node& p1 = *n.at(l + "/back");
+    CHECK(p1.op == Op::FusedAttention);
+    CHECK(p1.i("heads") == 2);
+    CHECK(p1.i("num_heads") == 3);
+    REQUIRE(p1.inputs.size() == 4);
+    CHECK(g.value(p1.inputs[0]).name == l + "/qkv");
+    CHECK(p1.inputs[1] == kNoValue);
+    CHECK(p1.inputs[2] == kNoValue);
+    for (const char* gone : {"/split", "/r0", "/r1", "/r2", "/same"}) CHECK_MESSAGE(!n.count(l + gone), gone);
+  }
   for (const char* layer : {"p2", "p3"}) {
     CAPTURE(layer);
     CHECK(n.at(std::string(layer) + "/back")->i("heads") == 1);
@@ -355,15 +371,15 @@ TEST_CASE("fuse_attention: q, k and v split from one Linear output are read ther
     ValueId loss = terms[0];
     for (size_t k = 1; k < terms.size(); ++k)
       loss = out(x, x.add_node(Op::Add, fmt::format("add{}", k), {loss, terms[k]}, {fmt::format("l{}", k)}));
-    x.outputs = autodiff(x, loss, {x.find("p1/qkv"), x.find("p2/qkv"), x.find("p3/qkv")});
+    x.outputs = autodiff(x, loss, {x.find("p1/qkv"), x.find("p2/qkv"), x.find("p3/qkv"), x.find("p4/qkv")});
     verify(x);
     return x;
   };
   Graph gp = grads(packed_sample()), gf = grads(std::move(g));
-  CHECK(count_ops(gf, Op::FusedAttentionGrad) == 3);
-  CHECK(count_ops(gf, Op::Concat) == 2);  // p2's and p3's; p1's gradient is written in place
+  CHECK(count_ops(gf, Op::FusedAttentionGrad) == 4);
+  CHECK(count_ops(gf, Op::Concat) == 2);  // p2's and p3's; p1's and p4's gradients are written in place
   const std::map<std::string, Tensor> ya = Plan(gp).run(in), yb = Plan(gf).run(in);
-  for (size_t k = 0; k < 3; ++k) {
+  for (size_t k = 0; k < 4; ++k) {
     CAPTURE(k);
     const std::vector<double> xv = ya.at(gp.value(gp.outputs[k]).name).to_f64(),
                               zv = yb.at(gf.value(gf.outputs[k]).name).to_f64();
