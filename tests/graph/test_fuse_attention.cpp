@@ -208,9 +208,10 @@ TEST_CASE("fuse_attention: the fused graph computes the unfused graph's values o
 
 namespace {
 
-// The sample's graph with loss = sum(y_i * R_i) over its outputs, and its gradients with respect
-// to every input as outputs too.
-Graph with_gradients(Graph g) {
+// The graph with loss = sum(y_i * R_i) over its outputs, and its gradients with respect to the
+// inputs named (the sample's, by default) as outputs too.
+Graph with_gradients(Graph g, const std::vector<std::string>& inputs = {"q4", "k4", "v4", "q", "kt", "v", "q12",
+                                                                        "kt12", "v12"}) {
   std::vector<ValueId> terms;
   int i = 0;
   for (ValueId y : g.outputs) {
@@ -227,7 +228,7 @@ Graph with_gradients(Graph g) {
   for (size_t k = 1; k < terms.size(); ++k)
     loss = out(g, g.add_node(Op::Add, fmt::format("add{}", k), {loss, terms[k]}, {fmt::format("l{}", k)}));
   std::vector<ValueId> wrt;
-  for (const char* name : {"q4", "k4", "v4", "q", "kt", "v", "q12", "kt12", "v12"}) wrt.push_back(g.find(name));
+  for (const std::string& name : inputs) wrt.push_back(g.find(name));
   std::vector<ValueId> grads = autodiff(g, loss, wrt);
   g.outputs.clear();
   for (ValueId d : grads) g.outputs.push_back(d);
@@ -357,25 +358,9 @@ TEST_CASE("fuse_attention: q, k and v split from one Linear output are read ther
   // Values: the unfused graph's.
   const std::map<std::string, Tensor> in = random_feeds(g, 5);
   check_same_outputs(packed_sample(), g, in, 2e-6);
-  // Gradients with respect to each qkv: the unfused graph's (one dqkv, no Concat, for p1).
-  auto grads = [](Graph x) {
-    std::vector<ValueId> terms;
-    for (size_t i = 0; i < x.outputs.size(); ++i) {
-      Tensor r(DType::f32, x.value(x.outputs[i]).shape);
-      for (int64_t e = 0; e < r.numel(); ++e) r.as<float>()[e] = float(((e * 5 + int64_t(i) * 3) % 13) - 6) / 6.0f;
-      ValueId m = out(x, x.add_node(Op::Mul, fmt::format("mul{}", i), {x.outputs[i], add_constant(x, fmt::format("R{}", i), std::move(r))},
-                                    {fmt::format("m{}", i)}));
-      terms.push_back(out(x, x.add_node(Op::ReduceSum, fmt::format("sum{}", i), {m}, {fmt::format("s{}", i)},
-                                        {{"keepdims", Attr(int64_t(0))}})));
-    }
-    ValueId loss = terms[0];
-    for (size_t k = 1; k < terms.size(); ++k)
-      loss = out(x, x.add_node(Op::Add, fmt::format("add{}", k), {loss, terms[k]}, {fmt::format("l{}", k)}));
-    x.outputs = autodiff(x, loss, {x.find("p1/qkv"), x.find("p2/qkv"), x.find("p3/qkv"), x.find("p4/qkv")});
-    verify(x);
-    return x;
-  };
-  Graph gp = grads(packed_sample()), gf = grads(std::move(g));
+  // Gradients with respect to each qkv: the unfused graph's (one dqkv, no Concat, for p1 and p4).
+  const std::vector<std::string> qkv = {"p1/qkv", "p2/qkv", "p3/qkv", "p4/qkv"};
+  Graph gp = with_gradients(packed_sample(), qkv), gf = with_gradients(std::move(g), qkv);
   CHECK(count_ops(gf, Op::FusedAttentionGrad) == 4);
   CHECK(count_ops(gf, Op::Concat) == 2);  // p2's and p3's; p1's and p4's gradients are written in place
   const std::map<std::string, Tensor> ya = Plan(gp).run(in), yb = Plan(gf).run(in);
