@@ -31,9 +31,9 @@ constexpr double kVastNegative = -1e30;
 struct AttentionDims {
   bool heads = false;   // the `heads` attribute is 1 or 2: q and y are [B, T, H, D]
   bool packed = false;  // heads 2: q, k and v in one [B, T, 3 * H * D] tensor
-  Shape lead;          // p's leading dims: N.. (heads 0) or [B, H] (heads 1)
+  Shape lead;          // p's leading dims: N.. (heads 0) or [B, H] (heads 1 and 2)
   int64_t count = 0;   // heads in all: the product of `lead`
-  int64_t h = 1;       // heads per batch row (heads 1), else 1
+  int64_t h = 1;       // heads per batch row (heads 1 and 2), else 1
   int64_t tq = 0, tk = 0, d = 0, dv = 0;
 
   Shape p_shape() const {

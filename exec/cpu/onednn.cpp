@@ -437,10 +437,12 @@ namespace {
 
 std::atomic<int64_t> bias_products{0};
 
-// The matmul primitive of one shape and layout, its arguments' memories (their data set per call).
+// The matmul primitive of one shape and layout, and its arguments: memories made once, their data
+// set per call.
 struct MatmulBias {
   dnnl::matmul prim;
-  memory a, b, bias, c, scratch;
+  memory a, b, bias, c;
+  std::unordered_map<int, memory> args;
 };
 
 // Null where oneDNN refuses the shape.
@@ -457,7 +459,8 @@ std::unique_ptr<MatmulBias> make_matmul_bias(bool tb, int64_t m, int64_t n, int6
     p->b = memory(bd, cpu_engine(), DNNL_MEMORY_NONE);
     p->bias = memory(biasd, cpu_engine(), DNNL_MEMORY_NONE);
     p->c = memory(cd, cpu_engine(), DNNL_MEMORY_NONE);
-    if (pd.scratchpad_desc().get_size() > 0) p->scratch = memory(pd.scratchpad_desc(), cpu_engine());
+    p->args = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_BIAS, p->bias}, {DNNL_ARG_DST, p->c}};
+    if (pd.scratchpad_desc().get_size() > 0) p->args[DNNL_ARG_SCRATCHPAD] = memory(pd.scratchpad_desc(), cpu_engine());
     return p;
   } catch (const dnnl::error&) {
     return nullptr;
@@ -482,10 +485,7 @@ bool dnnl_matmul_bias(bool tb, int64_t m, int64_t n, int64_t k, const float* a, 
   p->b.set_data_handle(const_cast<float*>(b));
   p->bias.set_data_handle(const_cast<float*>(bias));
   p->c.set_data_handle(c);
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_BIAS, p->bias}, {DNNL_ARG_DST, p->c}};
-  if (p->scratch) args[DNNL_ARG_SCRATCHPAD] = p->scratch;
-  p->prim.execute(stream, args);
+  p->prim.execute(stream, p->args);
   stream.wait();
   bias_products.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -23,12 +23,12 @@
 // When q, kt and v are Transposes of [B, T, H, D] tensors (perms [0, 2, 1, 3], [0, 2, 3, 1] and
 // [0, 2, 1, 3], each read only here) and y is read only by a Transpose back ([0, 2, 1, 3]; or by a
 // Reshape to y's own shape read only by it), those four Transposes go too (heads 1: the kernels
-// read the heads in place). When those [B, T, H, D]
-// tensors are in turn Reshapes of a Split's three outputs (q, k, v in that order, each read only
-// there) cutting a [B, T, 3 * H * D] value into thirds along its last axis (a GPT-style layer's
-// one Linear for q, k and v), the Split and Reshapes go as well (heads 2: the kernels read q, k
-// and v in that value's rows, and the gradient is one dqkv there: no Split forward, no Concat
-// backward; gpt_small's 4 Splits and 4 Concats took 3.6 ms of a 170 ms step).
+// read the heads in place). When those [B, T, H, D] tensors are in turn Reshapes of a Split's
+// three outputs (q, k, v in that order, each read only there) cutting a [B, T, 3 * H * D] value
+// into thirds along its last axis (a GPT-style layer's one Linear for q, k and v), the Split and
+// Reshapes go as well (heads 2: the kernels read q, k and v in that value's rows, and the
+// gradient is one dqkv there: no Split forward, no Concat backward; gpt_small's 4 Splits and 4
+// Concats took 3.6 ms of a 170 ms step).
 //
 // The values are the unfused nodes' to rounding: the same products, softmax and gradient, summed
 // in blocks of rows and columns, the scale applied to the product (a scale on q and k rounds
