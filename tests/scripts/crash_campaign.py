@@ -93,7 +93,17 @@ def checkpoints(ckpt_dir):
 
 
 def temporaries(ckpt_dir):
+    """Every temporary the run left in its folder: checkpoint folders being written, and the
+    trained model.onnx.tmp being exported."""
     return [n for n in os.listdir(ckpt_dir) if n.endswith(".tmp")] if os.path.isdir(ckpt_dir) else []
+
+
+def temporary_step(name):
+    """The step of a checkpoint being written ('.checkpoint-12.tmp' -> 12); None for any other
+    temporary (model.onnx.tmp)."""
+    if name.startswith(".checkpoint-") and name.endswith(".tmp"):
+        return int(name[len(".checkpoint-"):-len(".tmp")])
+    return None
 
 
 def tensor_files(folder):
@@ -159,7 +169,7 @@ def check_end(ref, out, ckpt_dir, p, resumed_from, skipped=None):
         if tensor_files(folder) != ref.checkpoints[s]:
             raise Failed(f"checkpoint-{s}'s tensors differ from the uninterrupted run's")
     if temporaries(ckpt_dir):
-        raise Failed(f"temporary checkpoint folders left: {temporaries(ckpt_dir)}")
+        raise Failed(f"temporaries left: {temporaries(ckpt_dir)}")
 
 
 def check_intact(ref, ckpt_dir, what, damaged=()):
@@ -185,7 +195,7 @@ def run_and_kill(cmd, env, rng, ref, ckpt_dir):
     """Starts cmd and SIGKILLs it at a random moment; returns where (None when it finished first)."""
     def tmp_folders():  # (name, inode): a folder removed and made again is a new one
         found = set()
-        for n in temporaries(ckpt_dir):
+        for n in (t for t in temporaries(ckpt_dir) if temporary_step(t) is not None):
             try:
                 found.add((n, os.stat(os.path.join(ckpt_dir, n)).st_ino))
             except FileNotFoundError:
@@ -202,7 +212,7 @@ def run_and_kill(cmd, env, rng, ref, ckpt_dir):
         pause = rng.choice([0, 0, rng.uniform(0, 0.002)])
         where = f"before checkpoint-{target}'s write was seen"
         while p.poll() is None and time.monotonic() - t0 < LIMIT_S:
-            tmp = [n for n, ino in tmp_folders() - stale if int(n.split("-")[1].split(".")[0]) >= target]
+            tmp = [n for n, ino in tmp_folders() - stale if temporary_step(n) >= target]
             if tmp:
                 time.sleep(pause)
                 where = f"while writing {tmp[0]}" + (f" (+{pause * 1e3:.1f} ms)" if pause else "")
