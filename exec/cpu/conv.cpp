@@ -62,7 +62,8 @@ void kernel_conv(KernelCtx& c) {
     }
   }
   const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group};
-  conv_forward<T>(g, ch, xr.as<T>(), wr.as<T>(), c.has_in(2) ? c.in(2).as<T>() : nullptr, yr.as<T>());
+  conv_forward<T>(g, ch, xr.as<T>(), wr.as<T>(), c.has_in(2) ? c.in(2).as<T>() : nullptr, yr.as<T>(),
+                  c.in_tag(0));
 }
 
 template <class T>

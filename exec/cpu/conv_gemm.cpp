@@ -663,12 +663,13 @@ void plane_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x,
 }  // namespace
 
 template <class T>
-void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y) {
+void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y,
+                  ValueTag x_tag) {
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if (P == 0 || ch.images == 0 || Cout == 0) return;
   if constexpr (std::is_same_v<T, float>)
-    if (dnnl_conv_forward(g, ch, x, w, bias, y)) return;
+    if (dnnl_conv_forward(g, ch, x, w, bias, y, x_tag)) return;
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: out channels per group each see one input channel
     parallel_for(ch.images * ch.groups, ch.images * ch.groups > 1, [&](int64_t task) {
       const int64_t n = task / ch.groups, gi = task % ch.groups;
@@ -790,7 +791,8 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
 }
 
 template <class T>
-void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw, ValueTag dy_tag) {
+void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw, ValueTag x_tag,
+                      ValueTag dy_tag) {
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   const int64_t CK = ch.in * K, Mg = ch.out, wsize = Cout * CK;
@@ -798,7 +800,7 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   std::fill(dw, dw + wsize, T(0));
   if (P == 0 || ch.images == 0) return;
   if constexpr (std::is_same_v<T, float>)
-    if (dnnl_conv_filter_grad(g, ch, x, dy, dw, dy_tag)) return;
+    if (dnnl_conv_filter_grad(g, ch, x, dy, dw, x_tag, dy_tag)) return;
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: each output channel's taps over its one input channel
     parallel_for(Cout, Cout > 1, [&](int64_t oc) {
       const int64_t gi = oc / Mg;
@@ -845,14 +847,17 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   transpose_partials(partial, threads, ch.groups, CK, Mg, dw);
 }
 
-template void conv_forward<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*);
+template void conv_forward<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*,
+                                  ValueTag);
 template void conv_forward<double>(const ConvWindows&, const ConvChannels&, const double*, const double*, const double*,
-                                   double*);
+                                   double*, ValueTag);
 template void conv_transpose<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
                                     float*, ValueTag);
 template void conv_transpose<double>(const ConvWindows&, const ConvChannels&, const double*, const double*,
                                      const double*, double*, ValueTag);
-template void conv_filter_grad<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, float*, ValueTag);
-template void conv_filter_grad<double>(const ConvWindows&, const ConvChannels&, const double*, const double*, double*, ValueTag);
+template void conv_filter_grad<float>(const ConvWindows&, const ConvChannels&, const float*, const float*, float*, ValueTag,
+                                      ValueTag);
+template void conv_filter_grad<double>(const ConvWindows&, const ConvChannels&, const double*, const double*, double*,
+                                       ValueTag, ValueTag);
 
 }  // namespace onnxdp

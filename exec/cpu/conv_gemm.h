@@ -50,8 +50,11 @@ struct ConvChannels {
 };
 
 // Conv: x [N, G*in, bound..], w [G*out, in, kernel..], bias [G*out] or nullptr -> y [N, G*out, iter..].
+// x_tag names x's contents where the caller knows them (the filter gradient reads x again;
+// exec/cpu/onednn.h shares work between the two).
 template <class T>
-void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y);
+void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y,
+                  ValueTag x_tag = {});
 
 // ConvTranspose: x [N, G*in, iter..], w [G*in, out, kernel..], bias [G*out] or nullptr
 // -> y [N, G*out, bound..] (every output element the sum of the taps that land on it, plus bias).
@@ -62,9 +65,9 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
                     ValueTag x_tag = {});
 
 // ConvGradFilter: x [N, G*in, bound..], dy [N, G*out, iter..] -> dw [G*out, in, kernel..], the
-// sum over images and positions of dy times the input each tap saw. dy_tag as x_tag above.
+// sum over images and positions of dy times the input each tap saw. x_tag and dy_tag as above.
 template <class T>
 void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw,
-                      ValueTag dy_tag = {});
+                      ValueTag x_tag = {}, ValueTag dy_tag = {});
 
 }  // namespace onnxdp

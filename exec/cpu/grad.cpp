@@ -87,7 +87,7 @@ void conv_grad_filter(KernelCtx& c) {
   const std::vector<int64_t> pads = c.node.ints_or("pads", std::vector<int64_t>(2 * n, 0));
   g.pad_begin.assign(pads.begin(), pads.begin() + int64_t(n));
   const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group};
-  conv_filter_grad<T>(g, ch, c.in(0).as<T>(), c.in(1).as<T>(), c.out(0).as<T>(), c.in_tag(1));
+  conv_filter_grad<T>(g, ch, c.in(0).as<T>(), c.in(1).as<T>(), c.out(0).as<T>(), c.in_tag(0), c.in_tag(1));
 }
 
 // ---- pooling -----------------------------------------------------------------------------------

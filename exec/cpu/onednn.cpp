@@ -48,14 +48,16 @@ void set_dnnl_enabled(bool on) { dnnl_switch = on ? 1 : 0; }
 
 bool dnnl_built() { return false; }
 void dnnl_one_thread() {}
-bool dnnl_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {
+bool dnnl_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*,
+                       ValueTag) {
   return false;
 }
 bool dnnl_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*,
                          ValueTag) {
   return false;
 }
-bool dnnl_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*, ValueTag) {
+bool dnnl_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*, ValueTag,
+                           ValueTag) {
   return false;
 }
 int64_t dnnl_shared_reorders() { return 0; }
@@ -267,9 +269,10 @@ Prim* prim_for(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int6
 }
 
 // The calling thread's primitive for the shape and share if it has made one, else null.
-Prim* made_prim(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, int share) {
+Prim* made_prim(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, int share,
+                bool bias = false) {
   PrimCache& cache = thread_prims();
-  auto it = cache.find(prim_key(kind, g, groups, cs, cd, images, false, share));
+  auto it = cache.find(prim_key(kind, g, groups, cs, cd, images, bias, share));
   return it == cache.end() ? nullptr : it->second.get();
 }
 
@@ -282,11 +285,11 @@ Slot* slot_of(Prim& p, int arg) {
 // Runs p with the caller's tensors (in the order of its slots): inputs into the primitive's
 // layout, the primitive, its outputs back. `first` tags the input slots' contents: slot k holds
 // images first.. of the value tags[k] names (unknown tags: nothing is recorded), and a slot that
-// holds them already is not reordered again. `borrowed` (an input slot of another primitive,
-// whose buffer holds what this one's slot of that argument would: the caller checked) stands
-// in for that slot.
+// holds them already is not reordered again. Each of `borrowed` (an input slot of another
+// primitive, whose buffer holds what this one's slot of that argument would: the caller checked)
+// stands in for that slot.
 void run(Prim& p, std::initializer_list<const float*> tensors, int64_t first = -1,
-         std::initializer_list<ValueTag> tags = {}, const Slot* borrowed = nullptr) {
+         std::initializer_list<ValueTag> tags = {}, std::initializer_list<const Slot*> borrowed = {}) {
   thread_local dnnl::stream stream(cpu_engine());
   size_t i = 0;
   for (const float* t : tensors) p.slots[i++].user.set_data_handle(const_cast<float*>(t));
@@ -295,8 +298,10 @@ void run(Prim& p, std::initializer_list<const float*> tensors, int64_t first = -
     const ValueTag tag = i < tags.size() ? tags.begin()[i] : ValueTag{};
     ++i;
     if (!s.moved || s.output) continue;
-    if (borrowed && borrowed->arg == s.arg) {
-      p.args[s.arg] = borrowed->inner;
+    const Slot* const* lent = std::find_if(borrowed.begin(), borrowed.end(),
+                                           [&](const Slot* b) { return b && b->arg == s.arg; });
+    if (lent != borrowed.end()) {
+      p.args[s.arg] = (*lent)->inner;
       continue;
     }
     const Held now{tag, first};
@@ -308,7 +313,8 @@ void run(Prim& p, std::initializer_list<const float*> tensors, int64_t first = -
     s.held = tag.known() ? now : Held{};
   }
   p.prim.execute(stream, p.args);
-  if (borrowed) p.args[borrowed->arg] = slot_of(p, borrowed->arg)->inner;
+  for (const Slot* b : borrowed)
+    if (b) p.args[b->arg] = slot_of(p, b->arg)->inner;
   for (Slot& s : p.slots)
     if (s.moved && s.output) s.reorder(stream, s.inner, s.user);
   stream.wait();
@@ -349,12 +355,23 @@ std::vector<Prim*> share_prims(Kind kind, const ConvWindows& g, int64_t groups, 
   return prims;
 }
 
+// The input slot `arg` of `theirs` where its buffer holds `want` in the layout `ours` reads
+// `arg` in (counted as a shared reorder), else null.
+const Slot* lendable(Prim* theirs, Prim& ours, int arg, const Held& want) {
+  if (!theirs || !want.tag.known()) return nullptr;
+  const Slot *from = slot_of(*theirs, arg), *to = slot_of(ours, arg);
+  if (!from || !to || !from->moved || !to->moved || from->held != want || from->inner.get_desc() != to->inner.get_desc())
+    return nullptr;
+  shared_reorders.fetch_add(1, std::memory_order_relaxed);
+  return from;
+}
+
 }  // namespace
 
 int64_t dnnl_shared_reorders() { return shared_reorders.load(); }
 
 bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w, const float* bias,
-                       float* y) {
+                       float* y, ValueTag x_tag) {
   if (!usable(ch)) return false;
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size();
   const std::vector<Prim*> prims = share_prims(Kind::forward, g, G, ch.in, ch.out, ch.images, bias != nullptr);
@@ -363,9 +380,9 @@ bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float
     dnnl_one_thread();
     Prim* p = prims[size_t(t)];
     if (bias)
-      run(*p, {x + lo * G * ch.in * S, w, bias, y + lo * G * ch.out * P});
+      run(*p, {x + lo * G * ch.in * S, w, bias, y + lo * G * ch.out * P}, lo, {x_tag});
     else
-      run(*p, {x + lo * G * ch.in * S, w, y + lo * G * ch.out * P});
+      run(*p, {x + lo * G * ch.in * S, w, y + lo * G * ch.out * P}, lo, {x_tag});
   });
   return true;
 }
@@ -392,17 +409,21 @@ bool dnnl_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const flo
 }
 
 bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy, float* dw,
-                           ValueTag dy_tag) {
+                           ValueTag x_tag, ValueTag dy_tag) {
   if (!usable(ch)) return false;
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size(), wsize = G * ch.out * ch.in * g.kernel_size();
   const std::vector<Prim*> prims = share_prims(Kind::backward_weights, g, G, ch.in, ch.out, ch.images, false);
   if (prims.empty()) return false;
-  // The input gradient's primitives of the same shares, where this thread made them.
-  std::vector<Prim*> data_prims(prims.size(), nullptr);
-  if (dy_tag.known())
-    for (size_t t = 0; t < prims.size(); ++t)
-      data_prims[t] = made_prim(Kind::backward_data, g, G, ch.in, ch.out,
-                                share_images(ch.images, int(t), int(prims.size())), int(t));
+  // The input gradient's and the forward's primitives of the same shares, where this thread made
+  // them (the forward's with or without a bias).
+  std::vector<Prim*> data_prims(prims.size(), nullptr), forward_prims(prims.size(), nullptr);
+  for (size_t t = 0; t < prims.size(); ++t) {
+    const int64_t images = share_images(ch.images, int(t), int(prims.size()));
+    if (dy_tag.known()) data_prims[t] = made_prim(Kind::backward_data, g, G, ch.in, ch.out, images, int(t));
+    if (x_tag.known())
+      for (bool bias : {false, true})
+        if (!forward_prims[t]) forward_prims[t] = made_prim(Kind::forward, g, G, ch.in, ch.out, images, int(t), bias);
+  }
   // Share 0 writes dw, the others their own sums, added in share order at the end.
   std::vector<std::vector<float>> partial;
   partial.resize(prims.size());
@@ -416,16 +437,10 @@ bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const f
     }
     // The input gradient of the same convolution (ConvTranspose, just before in a training graph)
     // reordered the same images of the same dy into its buffer of the same layout: read it there.
-    const Slot* borrowed = nullptr;
-    if (Prim* bd = data_prims[size_t(t)]) {
-      const Slot *theirs = slot_of(*bd, DNNL_ARG_DIFF_DST), *ours = slot_of(*p, DNNL_ARG_DIFF_DST);
-      if (theirs && ours && theirs->moved && ours->moved && theirs->held == Held{dy_tag, lo} &&
-          theirs->inner.get_desc() == ours->inner.get_desc()) {
-        borrowed = theirs;
-        shared_reorders.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-    run(*p, {x + lo * G * ch.in * S, dy + lo * G * ch.out * P, out}, lo, {}, borrowed);
+    // Likewise x, where the forward's buffer still holds it (no later forward of the shape).
+    const Slot* dy_lent = lendable(data_prims[size_t(t)], *p, DNNL_ARG_DIFF_DST, Held{dy_tag, lo});
+    const Slot* x_lent = lendable(forward_prims[size_t(t)], *p, DNNL_ARG_SRC, Held{x_tag, lo});
+    run(*p, {x + lo * G * ch.in * S, dy + lo * G * ch.out * P, out}, lo, {}, {dy_lent, x_lent});
   });
   for (size_t t = 1; t < partial.size(); ++t)
     if (!partial[t].empty())

@@ -1,13 +1,16 @@
-// A Conv's filter gradient reads dy from the blocked buffer its input gradient filled
-// (exec/cpu/onednn.h, ValueTag): only when that buffer holds the same images of the same value of
-// the same plan run, and then with the values the filter gradient computes alone, bit for bit.
-// Cases, each a plan of the training graph's nodes in its order, against every node run in a plan
-// of its own (no sharing across plans): ConvTranspose(dy) then ConvGradFilter(x, dy) (shared);
-// two same-shaped Convs' gradients interleaved, CT(dy1) CT(dy2) CGF(x1, dy1) CGF(x2, dy2) (the
-// second CT overwrote the buffer: only CGF2 shares); CT(dy1) then CGF(x, dy2) of another value of
-// the same shape (no sharing). On 1 and 2 threads (a share of images per thread).
+// A Conv's filter gradient reads dy from the blocked buffer its input gradient filled, and x from
+// the one its forward filled (exec/cpu/onednn.h, ValueTag): only when that buffer holds the same
+// images of the same value of the same plan run, and then with the values the filter gradient
+// computes alone, bit for bit. Cases, each a plan of a training graph's nodes in its order,
+// against every node run in a plan of its own (no sharing across plans): ConvTranspose(dy) then
+// ConvGradFilter(x, dy) (shared); two same-shaped Convs' gradients interleaved, CT(dy1) CT(dy2)
+// CGF(x1, dy1) CGF(x2, dy2) (the second CT overwrote the buffer: only CGF2 shares); CT(dy1) then
+// CGF(x, dy2) of another value of the same shape (no sharing); the same three for x after
+// Conv(x); and two Convs' forwards and backwards in a training graph's order. On 1 and 2 threads
+// (a share of images per thread).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 #include <string>
@@ -36,9 +39,9 @@ struct Step {
   std::string a, b;  // inputs by name; outputs are named after the node
 };
 
-// Step k's node and output name: ct<k> or cgf<k>.
+// Step k's node and output name: conv<k>, ct<k> or cgf<k>.
 std::string step_name(const Step& s, size_t k) {
-  return (s.op == Op::ConvTranspose ? "ct" : "cgf") + std::to_string(k);
+  return (s.op == Op::Conv ? "conv" : s.op == Op::ConvTranspose ? "ct" : "cgf") + std::to_string(k);
 }
 
 // The nodes of `steps` over inputs dy1, dy2, x1, x2 ([4, 16, 8, 8]) and w ([16, 16, 3, 3]).
@@ -67,8 +70,18 @@ std::map<std::string, Tensor> feeds() {
   return f;
 }
 
-// Runs the steps in one plan; checks every output against the step run alone; returns how many
-// reorders the run shared.
+// Step s's output by the definition (tests/ops/conv_reference.h), in double: a copy shared by
+// mistake would read another value (the alone run below shares the thread's buffers too).
+std::vector<double> definition(const Step& s, const std::map<std::string, Tensor>& in) {
+  const convref::Windows g{{8, 8}, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}};
+  const Tensor &a = in.at(s.a), &b = in.at(s.b);
+  if (s.op == Op::Conv) return convref::conv(a, b, nullptr, g, 1);
+  if (s.op == Op::ConvTranspose) return convref::conv_transpose(a, b, nullptr, g, 1);
+  return convref::filter_grad(a, b, g, 1);
+}
+
+// Runs the steps in one plan; checks every output against the step run alone (bit for bit) and
+// against its definition; returns how many reorders the run shared.
 int64_t run_and_check(const std::vector<Step>& steps) {
   const std::map<std::string, Tensor> in = feeds();
   Plan together(graph_of(steps));
@@ -82,16 +95,22 @@ int64_t run_and_check(const std::vector<Step>& steps) {
     const Tensor& got = y.at(want);
     INFO(want);
     REQUIRE(ref.numel() == got.numel());
-    int differ = 0;
-    for (int64_t i = 0; i < ref.numel(); ++i) differ += ref.as<float>()[i] != got.as<float>()[i];
+    const std::vector<double> exact = definition(steps[k], in);
+    REQUIRE(int64_t(exact.size()) == got.numel());
+    int differ = 0, off = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      differ += ref.as<float>()[i] != got.as<float>()[i];
+      off += std::abs(got.as<float>()[i] - exact[size_t(i)]) > 1e-4 * (1 + std::abs(exact[size_t(i)]));
+    }
     CHECK(differ == 0);
+    CHECK(off == 0);
   }
   return shared;
 }
 
 }  // namespace
 
-TEST_CASE("oneDNN: a Conv's filter gradient reads dy from its input gradient's buffer only when that holds dy") {
+TEST_CASE("oneDNN: a Conv's filter gradient reads x and dy from its forward's and input gradient's buffers only when they hold them") {
   convref::KeepThreads keep;
   set_dnnl_enabled(true);
   for (int threads : {1, 2}) {
@@ -103,9 +122,27 @@ TEST_CASE("oneDNN: a Conv's filter gradient reads dy from its input gradient's b
                                                {Op::ConvGradFilter, "x1", "dy1"},
                                                {Op::ConvGradFilter, "x2", "dy2"}});
     const int64_t other = run_and_check({{Op::ConvTranspose, "dy1", "w"}, {Op::ConvGradFilter, "x1", "dy2"}});
+    const int64_t x_adjacent = run_and_check({{Op::Conv, "x1", "w"}, {Op::ConvGradFilter, "x1", "dy1"}});
+    const int64_t x_interleaved = run_and_check({{Op::Conv, "x1", "w"},
+                                                 {Op::Conv, "x2", "w"},
+                                                 {Op::ConvGradFilter, "x1", "dy1"},
+                                                 {Op::ConvGradFilter, "x2", "dy2"}});
+    const int64_t x_other = run_and_check({{Op::Conv, "x1", "w"}, {Op::ConvGradFilter, "x2", "dy1"}});
+    // Two layers' forwards, then their gradients last layer first: layer 2's filter gradient
+    // shares x and dy; layer 1's shares dy only (layer 2's forward overwrote x1's copy).
+    const int64_t training = run_and_check({{Op::Conv, "x1", "w"},
+                                            {Op::Conv, "x2", "w"},
+                                            {Op::ConvTranspose, "dy2", "w"},
+                                            {Op::ConvGradFilter, "x2", "dy2"},
+                                            {Op::ConvTranspose, "dy1", "w"},
+                                            {Op::ConvGradFilter, "x1", "dy1"}});
     if (!dnnl_built()) continue;
     CHECK(adjacent == threads);     // one share of images per thread, each shared once
     CHECK(interleaved == threads);  // CGF(x2, dy2) only: CT(dy2) overwrote dy1's copy
     CHECK(other == 0);
+    CHECK(x_adjacent == threads);
+    CHECK(x_interleaved == threads);  // CGF(x2, dy2) only: Conv(x2) overwrote x1's copy
+    CHECK(x_other == 0);
+    CHECK(training == 3 * threads);
   }
 }
