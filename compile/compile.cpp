@@ -225,6 +225,8 @@ const std::vector<Pass>& compile_passes() {
   static const std::vector<Pass> passes = {
       {"import", [](const CompileOptions&) { return true; }, pass_import},
       {"fuse_gelu", [](const CompileOptions&) { return true; }, [](Compilation& x) { fuse_gelu(x.c.g); }},
+      {"merge_transposes", [](const CompileOptions&) { return true; },
+       [](Compilation& x) { merge_transposes(x.c.g, x.read_after()); }},
       {"inference_mode", inference, [](Compilation& x) { inference_mode(x.c.g); }},
       {"remove_dead_nodes", [](const CompileOptions& o) { return o.mode == Mode::infer && !o.train_mode; },
        [](Compilation& x) { remove_dead_nodes(x.c.g); }},

@@ -109,6 +109,74 @@ struct Folder : NodeRewrite {
     drop[size_t(v.producer)] = true;
     return true;
   }
+
+  // Reshape(Transpose(Reshape(X, s1), p), s2) at node ni, where s1 only merges runs of X's
+  // adjacent dims, p moves those runs whole and s2 splits them back into X's dims:
+  // Transpose(X, the runs' dims in p's order) in place of the outer Reshape.
+  bool unreshape(size_t ni) {
+    Node& outer = g.nodes[ni];
+    Node* t = producer_of(outer.inputs[0], Op::Transpose);
+    Node* inner = t ? producer_of(t->inputs[0], Op::Reshape) : nullptr;
+    if (!inner) return false;
+    const ValueId x = inner->inputs[0];
+    const Shape &xs = g.value(x).shape, &s1 = g.value(t->inputs[0]).shape, &s2 = g.value(outer.outputs[0]).shape;
+    std::vector<std::vector<int64_t>> runs;  // per dim of s1, the dims of X it merges
+    size_t i = 0;
+    for (int64_t d : s1) {
+      std::vector<int64_t> run;
+      int64_t size = 1;
+      while (i < xs.size() && (run.empty() || size < d)) {
+        if (xs[i] <= 0) return false;
+        size *= xs[i];
+        run.push_back(int64_t(i++));
+      }
+      if (size != d) return false;
+      runs.push_back(std::move(run));
+    }
+    for (; i < xs.size(); ++i) {  // trailing ones
+      if (runs.empty() || xs[i] != 1) return false;
+      runs.back().push_back(int64_t(i));
+    }
+    std::vector<int64_t> perm;
+    Shape moved;
+    for (int64_t r : perm_of(*t, s1.size()))
+      for (int64_t d : runs[size_t(r)]) {
+        perm.push_back(d);
+        moved.push_back(xs[size_t(d)]);
+      }
+    if (moved != s2) return false;
+    const ValueId mid = outer.inputs[0];
+    for (ValueId u : outer.inputs)
+      if (u != kNoValue) --readers[size_t(u)];
+    outer.op = Op::Transpose;
+    outer.inputs = {x};
+    ++readers[size_t(x)];
+    outer.attrs = {{"perm", Attr(perm)}};
+    release(mid);
+    return true;
+  }
+
+  // The node producing v when it is of this op and not dropped, else nullptr.
+  Node* producer_of(ValueId v, Op op) {
+    if (v == kNoValue) return nullptr;
+    const Value& x = g.value(v);
+    if (x.producer < 0 || drop[size_t(x.producer)]) return nullptr;
+    Node& n = g.nodes[size_t(x.producer)];
+    return n.op == op ? &n : nullptr;
+  }
+
+  // v's producer goes when nothing reads v and it is a Transpose or Reshape, and so on up.
+  void release(ValueId v) {
+    while (v != kNoValue && readers[size_t(v)] == 0 && !kept.count(v)) {
+      Node* n = producer_of(v, Op::Transpose);
+      if (!n) n = producer_of(v, Op::Reshape);
+      if (!n) return;
+      drop[size_t(n - g.nodes.data())] = true;
+      for (ValueId u : n->inputs)
+        if (u != kNoValue) --readers[size_t(u)];
+      v = n->inputs[0];
+    }
+  }
 };
 
 }  // namespace
@@ -133,6 +201,22 @@ int fold_transposes(Graph& g, const std::vector<ValueId>& keep) {
   }
   f.finish();
   return removed;
+}
+
+int merge_transposes(Graph& g, const std::vector<ValueId>& keep) {
+  Folder f(g, keep);
+  int merged = 0;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (f.drop[ni]) continue;
+    const Op op = g.nodes[ni].op;
+    if (op == Op::Reshape && f.unreshape(ni)) {
+      merged += 1 + f.compose(ni);
+    } else if (op == Op::Transpose) {
+      merged += f.compose(ni);
+    }
+  }
+  f.finish();
+  return merged;
 }
 
 }  // namespace onnxdp

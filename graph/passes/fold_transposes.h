@@ -27,4 +27,16 @@ namespace onnxdp {
 
 int fold_transposes(Graph& g, const std::vector<ValueId>& keep = {});
 
+// merge_transposes: a transpose exporters spell in several nodes becomes one Transpose, on the
+// forward graph (before fuse_attention, which then finds its head transposes):
+//   - Reshape(Transpose(Reshape(X, s1), p), s2), where s1 only merges runs of X's adjacent dims,
+//     p moves those runs whole and s2 splits them back into X's dims: Transpose(X, the runs' dims
+//     in p's order). The dynamo exporter writes k.transpose(-1, -2) of [B, H, T, D] so: Reshape
+//     to [B * H, T, D], Transpose [0, 2, 1], Reshape to [B, H, D, T];
+//   - then, as above, Transpose(Transpose(X, p), q), the inner read by the outer alone:
+//     Transpose(X, p∘q).
+// The values are the same elements in the same places. Reshapes and Transposes left without
+// readers go. Returns the number of nodes rewritten.
+int merge_transposes(Graph& g, const std::vector<ValueId>& keep = {});
+
 }  // namespace onnxdp

@@ -20,7 +20,8 @@
 //   the square root); q [N.., Tq, D], kt [N.., D, Tk], v [N.., Tk, Dv], their leading dims equal
 //   (no broadcasting), every intermediate read by the next node alone and none of them kept (a
 //   graph output or in `keep`). An additive mask's Where goes too once no other node reads it.
-// When q, kt and v are Transposes of [B, T, H, D] tensors (perms [0, 2, 1, 3], [0, 2, 3, 1] and
+// When q, kt and v are Transposes of [B, T, H, D] tensors (merge_transposes, before this pass,
+// makes one Transpose of what exporters spell through Reshapes; perms [0, 2, 1, 3], [0, 2, 3, 1] and
 // [0, 2, 1, 3], each read only here) and y is read only by a Transpose back ([0, 2, 1, 3]; or by a
 // Reshape to y's own shape read only by it), those four Transposes go too (heads 1: the kernels
 // read the heads in place). When those [B, T, H, D] tensors are in turn Reshapes of a Split's

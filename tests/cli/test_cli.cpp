@@ -821,12 +821,12 @@ TEST_CASE("cli: graph --passes lists the compile passes that made the graph") {
   TempDir tmp;
   Result r = onnxdp_cli(tmp, "graph " + model + " --train --passes --out " + q(tmp.file("t.onnx")));
   REQUIRE(r.rc == 0);
-  CHECK(contains(r.out, "passes: import, fuse_gelu, running_stats, autocast, fuse_attention, loss, trainability"));
+  CHECK(contains(r.out, "passes: import, fuse_gelu, merge_transposes, running_stats, autocast, fuse_attention, loss, trainability"));
   CHECK(contains(r.out, "autodiff"));
   CHECK(contains(r.out, "gradient_buckets"));
   CHECK(!contains(r.out, "inference_mode"));
   r = onnxdp_cli(tmp, "graph " + model + " --passes --out " + q(tmp.file("f.onnx")));
   REQUIRE(r.rc == 0);
-  CHECK(contains(r.out, "passes: import, fuse_gelu, inference_mode, remove_dead_nodes, autocast, fuse_attention"));
+  CHECK(contains(r.out, "passes: import, fuse_gelu, merge_transposes, inference_mode, remove_dead_nodes, autocast, fuse_attention"));
   CHECK(!contains(r.out, "autodiff"));
 }

@@ -162,3 +162,78 @@ TEST_CASE("fold_transposes: tiny_lm's training graph reads its Linear weights an
   CHECK(trans_b >= 4 + 2);
   verify(tg.g);
 }
+
+namespace {
+
+ValueId reshape(Graph& g, const std::string& name, ValueId x, const std::vector<int64_t>& to) {
+  return out(g, g.add_node(Op::Reshape, name, {x, onnxdp::test::add_ints(g, name + "/shape", to)}, {name + "/y"}));
+}
+
+// Transposes spelled through Reshapes, and what must stay:
+//   k: the dynamo exporter's k.transpose(-1, -2) of [B, H, T, D] after the head split,
+//      Reshape(Transpose(Reshape(Transpose(x [2, 5, 3, 4], [0, 2, 1, 3]), [6, 5, 4]), [0, 2, 1]),
+//      [2, 3, 4, 5])                                      -> Transpose(x, [0, 2, 3, 1])
+//   ones: Reshape(Transpose(Reshape(o [2, 1, 3, 4], [2, 12]), [1, 0]), [1, 3, 4, 2])
+//                                                         -> Transpose(o, [1, 2, 3, 0])
+//   split: the first Reshape splits a dim, Reshape(Transpose(Reshape(s [6, 5], [2, 3, 5]),
+//      [1, 0, 2]), [3, 2, 5]): stays (no Transpose of s is that)
+//   merged: s2 keeps runs merged, Reshape(Transpose(Reshape(m [2, 3, 4], [6, 4]), [1, 0]),
+//      [4, 6]): stays
+//   swapped: s2 splits a run in another order, Reshape(Transpose(Reshape(m, [6, 4]), [1, 0]),
+//      [4, 3, 2]): stays
+//   shared: k's form with its 3-D Transpose also a graph output: rewritten, the Transpose kept
+Graph reshaped_transposes() {
+  Graph g;
+  ValueId x = add_input(g, "x", {2, 5, 3, 4}), o = add_input(g, "o", {2, 1, 3, 4}), s = add_input(g, "s", {6, 5});
+  ValueId m = add_input(g, "m", {2, 3, 4}), x2 = add_input(g, "x2", {2, 5, 3, 4});
+  ValueId k = reshape(g, "k3", transpose(g, "kt3", reshape(g, "kr3", transpose(g, "kh", x, {0, 2, 1, 3}), {6, 5, 4}),
+                                         {0, 2, 1}), {2, 3, 4, 5});
+  ValueId ones = reshape(g, "o4", transpose(g, "ot", reshape(g, "o2", o, {2, 12}), {1, 0}), {1, 3, 4, 2});
+  ValueId split = reshape(g, "s3", transpose(g, "st", reshape(g, "s2", s, {2, 3, 5}), {1, 0, 2}), {3, 2, 5});
+  ValueId merged = reshape(g, "m2", transpose(g, "mt", reshape(g, "m1", m, {6, 4}), {1, 0}), {4, 6});
+  ValueId swapped = reshape(g, "w3", transpose(g, "wt", reshape(g, "w1", m, {6, 4}), {1, 0}), {4, 3, 2});
+  ValueId shared_t = transpose(g, "xt3", reshape(g, "xr3", x2, {10, 3, 4}), {0, 2, 1});
+  ValueId shared = reshape(g, "x4", shared_t, {2, 5, 4, 3});
+  g.outputs = {k, ones, split, merged, swapped, shared, shared_t};
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("merge_transposes: a transpose spelled through Reshapes becomes one Transpose, same values") {
+  Graph g = reshaped_transposes();
+  CHECK(merge_transposes(g) == 4);  // k3 (then composed with kh), o4, x4
+  verify(g);
+  const auto by = onnxdp::test::by_name(g);
+  const Node& k = *by.at("k3");
+  CHECK(k.op == Op::Transpose);
+  CHECK(k.ints("perm") == std::vector<int64_t>{0, 2, 3, 1});
+  CHECK(g.value(k.inputs[0]).name == "x");
+  for (const char* gone : {"kh", "kr3", "kt3", "o2", "ot"}) CHECK_MESSAGE(!by.count(gone), gone);
+  const Node& o4 = *by.at("o4");
+  CHECK((o4.op == Op::Transpose && o4.ints("perm") == std::vector<int64_t>{1, 2, 3, 0}));
+  for (const char* stays : {"s2", "st", "s3", "m1", "mt", "m2", "w1", "wt", "w3"}) CHECK_MESSAGE(by.count(stays), stays);
+  for (const char* reshape : {"s3", "m2", "w3"}) CHECK_MESSAGE(by.at(reshape)->op == Op::Reshape, reshape);
+  const Node& x4 = *by.at("x4");
+  CHECK((x4.op == Op::Transpose && x4.ints("perm") == std::vector<int64_t>{0, 1, 3, 2}));
+  CHECK((by.count("xt3") && by.count("xr3")));  // a graph output reads them
+  const Graph before = reshaped_transposes();
+  onnxdp::test::check_same_outputs(before, g, random_feeds(before, 9), 0);
+}
+
+// HF GPT-2 as the dynamo exporter writes it: its k reaches attention through that form; now
+// attention reads q, k and v where the Linear wrote them (heads 2), as for the legacy export.
+TEST_CASE("merge_transposes: HF GPT-2's dynamo export fuses its attention with q, k and v in place") {
+  TrainOptions o;
+  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/zoo/hf_gpt2_dynamo/model.onnx";
+  o.batch_size = 2;
+  TrainingGraph tg = training_graph(o, 1, 0);
+  int attention = 0;
+  for (const Node& n : tg.g.nodes)
+    if (n.op == Op::FusedAttention) {
+      ++attention;
+      CHECK(n.i("heads") == 2);
+    }
+  CHECK(attention == 2);
+  CHECK(count_ops(tg.g, Op::Transpose) == 0);
+}
