@@ -301,13 +301,14 @@ void verify(const Graph& g) {
     infer_node(mg, int(ni));
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       if (n.outputs[k] == kNoValue) continue;
-      const Value& o = g.value(n.outputs[k]);
-      bool same = o.dtype == saved[k].first && o.shape == saved[k].second;
-      mg.value(n.outputs[k]).dtype = saved[k].first;
-      mg.value(n.outputs[k]).shape = saved[k].second;
-      if (!same)
-        fail("{}: output '{}' is {} {}, its shape rule gives {} {}", n.describe(), o.name,
-             dtype_name(saved[k].first), shape_str(saved[k].second), dtype_name(o.dtype), shape_str(o.shape));
+      Value& o = mg.value(n.outputs[k]);
+      const DType rule_dtype = o.dtype;
+      const Shape rule_shape = o.shape;  // what the rule gives, before the saved type goes back
+      o.dtype = saved[k].first;
+      o.shape = saved[k].second;
+      if (rule_dtype != o.dtype || rule_shape != o.shape)
+        fail("{}: output '{}' is {} {}, its shape rule gives {} {}", n.describe(), o.name, dtype_name(o.dtype),
+             shape_str(o.shape), dtype_name(rule_dtype), shape_str(rule_shape));
       if (defined[size_t(n.outputs[k])]) fail("{}: output '{}' is defined twice", n.describe(), o.name);
       defined[size_t(n.outputs[k])] = 1;
     }

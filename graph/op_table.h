@@ -207,9 +207,11 @@
   X(SoftmaxCrossEntropyLossGrad, grad,      3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
   /* NegativeLogLikelihoodLossGrad (dy, labels, x_shape: int64 constant, weights?) -> dx.     */ \
   X(NegativeLogLikelihoodLossGrad, grad,    3, 4, 1, 1, "ignore_index:i,reduction:s=mean")          \
-  /* GeluGrad (dy, x) -> dx = dy * Gelu'(x), `approximate` none or tanh: PyTorch's             */ \
-  /* gelu_backward formulas, one pass (exec/functors.h).                                      */ \
-  X(GeluGrad,                   grad,       2, 2, 1, 1, "approximate:s=none")                       \
+  /* GeluGrad (dy, x) -> (dx, db?): dx = dy * Gelu'(x), `approximate` none or tanh: PyTorch's  */ \
+  /* gelu_backward formulas, one pass (exec/functors.h); db [N], optional: dx summed over all   */ \
+  /* dims but the last N, as ReduceSum sums (the bias gradient of the Linear before the GELU,   */ \
+  /* graph/passes/fuse_bias_grad.h; CPU only).                                                */ \
+  X(GeluGrad,                   grad,       2, 2, 1, 2, "approximate:s=none")                       \
   /* ReluGrad (dy, y) -> dx = dy where y > 0, else 0, y Relu's output: PyTorch's                */ \
   /* threshold_backward (y <= 0 ? 0 : dy, so a NaN y passes dy), one pass (exec/functors.h).   */ \
   X(ReluGrad,                   grad,       2, 2, 1, 1, "")                                         \

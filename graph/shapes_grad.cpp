@@ -292,11 +292,18 @@ void shape_activation_grad(ShapeCtx& c, const char* v) {
 }
 }  // namespace
 
-// dy, x of one float dtype (16-bit too) and shape -> dx like x.
+// dy, x of one float dtype (16-bit too) and shape -> dx like x; db (optional) [N], x's last dim,
+// of float32 or float64 x of rank 2 or more.
 void shape_GeluGrad(ShapeCtx& c) {
   const std::string& a = c.node.s("approximate");
   if (a != "none" && a != "tanh") c.fail("approximate '{}' is not none or tanh", a);
   shape_activation_grad(c, "x");
+  if (c.node.outputs.size() < 2 || c.node.outputs[1] == kNoValue) return;
+  const Shape& x = c.shape(1);
+  const DType t = c.dtype(1);
+  if (t != DType::f32 && t != DType::f64) c.fail("db is summed for float32 or float64 x, not {}", dtype_name(t));
+  if (x.size() < 2) c.fail("db needs x of rank 2 or more, not {}", shape_str(x));
+  c.set(1, t, {x.back()});
 }
 
 // dy, y (Relu's output) of one float dtype (16-bit too) and shape -> dx like y.

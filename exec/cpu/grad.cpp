@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "exec/cpu/attention.h"
@@ -571,14 +572,45 @@ void NegativeLogLikelihoodLossGrad_forward(KernelCtx& c) {
 }
 
 namespace {
+// With db: dx row by row, each row's piece added into db's double sums while in cache, so db is
+// dx's columns summed in row order from 0, ReduceSum's sums bit for bit
+// (exec/cpu/reduction.cpp), where a ReduceSum of dx would read it all from memory again. The
+// threads take blocks of columns (multiples of 16), so the sums do not depend on their number.
+template <class T, class F>
+void gelu_grad_and_sums(KernelCtx& c, const F& f) {
+  const T *dy = c.in(0).as<T>(), *x = c.in(1).as<T>();
+  T *dx = c.out(0).as<T>(), *db = c.out(1).as<T>();
+  const int64_t n = c.in(1).shape->back(), rows = n == 0 ? 0 : c.in(1).numel / n, chunks = (n + 15) / 16;
+  split_rows(chunks, rows * n > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    const int64_t c0 = lo * 16, w = std::min(n, hi * 16) - c0;
+    if (w <= 0) return;
+    std::vector<double> sums(size_t(w), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t at = r * n + c0;
+      detail::flat_run(dx + at, w, f, dy + at, x + at);
+      add_row_to_sums(sums.data(), dx + at, w);
+    }
+    for (int64_t j = 0; j < w; ++j) db[c0 + j] = T(sums[size_t(j)]);
+  });
+}
+
 // dy and x have dx's shape (the shape rule says so): one flat loop per form, which vectorizes.
 template <class T>
 void gelu_grad(KernelCtx& c) {
-  if (c.node.s("approximate") == "tanh") broadcast_map<T, T, T>(c.out(0), fn::GeluTanhGrad{}, c.in(0), c.in(1));
+  const bool tanh = c.node.s("approximate") == "tanh";
+  if (c.has_out(1)) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (tanh) gelu_grad_and_sums<T>(c, fn::GeluTanhGrad{});
+      else gelu_grad_and_sums<T>(c, fn::GeluGrad{});
+    }
+    return;
+  }
+  if (tanh) broadcast_map<T, T, T>(c.out(0), fn::GeluTanhGrad{}, c.in(0), c.in(1));
   else broadcast_map<T, T, T>(c.out(0), fn::GeluGrad{}, c.in(0), c.in(1));
 }
 }  // namespace
 
+// 16-bit floats through float; db only for float32 and float64 (the shape rule's).
 void GeluGrad_forward(KernelCtx& c) {
   if (is_16bit_float(c.in(1).dtype)) return in_float(c, gelu_grad<float>);
   dispatch_float(c, c.in(1).dtype, [&]<class T>() { gelu_grad<T>(c); });

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "exec/cpu/clones.h"
+
 namespace onnxdp {
 
 // Always inlined: inside a row loop built for x86-64-v3 (exec/cpu/clones.h) the sum is then built
@@ -66,6 +68,14 @@ template <class T>
   });
   mean = m;
   inv_std = 1.0 / std::sqrt(ss / double(n) + eps);
+}
+
+// acc[c] += double(p[c]) for c < w: one row's terms into per-column sums (a bias gradient's
+// columns, summed row by row in ReduceSum's order). The columns are independent, so this
+// vectorizes; built for x86-64-v3 and v4 too.
+template <class T>
+ONNXDP_CPU_CLONES void add_row_to_sums(double* acc, const T* p, int64_t w) {
+  for (int64_t c = 0; c < w; ++c) acc[c] += double(p[c]);
 }
 
 }  // namespace onnxdp

@@ -176,7 +176,8 @@ bool is_elementwise(Op op) { return kernel_family(op) == KernelFamily::elementwi
 
 bool elementwise_runs(const Graph& g, const Node& n) {
   EwOp op;
-  if (!ew_op(n, &op) || n.inputs.empty() || !n.has_input(0)) return false;
+  // One output: GeluGrad's optional db (a CPU graph's, graph/passes/fuse_bias_grad.h) is not one.
+  if (!ew_op(n, &op) || n.inputs.empty() || !n.has_input(0) || n.outputs.size() != 1) return false;
   const EwFamily family = ew_family(op);
   const bool where = family == EwFamily::where;
   if (where && !n.has_input(1)) return false;

@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "graph/graph.h"
+#include "tests/graph/graph_test_util.h"
 
 using namespace onnxdp;
 
@@ -36,4 +39,22 @@ TEST_CASE("half and bfloat16 conversions round to nearest even") {
   CHECK(f16_to_f32(0x0001) == doctest::Approx(5.9604645e-8));
   CHECK(bf16_to_f32(f32_to_bf16(3.0f)) == 3.0f);
   CHECK(f32_to_bf16(1.00390625f) == 0x3f80);  // halfway, rounds to even
+}
+
+TEST_CASE("verify: an output whose type is not its shape rule's is named with both types") {
+  Graph g;
+  ValueId x = onnxdp::test::add_input(g, "x", {2, 3});
+  const ValueId y = onnxdp::test::out(g, g.add_node(Op::Neg, "neg", {x}, {"y"}));
+  g.outputs = {y};
+  verify(g);
+  g.value(y).shape = {3, 2};
+  std::string err;
+  try {
+    verify(g);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  CAPTURE(err);
+  CHECK(err.find("output 'y' is f32 [3, 2], its shape rule gives f32 [2, 3]") != std::string::npos);
+  CHECK(g.value(y).shape == Shape{3, 2});  // verify leaves the graph as it found it
 }
