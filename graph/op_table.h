@@ -104,9 +104,11 @@
   /* The trainer (train/trainer.cpp) sets it on training-mode nodes: output 2 (running_var)      */ \
   /* then takes the batch variance times n/(n-1), n = elements per channel over the global       */ \
   /* batch, as PyTorch (n = 1: the biased 0); y keeps the biased one. Kernels: exec/cpu/         */ \
-  /* norm.cpp, exec/cuda/norm_launch.h; global BN: parallel/data_parallel.cpp.                   */ \
+  /* norm.cpp, exec/cuda/norm_launch.h; global BN: parallel/data_parallel.cpp. activation       */ \
+  /* (onnxdp's own too): none or Relu applied to y, a Relu that alone reads y fused in           */ \
+  /* (graph/passes/fuse_epilogues.h).                                                             */ \
   X(BatchNormalization,         nn,         5, 5, 1, 3,                                             \
-    "epsilon:f=1e-05,momentum:f=0.9,training_mode:i=0,unbiased_running_var:i=0")                    \
+    "activation:s=,epsilon:f=1e-05,momentum:f=0.9,training_mode:i=0,unbiased_running_var:i=0")      \
   X(LayerNormalization,         nn,         2, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05,stash_type:i=1") \
   X(Dropout,                    nn,         1, 3, 1, 2, "seed:i,ratio:f=0.5,training_mode:i=0")     \
   X(SoftmaxCrossEntropyLoss,    nn,         2, 3, 1, 2, "ignore_index:i,reduction:s=mean")          \

@@ -263,6 +263,8 @@ void shape_BatchNormalization(ShapeCtx& c) {
   }
   check_same_dtype(c, 1, 2);
   check_same_dtype(c, 3, 4);
+  const std::string& act = c.node.s("activation");
+  if (!act.empty() && act != "Relu") c.fail("activation '{}' is not none or Relu", act);
   c.set(0, t, x);
   c.set(1, c.dtype(3), {x[1]});
   c.set(2, c.dtype(4), {x[1]});

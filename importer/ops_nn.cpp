@@ -26,8 +26,8 @@ int named_outputs(const ImportCtx& c) {
 // A file's node keeps ONNX's running_var (the biased batch variance): unbiased_running_var is
 // onnxdp's own, set only by the trainer (graph/op_table.h).
 void import_BatchNormalization(ImportCtx& c) {
-  if (c.node.has("unbiased_running_var"))
-    c.fail("attribute 'unbiased_running_var' is onnxdp's own (set when it trains), not an ONNX attribute");
+  for (const char* own : {"unbiased_running_var", "activation"})
+    if (c.node.has(own)) c.fail("attribute '{}' is onnxdp's own (set when it trains), not an ONNX attribute", own);
   if (c.opset >= 14) return;
   if (c.node.has("spatial")) {
     auto* spatial = std::get_if<int64_t>(&c.node.attrs["spatial"]);

@@ -5,6 +5,7 @@
 
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
+#include "exec/functors.h"
 #include "exec/kernel.h"
 
 namespace onnxdp {
@@ -60,16 +61,27 @@ ONNXDP_CPU_CLONES void batch_norm_stats(const T* x, int64_t N, int64_t C, int64_
   for (int64_t ch = lo; ch < hi; ++ch) var[ch] /= M;
 }
 
-// Rows lo..hi of x, y [N*C, S]: y = x * a[ch] + b[ch] in double, ch = row % C.
-template <class T>
+// Rows lo..hi of x, y [N*C, S]: y = x * a[ch] + b[ch] in double, ch = row % C; with Relu, Relu's
+// functor applied to that (activation Relu: the Relu after the node in the same pass).
+template <class T, bool Relu>
 ONNXDP_CPU_CLONES void batch_norm_apply_rows(const T* x, T* y, int64_t lo, int64_t hi, int64_t C, int64_t S,
                                              const double* a, const double* b) {
   for (int64_t nc = lo; nc < hi; ++nc) {
     const double ac = a[nc % C], bc = b[nc % C];
     const T* xr = x + nc * S;
     T* yr = y + nc * S;
-    for (int64_t i = 0; i < S; ++i) yr[i] = T(double(xr[i]) * ac + bc);
+    for (int64_t i = 0; i < S; ++i) {
+      const T v = T(double(xr[i]) * ac + bc);
+      yr[i] = Relu ? fn::Relu{}(v) : v;
+    }
   }
+}
+
+template <class T>
+void batch_norm_apply(bool relu, const T* x, T* y, int64_t lo, int64_t hi, int64_t C, int64_t S, const double* a,
+                      const double* b) {
+  if (relu) batch_norm_apply_rows<T, true>(x, y, lo, hi, C, S, a, b);
+  else batch_norm_apply_rows<T, false>(x, y, lo, hi, C, S, a, b);
 }
 
 // x [N, C, S] (S = product of the spatial dims, 1 for [N, C]).
@@ -91,7 +103,7 @@ void batch_norm(KernelCtx& c) {
   std::vector<double> mean = to_doubles(c, 3), var = to_doubles(c, 4);
   const T* x = xr.as<T>();
   T* y = c.out(0).as<T>();
-  const bool parallel = xr.numel > parallel_min_elements();
+  const bool parallel = xr.numel > parallel_min_elements(), relu = c.node.s("activation") == "Relu";
 
   // y = x * a + b per channel: a = scale / sqrt(var + eps), b = bias - mean * a.
   std::vector<double> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
@@ -112,7 +124,7 @@ void batch_norm(KernelCtx& c) {
         if (!blocked) continue;
         for (int64_t ch = b0; ch < b1; ++ch) coefficients(ch, batch_mean[size_t(ch)], batch_var[size_t(ch)]);
         for (int64_t n = 0; n < N; ++n)
-          batch_norm_apply_rows(x, y, n * C + b0, n * C + b1, C, S, a.data(), b.data());
+          batch_norm_apply(relu, x, y, n * C + b0, n * C + b1, C, S, a.data(), b.data());
       }
     });
     for (int64_t ch = 0; ch < C; ++ch) {
@@ -133,7 +145,7 @@ void batch_norm(KernelCtx& c) {
 
   for (int64_t ch = 0; ch < C; ++ch) coefficients(ch, mean[size_t(ch)], var[size_t(ch)]);
   split_rows(N * C, parallel, [&](int, int64_t lo, int64_t hi) {
-    batch_norm_apply_rows(x, y, lo, hi, C, S, a.data(), b.data());
+    batch_norm_apply(relu, x, y, lo, hi, C, S, a.data(), b.data());
   });
 }
 

@@ -204,6 +204,7 @@ void batch_norm(const Graph&, KernelCtx& c, const CudaContext& cc, bool grad) {
     l.dbias = out_of(c, 2);
   } else {
     l.training = n.i("training_mode") != 0;
+    l.relu = n.s("activation") == "Relu";
     l.momentum = n.f("momentum");
     const double M = double(l.N * l.S);  // M = 1: no unbiased variance, the biased one (exec/cpu/norm.cpp)
     l.var_factor = n.i("unbiased_running_var") != 0 && M > 1 ? M / (M - 1) : 1.0;

@@ -261,6 +261,7 @@ struct BnLaunch {
   const void* x = nullptr;
   const void* dy = nullptr;          // grad
   const void* relu_y = nullptr;      // grad, optional: dy taken as ReluGrad(dy, relu_y)
+  bool relu = false;                 // forward: activation Relu, y = Relu(x * a + c)
   void* y = nullptr;                 // forward: y; grad: dx (may be null)
   NmIn scale, bias, mean, var;       // forward (grad: scale only)
   NmOut out_mean, out_var;           // forward, optional
@@ -313,7 +314,8 @@ ONNXDP_HD inline void bn_channel(const BnLaunch& l, int64_t ch, const NmBlock& b
   b.each([&](int t) {
     for (int64_t m = t; m < M; m += L) {
       const int64_t k = bn_offset(l, ch, m);
-      y[k] = T(double(x[k]) * a + c);
+      const T v = T(double(x[k]) * a + c);
+      y[k] = l.relu ? fn::Relu{}(v) : v;
     }
   });
 }

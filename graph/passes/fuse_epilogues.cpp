@@ -51,7 +51,8 @@ struct Fuser : NodeRewrite {
     }
   }
 
-  // Relu(Gemm | MatMul | FusedMatMul without activation): the producer applies it.
+  // Relu(Gemm | MatMul | FusedMatMul | BatchNormalization without activation): the producer
+  // applies it.
   void relu(size_t ni) {
     const Node& r = g.nodes[ni];
     if (r.inputs.size() != 1) return;
@@ -63,8 +64,8 @@ struct Fuser : NodeRewrite {
       const Shape &sa = g.value(p->inputs[0]).shape, &sb = g.value(p->inputs[1]).shape;
       if (sa.size() < 2 || sb.size() != 2) return;
       p->op = Op::FusedMatMul;
-    } else {
-      return;
+    } else if (p->op != Op::BatchNormalization || !p->s("activation").empty() || p->outputs[0] != r.inputs[0]) {
+      return;  // not a product, nor a BatchNormalization's y
     }
     p->attrs["activation"] = Attr(std::string("Relu"));
     absorb(*p, ni);

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "exec/device_backend.h"
 #include "exec/plan.h"
 #include "tests/graph/graph_test_util.h"
 #include "graph/passes/fuse_epilogues.h"
@@ -174,6 +175,67 @@ TEST_CASE("fuse_epilogues: the trainer's graphs of mlp use FusedGemm, Relu's gra
   TrainingGraph lm = training_graph(o, 1, 0);
   CHECK(count_ops(lm.g, Op::FusedMatMul) >= 4);
   verify(lm.g);
+}
+
+namespace {
+
+// x [3, 4, 5, 6] -> BatchNormalization (training, its running statistics graph outputs) -> Relu:
+// fused; and what stays: a BatchNormalization whose y a Neg reads too, a float64 one.
+Graph bn_sample() {
+  Graph g;
+  const Shape s{3, 4, 5, 6};
+  ValueId x = add_input(g, "x", s), xd = add_input(g, "xd", s, DType::f64);
+  std::vector<ValueId> outs;
+  for (const char* name : {"bn1", "bn2", "bn3"}) {
+    const std::string n = name;
+    const DType t = n == "bn3" ? DType::f64 : DType::f32;
+    std::vector<ValueId> params;
+    for (const char* p : {"scale", "bias", "mean", "var"}) params.push_back(add_input(g, n + "/" + p, {4}, t));
+    const int bn = g.add_node(Op::BatchNormalization, n, {t == DType::f64 ? xd : x, params[0], params[1], params[2], params[3]},
+                              {n + "/y", n + "/rm", n + "/rv"}, {{"training_mode", Attr(int64_t(1))}});
+    const std::vector<ValueId> o = g.nodes[size_t(bn)].outputs;
+    outs.push_back(out(g, g.add_node(Op::Relu, n + "/relu", {o[0]}, {n + "/r"})));
+    outs.push_back(o[1]);
+    outs.push_back(o[2]);
+    if (n == "bn2") outs.push_back(out(g, g.add_node(Op::Neg, "neg", {o[0]}, {"neg/y"})));
+  }
+  g.outputs = outs;
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("fuse_epilogues: a BatchNormalization read only by a Relu applies it, bit for bit, on the CPU and emulated CUDA") {
+  Graph g = bn_sample();
+  CHECK(fuse_epilogues(g) == 1);
+  verify(g);
+  const auto by = onnxdp::test::by_name(g);
+  CHECK_FALSE(by.count("bn1/relu"));
+  CHECK(by.at("bn1")->s("activation") == "Relu");
+  CHECK(g.value(by.at("bn1")->outputs[0]).name == "bn1/r");
+  for (const char* kept : {"bn2", "bn3"}) CHECK_MESSAGE(by.at(kept)->s("activation").empty(), kept);
+  for (const char* kept : {"bn2/relu", "bn3/relu"}) CHECK_MESSAGE(by.count(kept), kept);
+  const std::map<std::string, Tensor> in = random_feeds(g, 5);
+  const std::map<std::string, Tensor> y = check_same_outputs(bn_sample(), g, in, 0);
+  int zeroed = 0;
+  for (double v : y.at("bn1/r").to_f64()) zeroed += v == 0;
+  CHECK(zeroed > 0);  // the Relu did something
+#if defined(ONNXDP_HAVE_CUDA)
+  // The device kernel applies it too: the fused graph on the emulated device equals the unfused one
+  // there, bit for bit, with every node on the device.
+  auto dev = make_device_backend(DeviceKind::cuda_emulated, 0);
+  Plan plain(bn_sample(), PlanOptions{.device = dev});
+  Plan fused(std::move(g), PlanOptions{.device = dev});
+  CHECK(fused.host_ops().empty());
+  const std::map<std::string, Tensor> a = plain.run(in), b = fused.run(in);
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    const std::vector<double> u = t.to_f64(), v = b.at(name).to_f64();
+    int differ = 0;
+    for (size_t i = 0; i < u.size(); ++i) differ += u[i] != v[i];
+    CHECK(differ == 0);
+  }
+#endif
 }
 
 TEST_CASE("fuse_epilogues: FusedGemm is onnxdp's own: a model naming it is refused by name") {

@@ -744,6 +744,14 @@ TEST_CASE("nn: import of opset-9 BatchNormalization trains when it has running o
   u->set_type(onnx::AttributeProto::INT);
   u->set_i(1);
   CHECK_THROWS_WITH_AS(load_graph(m15, "."), doctest::Contains("onnxdp's own"), Error);
+  // So is activation (graph/passes/fuse_epilogues.h fuses a Relu in after import).
+  onnx::ModelProto m15a = one_node_model(15, "BatchNormalization", {"x", "s", "b", "m", "v"}, {"y"},
+                                         {{2, 3, 2, 2}, {3}, {3}, {3}, {3}});
+  auto* act = m15a.mutable_graph()->mutable_node(0)->add_attribute();
+  act->set_name("activation");
+  act->set_type(onnx::AttributeProto::STRING);
+  act->set_s("Relu");
+  CHECK_THROWS_WITH_AS(load_graph(m15a, "."), doctest::Contains("attribute 'activation' is onnxdp's own"), Error);
 }
 
 // ---- ONNX backend node tests ---------------------------------------------------------------------
