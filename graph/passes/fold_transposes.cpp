@@ -23,16 +23,13 @@ struct Folder : NodeRewrite {
   // The Transpose node producing x when it swaps the last two dims of x (rank 2 or more, the
   // others in place), else nullptr.
   Node* matrix_transpose(ValueId x) {
-    if (x == kNoValue) return nullptr;
-    const Value& v = g.value(x);
-    if (v.producer < 0 || drop[size_t(v.producer)]) return nullptr;
-    Node& t = g.nodes[size_t(v.producer)];
-    const size_t r = v.shape.size();
-    if (t.op != Op::Transpose || r < 2) return nullptr;
+    Node* t = producer_of(x, Op::Transpose);
+    const size_t r = t ? g.value(x).shape.size() : 0;
+    if (r < 2) return nullptr;
     std::vector<int64_t> swap_last(r);
     for (size_t i = 0; i < r; ++i) swap_last[i] = int64_t(i);
     std::swap(swap_last[r - 2], swap_last[r - 1]);
-    return perm_of(t, r) == swap_last ? &t : nullptr;
+    return perm_of(*t, r) == swap_last ? t : nullptr;
   }
 
   // Node n reads input k through the Transpose t instead: t's input.
@@ -96,17 +93,15 @@ struct Folder : NodeRewrite {
   bool compose(size_t ni) {
     Node& outer = g.nodes[ni];
     const ValueId mid = outer.inputs[0];
-    const Value& v = g.value(mid);
-    if (v.producer < 0 || drop[size_t(v.producer)] || readers[size_t(mid)] != 1 || kept.count(mid)) return false;
-    Node& inner = g.nodes[size_t(v.producer)];
-    if (inner.op != Op::Transpose) return false;
-    const size_t rank = v.shape.size();
-    const std::vector<int64_t> p = perm_of(inner, rank), q = perm_of(outer, rank);
+    Node* inner = sole_producer(mid, Op::Transpose);
+    if (!inner) return false;
+    const size_t rank = g.value(mid).shape.size();
+    const std::vector<int64_t> p = perm_of(*inner, rank), q = perm_of(outer, rank);
     std::vector<int64_t> r(rank);
     for (size_t i = 0; i < rank; ++i) r[i] = p[size_t(q[i])];  // out[i] = mid[q[i]] = x[p[q[i]]]
     outer.attrs["perm"] = Attr(r);
-    bypass(outer, 0, inner);
-    drop[size_t(v.producer)] = true;
+    bypass(outer, 0, *inner);
+    drop[size_t(inner - g.nodes.data())] = true;
     return true;
   }
 
