@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "exec/cpu/onednn.h"
 #include "exec/kernel.h"
 #include "graph/autodiff.h"
 #include "graph/passes/autocast.h"
@@ -11,6 +12,7 @@
 #include "graph/passes/fold.h"
 #include "graph/passes/fold_transposes.h"
 #include "graph/passes/fold_scales.h"
+#include "graph/passes/block_channels.h"
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/passes/fuse_bias_grad.h"
@@ -257,6 +259,9 @@ const std::vector<Pass>& compile_passes() {
        [](Compilation& x) { fold_transposes(x.c.g, x.read_after()); }},
       {"fold_scales", [](const CompileOptions&) { return true; },
        [](Compilation& x) { fold_scales(x.c.g, x.read_after()); }},
+      // After the fusions (they match plain nodes); oneDNN's layout, so only where it runs.
+      {"block_channels", [](const CompileOptions& o) { return o.cpu && dnnl_enabled(); },
+       [](Compilation& x) { block_channels(x.c.g, x.read_after()); }},
       {"accumulate_gradients", [](const CompileOptions& o) { return train(o) && o.accumulate; }, pass_accumulate_gradients},
       {"gradient_buckets", train, pass_gradient_buckets},
       {"loss_all_reduce", [](const CompileOptions& o) { return train(o) && o.world > 1 && o.sync; }, pass_loss_all_reduce},

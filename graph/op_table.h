@@ -88,11 +88,15 @@
   /* IsNaN / IsInf (x float) -> bool; IsInf counts -inf / +inf as its detect_* attributes say. */ \
   X(IsNaN,                      logical,    1, 1, 1, 1, "")                                         \
   X(IsInf,                      logical,    1, 1, 1, 1, "detect_negative:i=1,detect_positive:i=1")  \
+  /* blocked_inputs / blocked_outputs (Conv, ConvTranspose, ConvGradFilter, BatchNormalization */ \
+  /* and its gradient): onnxdp's own, the slots in the CPU's channel-blocked layout            */ \
+  /* (graph/passes/block_channels.h; import refuses them).                                     */ \
   X(Conv,                       nn,         2, 3, 1, 1,                                             \
-    "auto_pad:s=NOTSET,dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")          \
+    "auto_pad:s=NOTSET,blocked_inputs:ints,blocked_outputs:ints,dilations:ints,group:i=1,"         \
+    "kernel_shape:ints,pads:ints,strides:ints")                                                     \
   X(ConvTranspose,              nn,         2, 3, 1, 1,                                             \
-    "auto_pad:s=NOTSET,dilations:ints,group:i=1,kernel_shape:ints,output_padding:ints,"             \
-    "output_shape:ints,pads:ints,strides:ints")                                                     \
+    "auto_pad:s=NOTSET,blocked_inputs:ints,blocked_outputs:ints,dilations:ints,group:i=1,"         \
+    "kernel_shape:ints,output_padding:ints,output_shape:ints,pads:ints,strides:ints")               \
   X(MaxPool,                    nn,         1, 1, 1, 2,                                             \
     "auto_pad:s=NOTSET,ceil_mode:i=0,dilations:ints,kernel_shape:ints,pads:ints,"                  \
     "storage_order:i=0,strides:ints")                                                               \
@@ -108,7 +112,8 @@
   /* (onnxdp's own too): none or Relu applied to y, a Relu that alone reads y fused in           */ \
   /* (graph/passes/fuse_epilogues.h).                                                             */ \
   X(BatchNormalization,         nn,         5, 5, 1, 3,                                             \
-    "activation:s=,epsilon:f=1e-05,momentum:f=0.9,training_mode:i=0,unbiased_running_var:i=0")      \
+    "activation:s=,blocked_inputs:ints,blocked_outputs:ints,epsilon:f=1e-05,momentum:f=0.9,"       \
+    "training_mode:i=0,unbiased_running_var:i=0")                                                   \
   X(LayerNormalization,         nn,         2, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05,stash_type:i=1") \
   X(Dropout,                    nn,         1, 3, 1, 2, "seed:i,ratio:f=0.5,training_mode:i=0")     \
   X(SoftmaxCrossEntropyLoss,    nn,         2, 3, 1, 2, "ignore_index:i,reduction:s=mean")          \
@@ -175,7 +180,7 @@
   /* ConvGradFilter (x [N,C,D..], dy [N,M,O..]) -> dW [M, C/group, k..]; explicit pads       */ \
   /* (begins, ends), kernel_shape required. Conv's weight gradient (ConvTranspose's, swapped).   */ \
   X(ConvGradFilter,             grad,       2, 2, 1, 1,                                             \
-    "dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")                            \
+    "blocked_inputs:ints,dilations:ints,group:i=1,kernel_shape:ints,pads:ints,strides:ints")        \
   /* MaxPoolGrad (x, dy) -> dx: dy routed to each window's first maximum; MaxPool's attrs.    */ \
   X(MaxPoolGrad,                grad,       2, 2, 1, 1,                                             \
     "auto_pad:s=NOTSET,ceil_mode:i=0,dilations:ints,kernel_shape:ints,pads:ints,strides:ints")     \
@@ -186,7 +191,8 @@
   /* BatchNormalizationGrad (dy, x, scale, relu_y?) -> (dx, dscale, dbias): training mode,   */ \
   /* batch mean and biased variance recomputed; with relu_y (x's shape) dy is first taken as   */ \
   /* ReluGrad(dy, relu_y): BatchNormalization + Relu backward in one pass (fuse_relu_grad).    */ \
-  X(BatchNormalizationGrad,     grad,       3, 4, 1, 3, "epsilon:f=1e-05")                          \
+  X(BatchNormalizationGrad,     grad,       3, 4, 1, 3,                                             \
+    "blocked_inputs:ints,blocked_outputs:ints,epsilon:f=1e-05")                                     \
   /* LayerNormalizationGrad (dy, x, scale) -> (dx, dscale, dbias), the last two shaped        */ \
   /* x.shape[axis:]; statistics recomputed.                                                   */ \
   X(LayerNormalizationGrad,     grad,       3, 3, 1, 3, "axis:i=-1,epsilon:f=1e-05")                \

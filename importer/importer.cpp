@@ -4,6 +4,7 @@
 #include <array>
 #include <set>
 
+#include "graph/passes/block_channels.h"
 #include "importer/onnx_io.h"
 
 namespace onnxdp {
@@ -271,6 +272,9 @@ Graph import_graph(const onnx::ModelProto& m, const std::string& model_dir, cons
       if (composite && a.type() == onnx::AttributeProto::STRINGS) continue;
       n.attrs[a.name()] = convert_attr(a, model_dir, ctx);
     }
+    for (const char* own : {kBlockedInputs, kBlockedOutputs})
+      if (n.attrs.count(own)) ctx.fail("attribute '{}' is onnxdp's own (the CPU's tensor layout, set when it compiles), "
+                                       "not an ONNX attribute", own);
     (composite ? composite : import_fn(n.op))(ctx);
     const OpInfo& info = op_info(n.op);
     for (const auto& [name, a] : n.attrs)

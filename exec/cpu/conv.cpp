@@ -10,6 +10,7 @@
 #include "exec/cpu/conv_gemm.h"
 #include "exec/cpu/in_float.h"
 #include "exec/kernel.h"
+#include "graph/passes/block_channels.h"
 
 namespace onnxdp {
 
@@ -61,7 +62,7 @@ void kernel_conv(KernelCtx& c) {
       g.pad_begin[i] = ap == AutoPad::same_upper ? total / 2 : total - total / 2;
     }
   }
-  const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group};
+  const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group, blocked_input(c.node, 0), blocked_output(c.node, 0)};
   conv_forward<T>(g, ch, xr.as<T>(), wr.as<T>(), c.has_in(2) ? c.in(2).as<T>() : nullptr, yr.as<T>(),
                   c.in_tag(0));
 }
@@ -92,7 +93,7 @@ void kernel_conv_transpose(KernelCtx& c) {
       g.pad_begin[i] = pads[i];
     }
   }
-  const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group};
+  const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group, blocked_input(c.node, 0), blocked_output(c.node, 0)};
   conv_transpose<T>(g, ch, xr.as<T>(), wr.as<T>(), c.has_in(2) ? c.in(2).as<T>() : nullptr, yr.as<T>(), c.in_tag(0));
 }
 

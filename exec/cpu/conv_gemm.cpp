@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "exec/cpu/blas.h"
+#include "exec/cpu/blocked.h"
 #include "exec/cpu/onednn.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
@@ -660,6 +661,19 @@ void plane_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x,
   transpose_partials(partial, threads, ch.groups, CK, Mg, dw);
 }
 
+// A side's tensor as plain: itself, or a plain copy of a blocked one made in `copy`.
+const float* plain_view(bool blocked, const float* t, int64_t N, int64_t C, int64_t S, std::vector<float>& copy) {
+  if (!blocked) return t;
+  copy.resize(size_t(N * C * S));
+  blocked_to_plain(t, copy.data(), N, C, S);
+  return copy.data();
+}
+
+ConvChannels plain_channels(ConvChannels ch) {
+  ch.in_blocked = ch.out_blocked = false;
+  return ch;
+}
+
 }  // namespace
 
 template <class T>
@@ -668,8 +682,16 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if (P == 0 || ch.images == 0 || Cout == 0) return;
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     if (dnnl_conv_forward(g, ch, x, w, bias, y, x_tag)) return;
+    if (ch.in_blocked || ch.out_blocked) {  // blocked tensors oneDNN does not run: plain copies
+      std::vector<float> xc, yc(ch.out_blocked ? size_t(ch.images * Cout * P) : 0);
+      float* yp = ch.out_blocked ? yc.data() : y;
+      conv_forward<float>(g, plain_channels(ch), plain_view(ch.in_blocked, x, ch.images, Cin, S, xc), w, bias, yp);
+      if (ch.out_blocked) plain_to_blocked(yp, y, ch.images, Cout, P);
+      return;
+    }
+  }
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: out channels per group each see one input channel
     parallel_for(ch.images * ch.groups, ch.images * ch.groups > 1, [&](int64_t task) {
       const int64_t n = task / ch.groups, gi = task % ch.groups;
@@ -736,12 +758,20 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if (S == 0 || ch.images == 0 || Cout == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (P > 0 && dnnl_conv_transpose(g, ch, x, w, bias, y, x_tag)) return;
+    if (ch.in_blocked || ch.out_blocked) {  // blocked tensors oneDNN does not run: plain copies
+      std::vector<float> xc, yc(ch.out_blocked ? size_t(ch.images * Cout * S) : 0);
+      float* yp = ch.out_blocked ? yc.data() : y;
+      conv_transpose<float>(g, plain_channels(ch), plain_view(ch.in_blocked, x, ch.images, Cin, P, xc), w, bias, yp);
+      if (ch.out_blocked) plain_to_blocked(yp, y, ch.images, Cout, S);
+      return;
+    }
+  }
   if (P == 0) {  // no input positions: the bias alone
     for (int64_t i = 0; i < ch.images * Cout; ++i) std::fill(y + i * S, y + (i + 1) * S, bias ? bias[i % Cout] : T(0));
     return;
   }
-  if constexpr (std::is_same_v<T, float>)
-    if (dnnl_conv_transpose(g, ch, x, w, bias, y, x_tag)) return;
   if (ch.out == 1 && ch.in <= kDirectMaxChannels) {  // depthwise (Conv's input gradient of a depthwise Conv): one output channel per group
     parallel_for(ch.images * ch.groups, ch.images * ch.groups > 1, [&](int64_t task) {
       const int64_t n = task / ch.groups, gi = task % ch.groups;
@@ -799,8 +829,14 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   if (wsize == 0) return;
   std::fill(dw, dw + wsize, T(0));
   if (P == 0 || ch.images == 0) return;
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     if (dnnl_conv_filter_grad(g, ch, x, dy, dw, x_tag, dy_tag)) return;
+    if (ch.in_blocked || ch.out_blocked) {  // blocked tensors oneDNN does not run: plain copies
+      std::vector<float> xc, dyc;
+      return conv_filter_grad<float>(g, plain_channels(ch), plain_view(ch.in_blocked, x, ch.images, Cin, S, xc),
+                                     plain_view(ch.out_blocked, dy, ch.images, Cout, P, dyc), dw);
+    }
+  }
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: each output channel's taps over its one input channel
     parallel_for(Cout, Cout > 1, [&](int64_t oc) {
       const int64_t gi = oc / Mg;

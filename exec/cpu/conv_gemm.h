@@ -45,8 +45,12 @@ struct ConvWindows {
 
 // The channel counts: `images` images, `groups` groups, per group `in` channels on the side the
 // window reads from (Conv's input, ConvTranspose's input) and `out` on the other side.
+// in_blocked / out_blocked: that side's activation (x, dy) is in the channel-blocked layout of
+// exec/cpu/blocked.h (float only); oneDNN reads and writes it as it is, the engine here through
+// plain copies.
 struct ConvChannels {
   int64_t images, groups, in, out;
+  bool in_blocked = false, out_blocked = false;
 };
 
 // Conv: x [N, G*in, bound..], w [G*out, in, kernel..], bias [G*out] or nullptr -> y [N, G*out, iter..].

@@ -27,6 +27,7 @@
 
 #include "exec/cpu/attention.h"
 #include "exec/cpu/blas.h"
+#include "exec/cpu/blocked.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/conv_gemm.h"
 #include "exec/cpu/clones.h"
@@ -39,6 +40,7 @@
 #include "exec/cpu/row_sum.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
+#include "graph/passes/block_channels.h"
 
 namespace onnxdp {
 
@@ -87,7 +89,7 @@ void conv_grad_filter(KernelCtx& c) {
   g.dilations = c.node.ints_or("dilations", std::vector<int64_t>(n, 1));
   const std::vector<int64_t> pads = c.node.ints_or("pads", std::vector<int64_t>(2 * n, 0));
   g.pad_begin.assign(pads.begin(), pads.begin() + int64_t(n));
-  const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group};
+  const ConvChannels ch{xs[0], group, xs[1] / group, ys[1] / group, blocked_input(c.node, 0), blocked_input(c.node, 1)};
   conv_filter_grad<T>(g, ch, c.in(0).as<T>(), c.in(1).as<T>(), c.out(0).as<T>(), c.in_tag(0), c.in_tag(1));
 }
 
@@ -263,6 +265,101 @@ ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy_in, cons
     }
 }
 
+// The channel-blocked layout's rows lo..hi (exec/cpu/blocked.h; row r: image r / (C / 16), block
+// r % (C / 16)): the four sums of batch_norm_grad_channels over each row, sums[(r * 4 + k) * 16 + l]
+// for sum k (d, d^2, dy, dy * d) of lane l, each row_sum_wide's bit for bit (block_row_sums).
+template <class T, bool Masked>
+ONNXDP_CPU_CLONES void batch_norm_grad_sums_blocked(const T* x, const T* dy_in, const T* relu_y, int64_t C, int64_t S,
+                                                    int64_t lo, int64_t hi, const double* k, double* sums) {
+  const int64_t blocks = C / kChannelBlock;
+  for (int64_t r = lo; r < hi; ++r) {
+    const int64_t base = r * S * kChannelBlock;
+    const double* kr = k + (r % blocks) * kChannelBlock;
+    double out[4][16];
+    block_row_sums<4>(S, [&](int64_t j, double (&t)[4][16]) {
+      for (int l = 0; l < 16; ++l) {
+        const int64_t e = base + j * 16 + l;
+        T g = dy_in[e];
+        if constexpr (Masked) g = fn::ReluGrad{}(dy_in[e], relu_y[e]);
+        const double d = double(x[e]) - kr[l], dyv = double(g);
+        t[0][l] = d;
+        t[1][l] = d * d;
+        t[2][l] = dyv;
+        t[3][l] = dyv * d;
+      }
+    }, out);
+    for (int q = 0; q < 4; ++q)
+      for (int l = 0; l < 16; ++l) sums[(r * 4 + q) * kChannelBlock + l] = out[q][l];
+  }
+}
+
+// Rows lo..hi of the blocked dx = a * dy + b * x + c per channel, as batch_norm_grad_channels.
+template <class T, bool Masked>
+ONNXDP_CPU_CLONES void batch_norm_grad_dx_blocked(const T* x, const T* dy_in, const T* relu_y, T* dx, int64_t C,
+                                                  int64_t S, int64_t lo, int64_t hi, const double* a, const double* b,
+                                                  const double* c) {
+  const int64_t blocks = C / kChannelBlock;
+  for (int64_t r = lo; r < hi; ++r) {
+    const int64_t base = r * S * kChannelBlock, off = (r % blocks) * kChannelBlock;
+    for (int64_t j = 0; j < S; ++j)
+      for (int l = 0; l < 16; ++l) {
+        const int64_t e = base + j * 16 + l;
+        T g = dy_in[e];
+        if constexpr (Masked) g = fn::ReluGrad{}(dy_in[e], relu_y[e]);
+        dx[e] = T(a[off + l] * double(g) + b[off + l] * double(x[e]) + c[off + l]);
+      }
+  }
+}
+
+// BatchNormalizationGrad over channel-blocked dy, x (and relu_y) into a blocked dx: the rows'
+// sums over all threads, added per channel in image order, then dx over all threads; the values
+// of batch_norm_grad_channels bit for bit.
+template <class T>
+void batch_norm_grad_blocked(KernelCtx& c, const std::vector<double>& scale, std::vector<double>& dscale,
+                             std::vector<double>& dbias) {
+  const TensorRef& xr = c.in(1);
+  const int64_t N = xr.dim(0), C = xr.dim(1), S = N * C != 0 ? xr.numel / (N * C) : 0;
+  for (int k : {0, 3})
+    if (c.has_in(k) && !blocked_input(c.node, k)) c.fail("input 1 is blocked and input {} is not: all or none", k);
+  if (c.has_out(0) && !blocked_output(c.node, 0)) c.fail("input 1 is blocked and output 0 is not: all or none");
+  const T* dy = c.in(0).as<T>();
+  const T* x = xr.as<T>();
+  const T* relu_y = c.has_in(3) ? c.in(3).as<T>() : nullptr;
+  T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
+  const double eps = c.node.f("epsilon"), M = double(N * S);
+  const int64_t rows = N * (C / kChannelBlock);
+  const bool parallel = xr.numel > parallel_min_elements();
+  std::vector<double> k(static_cast<size_t>(C), 0.0), sums(static_cast<size_t>(rows * 4 * kChannelBlock));
+  for (int64_t ch = 0; ch < C && N > 0 && S > 0; ++ch) k[size_t(ch)] = double(x[blocked_offset(0, ch, 0, C, S)]);
+  split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
+    if (relu_y) batch_norm_grad_sums_blocked<T, true>(x, dy, relu_y, C, S, lo, hi, k.data(), sums.data());
+    else batch_norm_grad_sums_blocked<T, false>(x, dy, nullptr, C, S, lo, hi, k.data(), sums.data());
+  });
+  std::vector<double> a(static_cast<size_t>(C)), b(static_cast<size_t>(C)), cc(static_cast<size_t>(C));
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double sum[4] = {0, 0, 0, 0};
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t r = n * (C / kChannelBlock) + ch / kChannelBlock;
+      for (int q = 0; q < 4; ++q) sum[q] += sums[size_t((r * 4 + q) * kChannelBlock + ch % kChannelBlock)];
+    }
+    const size_t j = size_t(ch);
+    const double mean_d = sum[0] / M, mu = k[j] + mean_d;
+    const double var = std::max(sum[1] / M - mean_d * mean_d, 0.0);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    const double sum_dy_xhat = (sum[3] - mean_d * sum[2]) * inv;
+    dbias[j] = sum[2];
+    dscale[j] = sum_dy_xhat;
+    a[j] = scale[j] * inv;
+    b[j] = -a[j] * inv * sum_dy_xhat / M;
+    cc[j] = -a[j] * sum[2] / M - b[j] * mu;
+  }
+  if (!dx) return;
+  split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
+    if (relu_y) batch_norm_grad_dx_blocked<T, true>(x, dy, relu_y, dx, C, S, lo, hi, a.data(), b.data(), cc.data());
+    else batch_norm_grad_dx_blocked<T, false>(x, dy, nullptr, dx, C, S, lo, hi, a.data(), b.data(), cc.data());
+  });
+}
+
 template <class T>
 void batch_norm_grad(KernelCtx& c) {
   const TensorRef &dyr = c.in(0), &xr = c.in(1), &sr = c.in(2);
@@ -274,6 +371,14 @@ void batch_norm_grad(KernelCtx& c) {
   T* dx = c.has_out(0) ? c.out(0).as<T>() : nullptr;
   std::vector<double> scale(static_cast<size_t>(C)), dscale(static_cast<size_t>(C)), dbias(static_cast<size_t>(C));
   for (int64_t ch = 0; ch < C; ++ch) scale[size_t(ch)] = load(sr, ch);
+  if (blocked_input(c.node, 1)) {
+    batch_norm_grad_blocked<T>(c, scale, dscale, dbias);
+    for (int64_t ch = 0; ch < C; ++ch) {
+      if (c.has_out(1)) store(c.out(1), ch, dscale[size_t(ch)]);
+      if (c.has_out(2)) store(c.out(2), ch, dbias[size_t(ch)]);
+    }
+    return;
+  }
   // Blocks of channels whose inputs fit in the core's cache: the second pass (dx) reads them there.
   const int64_t step = batch_norm_block(N * S * int64_t(sizeof(T)) * (relu_y ? 3 : 2));
   split_rows(C, xr.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {

@@ -3,10 +3,12 @@
 #include <cmath>
 #include <vector>
 
+#include "exec/cpu/blocked.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
 #include "exec/functors.h"
 #include "exec/kernel.h"
+#include "graph/passes/block_channels.h"
 
 namespace onnxdp {
 
@@ -84,6 +86,61 @@ void batch_norm_apply(bool relu, const T* x, T* y, int64_t lo, int64_t hi, int64
   else batch_norm_apply_rows<T, false>(x, y, lo, hi, C, S, a, b);
 }
 
+// The channel-blocked layout's rows (exec/cpu/blocked.h; row r = image r / (C / 16), block
+// r % (C / 16): S positions of 16 channels). sums[r * 16 + l] = row_sum_wide over the row of lane l's
+// x, or with `mean` (per channel) of (x - mean)^2: batch_norm_stats' row sums, bit for bit.
+template <class T>
+ONNXDP_CPU_CLONES void batch_norm_row_sums_blocked(const T* x, int64_t C, int64_t S, int64_t lo, int64_t hi,
+                                                   const double* mean, double* sums) {
+  const int64_t blocks = C / kChannelBlock;
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* xr = x + r * S * kChannelBlock;
+    double out[1][16];
+    if (!mean) {
+      block_row_sums<1>(S, [&](int64_t j, double (&t)[1][16]) {
+        for (int l = 0; l < 16; ++l) t[0][l] = double(xr[j * 16 + l]);
+      }, out);
+    } else {
+      const double* m = mean + (r % blocks) * kChannelBlock;
+      block_row_sums<1>(S, [&](int64_t j, double (&t)[1][16]) {
+        for (int l = 0; l < 16; ++l) {
+          const double d = double(xr[j * 16 + l]) - m[l];
+          t[0][l] = d * d;
+        }
+      }, out);
+    }
+    for (int l = 0; l < 16; ++l) sums[r * kChannelBlock + l] = out[0][l];
+  }
+}
+
+// Rows lo..hi of the blocked x, y: y = x * a[ch] + b[ch] in double (and Relu), as
+// batch_norm_apply_rows.
+template <class T, bool Relu>
+ONNXDP_CPU_CLONES void batch_norm_apply_blocked(const T* x, T* y, int64_t lo, int64_t hi, int64_t C, int64_t S,
+                                                const double* a, const double* b) {
+  const int64_t blocks = C / kChannelBlock;
+  for (int64_t r = lo; r < hi; ++r) {
+    const double* ar = a + (r % blocks) * kChannelBlock;
+    const double* br = b + (r % blocks) * kChannelBlock;
+    const T* xr = x + r * S * kChannelBlock;
+    T* yr = y + r * S * kChannelBlock;
+    for (int64_t j = 0; j < S; ++j)
+      for (int l = 0; l < 16; ++l) {
+        const T v = T(double(xr[j * 16 + l]) * ar[l] + br[l]);
+        yr[j * 16 + l] = Relu ? fn::Relu{}(v) : v;
+      }
+  }
+}
+
+// Per channel, the sum over images in image order of the rows' sums (sums [N * C / 16 rows, 16]),
+// divided by M: batch_norm_stats' mean or variance.
+void add_rows_in_image_order(const std::vector<double>& sums, int64_t N, int64_t C, double M, double* out) {
+  for (int64_t ch = 0; ch < C; ++ch) out[ch] = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = 0; ch < C; ++ch) out[ch] += sums[size_t(blocked_offset(n, ch, 0, C, 1))];
+  for (int64_t ch = 0; ch < C; ++ch) out[ch] /= M;
+}
+
 // x [N, C, S] (S = product of the spatial dims, 1 for [N, C]).
 //   inference: y = (x - mean) / sqrt(var + eps) * scale + bias with the running mean/var inputs;
 //   training:  the same with the batch mean and biased (population) variance per channel, and
@@ -111,6 +168,42 @@ void batch_norm(KernelCtx& c) {
     a[size_t(ch)] = scale[size_t(ch)] / std::sqrt(v + eps);
     b[size_t(ch)] = bias[size_t(ch)] - m * a[size_t(ch)];
   };
+  if (blocked_input(c.node, 0)) {
+    // The channel-blocked layout: the same statistics, each image's rows summed by any thread and
+    // the rows of a channel added in image order after; then y over all threads.
+    if (!blocked_output(c.node, 0)) c.fail("input 0 is blocked and output 0 is not: both or neither");
+    const int64_t rows = N * (C / kChannelBlock);
+    if (training) {
+      std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
+      std::vector<double> sums(size_t(rows * kChannelBlock));
+      split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
+        batch_norm_row_sums_blocked(x, C, S, lo, hi, nullptr, sums.data());
+      });
+      add_rows_in_image_order(sums, N, C, M, batch_mean.data());
+      split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
+        batch_norm_row_sums_blocked(x, C, S, lo, hi, batch_mean.data(), sums.data());
+      });
+      add_rows_in_image_order(sums, N, C, M, batch_var.data());
+      for (int64_t ch = 0; ch < C; ++ch) {
+        if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)] * momentum + batch_mean[size_t(ch)] * (1 - momentum));
+        if (c.has_out(2))
+          store(c.out(2), ch, var[size_t(ch)] * momentum + batch_var[size_t(ch)] * var_factor * (1 - momentum));
+      }
+      mean = batch_mean;
+      var = batch_var;
+    } else {
+      for (int64_t ch = 0; ch < C; ++ch) {
+        if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)]);
+        if (c.has_out(2)) store(c.out(2), ch, var[size_t(ch)]);
+      }
+    }
+    for (int64_t ch = 0; ch < C; ++ch) coefficients(ch, mean[size_t(ch)], var[size_t(ch)]);
+    split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
+      if (relu) batch_norm_apply_blocked<T, true>(x, y, lo, hi, C, S, a.data(), b.data());
+      else batch_norm_apply_blocked<T, false>(x, y, lo, hi, C, S, a.data(), b.data());
+    });
+    return;
+  }
   if (training) {
     std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
     // Blocks of channels whose x fits in the core's cache (batch_norm_block): the variance pass and

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "exec/cpu/blocked.h"
 #include "exec/cpu/threads.h"
 
 #ifdef ONNXDP_HAVE_DNNL
@@ -135,6 +136,8 @@ struct Prim {
 
 // Plain layouts of 1, 2 and 3 spatial dims.
 Tag activation_tag(size_t n) { return n == 1 ? Tag::ncw : n == 2 ? Tag::nchw : Tag::ncdhw; }
+// onnxdp's channel-blocked layout (exec/cpu/blocked.h) of 1, 2 and 3 spatial dims.
+Tag blocked_tag(size_t n) { return n == 1 ? Tag::nCw16c : n == 2 ? Tag::nChw16c : Tag::nCdhw16c; }
 Tag weight_tag(size_t n, bool grouped) {
   if (grouped) return n == 1 ? Tag::goiw : n == 2 ? Tag::goihw : Tag::goidhw;
   return n == 1 ? Tag::oiw : n == 2 ? Tag::oihw : Tag::oidhw;
@@ -157,10 +160,11 @@ void add_slot(Prim& p, int arg, bool output, const memory::desc& plain, const me
   p.slots.push_back(std::move(s));
 }
 
-// The primitive for `images` images of a geometry: src channels per group `cs`, dst `cd`. Null
-// where oneDNN refuses it.
+// The primitive for `images` images of a geometry: src channels per group `cs`, dst `cd`; the
+// caller's src / dst tensors plain, or blocked as src_blocked / dst_blocked say. Null where oneDNN
+// refuses it.
 std::unique_ptr<Prim> make_prim(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd,
-                                int64_t images, bool bias) {
+                                int64_t images, bool bias, bool src_blocked, bool dst_blocked) {
   const size_t n = g.iter.size();
   if (n < 1 || n > 3) return nullptr;
   memory::dims src{images, groups * cs}, dst{images, groups * cd}, wei, strides, dilates, pad_l, pad_r;
@@ -183,13 +187,16 @@ std::unique_ptr<Prim> make_prim(Kind kind, const ConvWindows& g, int64_t groups,
     pad_r.push_back(r);
   }
   const auto f32 = memory::data_type::f32;
-  const memory::desc src_plain(src, f32, activation_tag(n)), dst_plain(dst, f32, activation_tag(n)),
-      wei_plain(wei, f32, weight_tag(n, groups > 1)), bias_plain({groups * cd}, f32, Tag::x);
+  const memory::desc src_plain(src, f32, src_blocked ? blocked_tag(n) : activation_tag(n)),
+      dst_plain(dst, f32, dst_blocked ? blocked_tag(n) : activation_tag(n)), wei_plain(wei, f32, weight_tag(n, groups > 1)),
+      bias_plain({groups * cd}, f32, Tag::x);
   // A 1x1 window runs in the plain layouts (oneDNN's gemm path): there the blocked ones, with their
   // reorders from and to NCHW, were slower on every shape measured (one thread, batch 32: 16->32
   // at 32x32 stride 2 forward 29 GFLOP/s against 43, 64->64 at 8x8 stride 1 94 against 132;
-  // bench/results/2026-12-05-conv-engines.md). Other windows: the layouts oneDNN picks (blocked).
-  const bool pointwise = std::all_of(g.kernel.begin(), g.kernel.end(), [](int64_t k) { return k == 1; });
+  // bench/results/2026-12-05-conv-engines.md). Other windows, and 1x1 ones with a blocked tensor
+  // (no reorder of that one then): the layouts oneDNN picks (blocked).
+  const bool pointwise = !src_blocked && !dst_blocked &&
+                         std::all_of(g.kernel.begin(), g.kernel.end(), [](int64_t k) { return k == 1; });
   const memory::desc src_any = pointwise ? src_plain : memory::desc(src, f32, Tag::any),
                      dst_any = pointwise ? dst_plain : memory::desc(dst, f32, Tag::any),
                      wei_any = pointwise ? wei_plain : memory::desc(wei, f32, Tag::any);
@@ -245,8 +252,8 @@ PrimCache& thread_prims() {
 }
 
 std::vector<int64_t> prim_key(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images,
-                              bool bias, int share) {
-  std::vector<int64_t> key{int64_t(kind), groups, cs, cd, images, bias, share};
+                              bool bias, int share, bool src_blocked, bool dst_blocked) {
+  std::vector<int64_t> key{int64_t(kind), groups, cs, cd, images, bias, share, src_blocked, dst_blocked};
   for (const auto* v : {&g.iter, &g.bound, &g.kernel, &g.strides, &g.dilations, &g.pad_begin}) {
     key.push_back(int64_t(v->size()));
     key.insert(key.end(), v->begin(), v->end());
@@ -259,21 +266,28 @@ std::vector<int64_t> prim_key(Kind kind, const ConvWindows& g, int64_t groups, i
 // whichever thread of its team runs a share: share t of the next call finds what share t of this
 // one left in the primitive's buffers.
 Prim* prim_for(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, bool bias,
-               int share) {
-  std::vector<int64_t> key = prim_key(kind, g, groups, cs, cd, images, bias, share);
+               int share, bool src_blocked, bool dst_blocked) {
+  std::vector<int64_t> key = prim_key(kind, g, groups, cs, cd, images, bias, share, src_blocked, dst_blocked);
   PrimCache& cache = thread_prims();
   auto it = cache.find(key);
   if (it == cache.end())
-    it = cache.emplace(std::move(key), make_prim(kind, g, groups, cs, cd, images, bias)).first;
+    it = cache.emplace(std::move(key), make_prim(kind, g, groups, cs, cd, images, bias, src_blocked, dst_blocked)).first;
   return it->second.get();
 }
 
-// The calling thread's primitive for the shape and share if it has made one, else null.
+// The calling thread's primitive for the shape and share if it has made one, else null: with or
+// without a bias, and src / dst blocked as src_blocked / dst_blocked say (-1: either way).
 Prim* made_prim(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images, int share,
-                bool bias = false) {
+                int src_blocked, int dst_blocked) {
   PrimCache& cache = thread_prims();
-  auto it = cache.find(prim_key(kind, g, groups, cs, cd, images, bias, share));
-  return it == cache.end() ? nullptr : it->second.get();
+  for (bool bias : {false, true})
+    for (bool sb : {false, true})
+      for (bool db : {false, true}) {
+        if ((src_blocked >= 0 && sb != bool(src_blocked)) || (dst_blocked >= 0 && db != bool(dst_blocked))) continue;
+        auto it = cache.find(prim_key(kind, g, groups, cs, cd, images, bias, share, sb, db));
+        if (it != cache.end() && it->second) return it->second.get();
+      }
+  return nullptr;
 }
 
 Slot* slot_of(Prim& p, int arg) {
@@ -343,12 +357,12 @@ bool usable(const ConvChannels& ch) { return dnnl_enabled() && ch.images > 0; }
 // (the shares only read the cache); empty where oneDNN refuses the geometry (which does not
 // depend on the batch).
 std::vector<Prim*> share_prims(Kind kind, const ConvWindows& g, int64_t groups, int64_t cs, int64_t cd, int64_t images,
-                               bool bias) {
+                               bool bias, bool src_blocked, bool dst_blocked) {
   dnnl_one_thread();
   const int n = std::max(shares_of(images), 1);
   std::vector<Prim*> prims;
   for (int t = 0; t < n; ++t) {
-    Prim* p = prim_for(kind, g, groups, cs, cd, share_images(images, t, n), bias, t);
+    Prim* p = prim_for(kind, g, groups, cs, cd, share_images(images, t, n), bias, t, src_blocked, dst_blocked);
     if (!p) return {};
     prims.push_back(p);
   }
@@ -374,7 +388,8 @@ bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float
                        float* y, ValueTag x_tag) {
   if (!usable(ch)) return false;
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size();
-  const std::vector<Prim*> prims = share_prims(Kind::forward, g, G, ch.in, ch.out, ch.images, bias != nullptr);
+  const std::vector<Prim*> prims =
+      share_prims(Kind::forward, g, G, ch.in, ch.out, ch.images, bias != nullptr, ch.in_blocked, ch.out_blocked);
   if (prims.empty()) return false;
   over_images(ch.images, [&](int t, int64_t lo, int64_t) {
     dnnl_one_thread();
@@ -392,14 +407,19 @@ bool dnnl_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const flo
   if (!usable(ch)) return false;
   // The backward data pass of the convolution from y's grid (src, ch.out per group) to x's (dst).
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size();
-  const std::vector<Prim*> prims = share_prims(Kind::backward_data, g, G, ch.out, ch.in, ch.images, false);
+  const std::vector<Prim*> prims =
+      share_prims(Kind::backward_data, g, G, ch.out, ch.in, ch.images, false, ch.out_blocked, ch.in_blocked);
   if (prims.empty()) return false;
   over_images(ch.images, [&](int t, int64_t lo, int64_t hi) {
     dnnl_one_thread();
     Prim* p = prims[size_t(t)];
     float* yl = y + lo * G * ch.out * S;
     run(*p, {x + lo * G * ch.in * P, w, yl}, lo, {x_tag});
-    if (bias)
+    if (bias && ch.out_blocked)
+      for (int64_t n = 0; n < hi - lo; ++n)
+        for (int64_t c = 0; c < G * ch.out; ++c)
+          for (int64_t s = 0; s < S; ++s) yl[blocked_offset(n, c, s, G * ch.out, S)] += bias[c];
+    else if (bias)
       for (int64_t i = 0; i < (hi - lo) * G * ch.out; ++i) {
         const float b = bias[i % (G * ch.out)];
         for (float *v = yl + i * S, *e = v + S; v < e; ++v) *v += b;
@@ -412,17 +432,17 @@ bool dnnl_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const f
                            ValueTag x_tag, ValueTag dy_tag) {
   if (!usable(ch)) return false;
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size(), wsize = G * ch.out * ch.in * g.kernel_size();
-  const std::vector<Prim*> prims = share_prims(Kind::backward_weights, g, G, ch.in, ch.out, ch.images, false);
+  const std::vector<Prim*> prims =
+      share_prims(Kind::backward_weights, g, G, ch.in, ch.out, ch.images, false, ch.in_blocked, ch.out_blocked);
   if (prims.empty()) return false;
   // The input gradient's and the forward's primitives of the same shares, where this thread made
   // them (the forward's with or without a bias).
   std::vector<Prim*> data_prims(prims.size(), nullptr), forward_prims(prims.size(), nullptr);
   for (size_t t = 0; t < prims.size(); ++t) {
     const int64_t images = share_images(ch.images, int(t), int(prims.size()));
-    if (dy_tag.known()) data_prims[t] = made_prim(Kind::backward_data, g, G, ch.in, ch.out, images, int(t));
-    if (x_tag.known())
-      for (bool bias : {false, true})
-        if (!forward_prims[t]) forward_prims[t] = made_prim(Kind::forward, g, G, ch.in, ch.out, images, int(t), bias);
+    if (dy_tag.known())
+      data_prims[t] = made_prim(Kind::backward_data, g, G, ch.in, ch.out, images, int(t), -1, ch.out_blocked);
+    if (x_tag.known()) forward_prims[t] = made_prim(Kind::forward, g, G, ch.in, ch.out, images, int(t), ch.in_blocked, -1);
   }
   // Share 0 writes dw, the others their own sums, added in share order at the end.
   std::vector<std::vector<float>> partial;

@@ -45,6 +45,29 @@ template <class Term>
   return part[0];
 }
 
+// row_sum_wide for the 16 channels of one row of a channel-blocked tensor (exec/cpu/blocked.h: n
+// positions of 16 lanes), K sums at once: terms(j, t) sets t[k][l], term k of lane l at position
+// j, and out[k][l] is row_sum_wide(n, that term), each lane's additions in row_sum_wide's order
+// (term j into partial sum j mod 16, the partials added pairwise): the same value bit for bit as
+// the plain row's sum. The lanes are the vector.
+template <int K, class Terms>
+[[gnu::always_inline]] inline void block_row_sums(int64_t n, const Terms& terms, double (&out)[K][16]) {
+  double part[K][16][16] = {};  // [sum][partial][lane]
+  double t[K][16];
+  for (int64_t j = 0; j < n; ++j) {
+    terms(j, t);
+    const int64_t q = j % 16;
+    for (int k = 0; k < K; ++k)
+      for (int l = 0; l < 16; ++l) part[k][q][l] += t[k][l];
+  }
+  for (int k = 0; k < K; ++k) {
+    for (int w = 8; w > 0; w /= 2)
+      for (int q = 0; q < w; ++q)
+        for (int l = 0; l < 16; ++l) part[k][q][l] += part[k][q + w][l];
+    for (int l = 0; l < 16; ++l) out[k][l] = part[k][0][l];
+  }
+}
+
 // How many channels of a BatchNormalization (or its gradient) to take through all its passes at a
 // time, a channel's inputs being `channel_bytes` (all images): about 1 MB in all, at least one
 // channel, so that the passes after the first read the block from the core's cache (2 MB of L2 on

@@ -23,6 +23,13 @@ Models (models/zoo/<name>/):
   gru_legacy / gru_dynamo     the same with nn.GRU
   lstm2_bidir_legacy / _dynamo  nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True),
                               the last layer's final states of both directions -> Linear (4 classes)
+  resnet_training_legacy      a small ResNet: stem Conv 3->16 3x3 + BatchNorm + ReLU, a BasicBlock
+                              16->16 and one 16->32 with stride 2 and a 1x1 Conv + BatchNorm
+                              projection, global average pool, Linear (4 classes); input
+                              x [B, 3, 8, 8]; legacy exporter in TRAINING mode (docs/EXPORTING.md's
+                              recipe for BatchNorm models: the default eval mode writes BatchNorm's
+                              inference form); on the CPU its activations run in the channel-blocked
+                              layout (graph/passes/block_channels.h)
 Dropout probabilities are 0 (nn.TransformerEncoderLayer's dropout=0.0): PyTorch's dropout masks
 cannot be matched. ConvNeXt's layer scale starts at 0.5 instead of its 1e-6, so that the block's
 weights change the loss enough for a wrong gradient to show.
@@ -109,6 +116,33 @@ class ConvNeXtClassifier(nn.Module):
         return self.head(self.block(self.stem(x)).mean(dim=(2, 3)))
 
 
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(y + (x if self.proj is None else self.proj(x)))
+
+
+class ResNetClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.blocks = nn.Sequential(BasicBlock(16, 16, 1), BasicBlock(16, 32, 2))
+        self.head = nn.Linear(32, CLASSES)
+
+    def forward(self, x):                      # x [B, 3, 8, 8]
+        return self.head(self.blocks(self.stem(x)).mean(dim=(2, 3)))
+
+
 class RNNClassifier(nn.Module):
     def __init__(self, cell, layers=1, bidirectional=False):
         super().__init__()
@@ -132,7 +166,11 @@ def export(model, x, path, dynamo):
     model.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if dynamo:
+        if dynamo == "training":  # docs/EXPORTING.md's recipe for BatchNorm models
+            torch.onnx.export(model, x, path, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, opset_version=17, input_names=["x"],
+                              output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+        elif dynamo:
             prog = torch.onnx.export(model, (x,), dynamo=True, verbose=False, input_names=["x"], output_names=["logits"],
                                      dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
             prog.save(path)
@@ -142,12 +180,13 @@ def export(model, x, path, dynamo):
     model.train()
 
 
-def check_export(model, path, x):
-    """The untrained file computes what the module computes (ONNX Runtime, all rows)."""
-    model.eval()
+def check_export(model, path, x, training=False):
+    """The untrained file computes what the module computes (ONNX Runtime, all rows; a TRAINING-mode
+    file's BatchNorm takes the batch's statistics, as the module in train mode)."""
+    probe = copy.deepcopy(model)  # train mode updates the running statistics
+    probe.train(training)
     with torch.no_grad():
-        want = model(torch.from_numpy(x)).numpy()
-    model.train()
+        want = probe(torch.from_numpy(x)).numpy()
     got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     err = np.max(np.abs(got - want)) / np.max(np.abs(want))
     assert err < 1e-5, f"{path}: ONNX Runtime differs from torch by {err:.2e} relative"
@@ -219,13 +258,14 @@ def make(name, build, x_shape, source, dynamo, seed):
     y = rng.randint(0, CLASSES, size=ROWS).astype(np.int64)
     path = os.path.join(d, "model.onnx")
     export(model, torch.from_numpy(x[:BATCH]), path, dynamo)
-    check_export(model, path, x)
+    check_export(model, path, x, training=dynamo == "training")
     np.savez(os.path.join(d, "data.npz"), x=x, label=y)
     trainable, name_map = trainable_names(model, path)
     manifest = {
         "source": source,
-        "framework": f"torch {torch.__version__}" + (f" / onnxscript {onnxscript.__version__}" if dynamo else ""),
-        "exporter": "torch dynamo" if dynamo else "torch legacy (dynamo=False)",
+        "framework": f"torch {torch.__version__}" + (f" / onnxscript {onnxscript.__version__}" if dynamo is True else ""),
+        "exporter": "torch legacy (dynamo=False), TrainingMode.TRAINING, do_constant_folding=False, opset 17"
+                    if dynamo == "training" else "torch dynamo" if dynamo else "torch legacy (dynamo=False)",
         "runs": [{"name": opt, "args": run_args(opt), "losses": torch_losses(model, x, y, opt)} for opt in ("sgd", "adamw")],
         "trainable": trainable,
         "name_map": name_map,
@@ -243,6 +283,8 @@ CONVNEXT = ("ConvNeXt block classifier: Conv 3->16 (2x2 stride 2), depthwise 7x7
             "Linear 16->64, GELU, Linear 64->16, layer scale (init 0.5), residual, global mean pool, Linear(16, 4); "
             "x [B, 3, 12, 12]")
 LSTM = "nn.LSTM(8, 16, batch_first=True), last hidden state -> Linear(16, 4); x [B, 6, 8]"
+RESNET = ("ResNet: Conv 3->16 3x3 + BatchNorm + ReLU, BasicBlock 16->16, BasicBlock 16->32 stride 2 with a 1x1 Conv + "
+          "BatchNorm projection, global mean pool, Linear(32, 4); x [B, 3, 8, 8]")
 GRU = "nn.GRU(8, 16, batch_first=True), last hidden state -> Linear(16, 4); x [B, 6, 8]"
 LSTM2 = ("nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True), the last layer's final states of "
          "both directions concatenated -> Linear(32, 4); x [B, 6, 8]")
@@ -257,6 +299,7 @@ MODELS = {
     "gru_dynamo": lambda n: make(n, lambda: RNNClassifier(nn.GRU), (6, 8), GRU, True, 4),
     "lstm2_bidir_legacy": lambda n: make(n, lambda: RNNClassifier(nn.LSTM, 2, True), (6, 8), LSTM2, False, 5),
     "lstm2_bidir_dynamo": lambda n: make(n, lambda: RNNClassifier(nn.LSTM, 2, True), (6, 8), LSTM2, True, 5),
+    "resnet_training_legacy": lambda n: make(n, ResNetClassifier, (3, 8, 8), RESNET, "training", 7),
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+// See block_channels.h.
+#include "graph/passes/block_channels.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+namespace onnxdp {
+
+namespace {
+
+bool listed(const Node& n, const char* attr, int k) {
+  auto it = n.attrs.find(attr);
+  if (it == n.attrs.end()) return false;
+  const auto* ks = std::get_if<std::vector<int64_t>>(&it->second);
+  return ks && std::find(ks->begin(), ks->end(), int64_t(k)) != ks->end();
+}
+
+// Whether node n may read (input) or write (output) slot k in the blocked layout, and whether
+// that slot is tied to the node's other tied slots (same layout) rather than free.
+enum class Role { refuses, free, tied };
+
+bool same_shapes(const Graph& g, const Node& n) {
+  const Shape& s = g.value(n.outputs[0]).shape;
+  for (ValueId v : n.inputs)
+    if (v == kNoValue || g.value(v).shape != s) return false;
+  return true;
+}
+
+Role role(const Graph& g, const Node& n, bool input, int k) {
+  switch (n.op) {
+    case Op::Conv:
+    case Op::ConvTranspose:
+      return n.i("group") == 1 && k == 0 ? Role::free : Role::refuses;
+    case Op::ConvGradFilter:
+      return n.i("group") == 1 && input ? Role::free : Role::refuses;
+    case Op::BatchNormalization:
+      return k == 0 ? Role::tied : Role::refuses;
+    case Op::BatchNormalizationGrad:
+      return (input ? k != 2 : k == 0) ? Role::tied : Role::refuses;
+    case Op::Add:
+    case Op::Relu:
+    case Op::ReluGrad:
+      return n.outputs.size() == 1 && same_shapes(g, n) ? Role::tied : Role::refuses;
+    default:
+      return Role::refuses;
+  }
+}
+
+struct Groups {
+  std::vector<ValueId> parent;
+  explicit Groups(size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), ValueId(0)); }
+  ValueId find(ValueId v) {
+    while (parent[size_t(v)] != v) v = parent[size_t(v)] = parent[size_t(parent[size_t(v)])];
+    return v;
+  }
+  void tie(ValueId a, ValueId b) { parent[size_t(find(a))] = find(b); }
+};
+
+}  // namespace
+
+bool blocked_input(const Node& n, int k) { return listed(n, kBlockedInputs, k); }
+bool blocked_output(const Node& n, int k) { return listed(n, kBlockedOutputs, k); }
+
+int block_channels(Graph& g, const std::vector<ValueId>& keep) {
+  const size_t values = g.values.size();
+  std::vector<bool> ok(values, false);
+  for (size_t v = 0; v < values; ++v) {
+    const Value& x = g.value(ValueId(v));
+    ok[v] = x.kind == ValueKind::activation && x.producer >= 0 && x.dtype == DType::f32 && x.shape.size() >= 3 &&
+            x.shape.size() <= 5 && x.shape[1] > 0 && x.shape[1] % 16 == 0;
+  }
+  for (ValueId v : g.outputs) ok[size_t(v)] = false;
+  for (ValueId v : keep)
+    if (v != kNoValue) ok[size_t(v)] = false;
+
+  // Every slot's role: a refusing one rules its value out; tied slots of a node join one group.
+  Groups groups(values);
+  for (const Node& n : g.nodes) {
+    ValueId first_tied = kNoValue;
+    const auto visit = [&](ValueId v, bool input, int k) {
+      if (v == kNoValue) return;
+      const Role r = role(g, n, input, k);
+      if (r == Role::refuses) ok[size_t(v)] = false;
+      if (r != Role::tied) return;
+      if (first_tied == kNoValue) first_tied = v;
+      else groups.tie(v, first_tied);
+    };
+    for (size_t k = 0; k < n.inputs.size(); ++k) visit(n.inputs[k], true, int(k));
+    for (size_t k = 0; k < n.outputs.size(); ++k) visit(n.outputs[k], false, int(k));
+  }
+  // A group is blocked when all its values may be.
+  std::vector<bool> group_ok(values, true);
+  for (size_t v = 0; v < values; ++v)
+    if (!ok[v]) group_ok[size_t(groups.find(ValueId(v)))] = false;
+  std::vector<bool> blocked(values, false);
+  int count = 0;
+  for (size_t v = 0; v < values; ++v) {
+    blocked[v] = ok[v] && group_ok[size_t(groups.find(ValueId(v)))];
+    count += blocked[v];
+  }
+  if (count == 0) return 0;
+  for (Node& n : g.nodes) {
+    if (n.op == Op::Add || n.op == Op::Relu || n.op == Op::ReluGrad) continue;  // any layout, one for all
+    std::vector<int64_t> ins, outs;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (n.inputs[k] != kNoValue && blocked[size_t(n.inputs[k])]) ins.push_back(int64_t(k));
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (n.outputs[k] != kNoValue && blocked[size_t(n.outputs[k])]) outs.push_back(int64_t(k));
+    if (!ins.empty()) n.attrs[kBlockedInputs] = Attr(ins);
+    if (!outs.empty()) n.attrs[kBlockedOutputs] = Attr(outs);
+  }
+  return count;
+}
+
+}  // namespace onnxdp

@@ -1,0 +1,40 @@
+// block_channels (CPU): the activations that pass from one oneDNN convolution to the next stay in
+// the channel-blocked layout oneDNN's convolutions run in (exec/cpu/blocked.h: 16 channels
+// innermost), instead of being reordered from and to plain NCHW around every Conv, its input
+// gradient and its filter gradient. In a ResNet step those reorders were a fifth of the
+// convolutions' time (bench/results/2026-12-05-conv-engines.md).
+//
+// The layout is the nodes' business, not the values': a node reading or writing a blocked tensor
+// lists the slot in its attribute blocked_inputs / blocked_outputs (onnxdp's own: import refuses
+// them), and its CPU kernel reads the layout there. The value keeps its plain shape and size.
+//
+// Which values: the pass ties values that must share a layout into groups (a BatchNormalization's
+// x and y; its gradient's dy, x, relu_y and dx; an elementwise Add, Relu or ReluGrad's inputs and
+// output, all of one shape), and a group is blocked when every value in it
+//   - is a float32 activation of rank 3 to 5 whose channels (dim 1) are a positive multiple of 16,
+//     not a graph output nor a value kept for after the run (`keep`);
+//   - is read and written only by the ops above, or as the activation of Conv, ConvTranspose
+//     (groups 1: no bias on a blocked output) or ConvGradFilter, which oneDNN runs in this layout
+//     (a Conv may read one layout and write the other).
+// A group with any other reader (a pool, a Reshape, the data-parallel BatchNormalization's
+// ordinary ops) stays plain. Running on the finished graph (after the fusions), the pass changes
+// no value: each kernel computes what it computes on plain tensors, bit for bit
+// (tests/graph/test_block_channels.cpp).
+#pragma once
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace onnxdp {
+
+inline constexpr const char* kBlockedInputs = "blocked_inputs";
+inline constexpr const char* kBlockedOutputs = "blocked_outputs";
+
+// Whether node n reads its input k / writes its output k in the blocked layout.
+bool blocked_input(const Node& n, int k);
+bool blocked_output(const Node& n, int k);
+
+// Marks the groups above; returns how many values it blocked.
+int block_channels(Graph& g, const std::vector<ValueId>& keep = {});
+
+}  // namespace onnxdp

@@ -1,0 +1,319 @@
+// The block_channels pass (graph/passes/block_channels.h) and the kernels that read its layout:
+// which values take the channel-blocked layout and which stay plain, that a graph computes the
+// same values bit for bit in either layout (a hand-made graph with inference and training
+// BatchNormalizations, and the training graph of the zoo's ResNet, on 1 and 2 threads), the
+// convolution engine's plain-copy path where oneDNN does not run a blocked convolution, and that
+// import refuses the layout attributes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compile/compile.h"
+#include "exec/cpu/blocked.h"
+#include "exec/cpu/conv_gemm.h"
+#include "exec/cpu/onednn.h"
+#include "exec/cpu/threads.h"
+#include "exec/plan.h"
+#include "graph/passes/block_channels.h"
+#include "importer/onnx_io.h"
+#include "tests/graph/graph_test_util.h"
+#include "train/trainer.h"
+
+using namespace onnxdp;
+using onnxdp::test::add_input;
+using onnxdp::test::check_same_outputs;
+using onnxdp::test::out;
+using onnxdp::test::random_feeds;
+
+namespace {
+
+ValueId conv(Graph& g, const std::string& name, ValueId x, ValueId w, int64_t k, int64_t stride = 1) {
+  const int64_t p = k / 2;
+  return out(g, g.add_node(Op::Conv, name, {x, w}, {name + "/y"},
+                           {{"kernel_shape", Attr(std::vector<int64_t>{k, k})},
+                            {"pads", Attr(std::vector<int64_t>{p, p, p, p})},
+                            {"strides", Attr(std::vector<int64_t>{stride, stride})}}));
+}
+
+ValueId batch_norm(Graph& g, const std::string& name, ValueId x, int64_t channels, bool training) {
+  std::vector<ValueId> in{x};
+  for (const char* p : {"scale", "bias", "mean", "var"}) in.push_back(add_input(g, name + "/" + p, {channels}));
+  std::vector<std::string> outs{name + "/y"};
+  if (training) outs.insert(outs.end(), {name + "/rm", name + "/rv"});
+  return out(g, g.add_node(Op::BatchNormalization, name, in, outs, {{"training_mode", Attr(int64_t(training))}}));
+}
+
+// x [2, 3, 6, 6] -> Conv 3->16 -> BatchNormalization (training) -> Relu -> Conv 16->16 ->
+// BatchNormalization (inference) -> Add (the first Relu's output) -> Relu -> r, then from r:
+// a 1x1 stride-2 Conv 16->32 whose y a GlobalAveragePool reads (plain), a Conv 16->16 whose y a Neg
+// reads (plain), and a Conv 16->8 (8 channels: plain).
+Graph sample() {
+  Graph g;
+  const ValueId x = add_input(g, "x", {2, 3, 6, 6}), w1 = add_input(g, "w1", {16, 3, 3, 3}),
+                w2 = add_input(g, "w2", {16, 16, 3, 3}), w3 = add_input(g, "w3", {32, 16, 1, 1}),
+                w4 = add_input(g, "w4", {16, 16, 3, 3}), w5 = add_input(g, "w5", {8, 16, 3, 3});
+  const ValueId a = out(g, g.add_node(Op::Relu, "relu1", {batch_norm(g, "bn1", conv(g, "c1", x, w1, 3), 16, true)},
+                                      {"relu1/y"}));
+  const ValueId b = batch_norm(g, "bn2", conv(g, "c2", a, w2, 3), 16, false);
+  const ValueId r = out(g, g.add_node(Op::Relu, "relu2", {out(g, g.add_node(Op::Add, "add", {b, a}, {"add/y"}))},
+                                      {"relu2/y"}));
+  g.outputs = {out(g, g.add_node(Op::GlobalAveragePool, "gap", {conv(g, "c3", r, w3, 1, 2)}, {"gap/y"})),
+               out(g, g.add_node(Op::Neg, "neg", {conv(g, "c4", r, w4, 3)}, {"neg/y"})), conv(g, "c5", r, w5, 3)};
+  for (const Node& n : g.nodes)
+    if (n.op == Op::BatchNormalization && n.outputs.size() == 3) {
+      g.outputs.push_back(n.outputs[1]);
+      g.outputs.push_back(n.outputs[2]);
+    }
+  return g;
+}
+
+std::vector<int64_t> listed(const Node* n, const char* attr) {
+  return n->has(attr) ? n->ints(attr) : std::vector<int64_t>{};
+}
+
+// The graph with every layout attribute removed: what the kernels compute in the plain layout.
+Graph plain_copy(Graph g) {
+  for (Node& n : g.nodes) {
+    n.attrs.erase(kBlockedInputs);
+    n.attrs.erase(kBlockedOutputs);
+  }
+  return g;
+}
+
+// random_feeds with the inference BatchNormalization's variance positive.
+std::map<std::string, Tensor> sample_feeds() {
+  std::map<std::string, Tensor> f = random_feeds(sample(), 7);
+  Tensor& var = f.at("bn2/var");
+  for (int64_t i = 0; i < var.numel(); ++i) var.as<float>()[i] = std::fabs(var.as<float>()[i]) + 0.5f;
+  return f;
+}
+
+struct KeepThreads {
+  int before = cpu_threads();
+  ~KeepThreads() { set_cpu_threads(before); }
+};
+
+}  // namespace
+
+TEST_CASE("block_channels: the values between oneDNN's convolutions take the blocked layout, the rest stay plain") {
+  Graph g = sample();
+  // c1/y, bn1/y, relu1/y, c2/y, bn2/y, add/y, relu2/y.
+  CHECK(block_channels(g) == 7);
+  verify(g);
+  const auto by = onnxdp::test::by_name(g);
+  using V = std::vector<int64_t>;
+  CHECK(listed(by.at("c1"), kBlockedInputs) == V{});  // x has 3 channels
+  CHECK(listed(by.at("c1"), kBlockedOutputs) == V{0});
+  for (const char* bn : {"bn1", "bn2"}) {
+    CHECK_MESSAGE(listed(by.at(bn), kBlockedInputs) == V{0}, bn);
+    CHECK_MESSAGE(listed(by.at(bn), kBlockedOutputs) == V{0}, bn);  // y only: the statistics are [16]
+  }
+  CHECK(listed(by.at("c2"), kBlockedInputs) == V{0});
+  CHECK(listed(by.at("c2"), kBlockedOutputs) == V{0});
+  for (const char* c : {"c3", "c4", "c5"}) {  // read r; their y: a pool's, a Neg's, 8 channels
+    CHECK_MESSAGE(listed(by.at(c), kBlockedInputs) == V{0}, c);
+    CHECK_MESSAGE(listed(by.at(c), kBlockedOutputs) == V{}, c);
+  }
+  for (const char* n : {"add", "relu1", "relu2", "gap", "neg"}) CHECK_MESSAGE(by.at(n)->attrs.count(kBlockedInputs) == 0, n);
+}
+
+TEST_CASE("block_channels: what rules a group out") {
+  SUBCASE("a graph output") {
+    Graph g = sample();
+    // add/y is tied to bn2/y, relu1/y and relu2/y, and through them to c2/y, bn1/y and c1/y: one group.
+    g.outputs.push_back(g.find("add/y"));
+    CHECK(block_channels(g) == 0);
+  }
+  SUBCASE("a value kept for after the run") {
+    Graph g = sample();
+    CHECK(block_channels(g, {g.find("relu1/y")}) == 0);
+  }
+  SUBCASE("a grouped Conv reads it") {
+    Graph g = sample();
+    for (Node& n : g.nodes)
+      if (n.name == "c4") {
+        n.attrs["group"] = Attr(int64_t(16));
+        g.value(n.inputs[1]).shape = {16, 1, 3, 3};
+      }
+    CHECK(block_channels(g) == 0);
+  }
+}
+
+TEST_CASE("block_channels: every output equals the plain layout's bit for bit, on 1 and 2 threads") {
+  KeepThreads keep;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_cpu_threads(threads);
+    for (bool dnnl : {true, false}) {  // oneDNN's blocked convolutions, and the engine's plain copies
+      CAPTURE(dnnl);
+      const bool before = dnnl_enabled();
+      set_dnnl_enabled(dnnl);
+      Graph blocked = sample();
+      REQUIRE(block_channels(blocked) == 7);
+      const std::map<std::string, Tensor> y = check_same_outputs(sample(), std::move(blocked), sample_feeds(), 0);
+      set_dnnl_enabled(before);
+      double sum = 0;
+      for (double v : y.at("neg/y").to_f64()) sum += v * v;
+      CHECK(sum > 0);
+    }
+  }
+}
+
+TEST_CASE("BatchNormalization and its gradient in the blocked layout: float64 values bit for bit, on 1 and 2 threads") {
+  // Float64 shows the double sums' every bit (float32 outputs round most differences in the order
+  // of the additions away). 32 channels (two blocks), 25 positions (not a multiple of 16).
+  const Shape s{3, 32, 5, 5};
+  const int64_t N = 3, C = 32, S = 25;
+  const auto make = [&](bool blocked) {
+    Graph g;
+    const ValueId x = add_input(g, "x", s, DType::f64), dy = add_input(g, "dy", s, DType::f64),
+                  relu_y = add_input(g, "relu_y", s, DType::f64);
+    std::vector<ValueId> p;
+    for (const char* n : {"scale", "bias", "mean", "var"}) p.push_back(add_input(g, n, {C}, DType::f64));
+    std::map<std::string, Attr> bn_attrs{{"training_mode", Attr(int64_t(1))}, {"activation", Attr(std::string("Relu"))}},
+        grad_attrs;
+    if (blocked) {
+      bn_attrs[kBlockedInputs] = bn_attrs[kBlockedOutputs] = Attr(std::vector<int64_t>{0});
+      grad_attrs[kBlockedInputs] = Attr(std::vector<int64_t>{0, 1, 3});
+      grad_attrs[kBlockedOutputs] = Attr(std::vector<int64_t>{0});
+    }
+    const int bn = g.add_node(Op::BatchNormalization, "bn", {x, p[0], p[1], p[2], p[3]}, {"y", "rm", "rv"}, bn_attrs);
+    const int grad = g.add_node(Op::BatchNormalizationGrad, "bng", {dy, x, p[0], relu_y}, {"dx", "dscale", "dbias"}, grad_attrs);
+    g.outputs = g.nodes[size_t(bn)].outputs;
+    for (ValueId v : g.nodes[size_t(grad)].outputs) g.outputs.push_back(v);
+    verify(g);
+    return g;
+  };
+  std::map<std::string, Tensor> feeds = random_feeds(make(false), 5);
+  for (int64_t i = 0; i < C; ++i) feeds.at("var").as<double>()[i] = std::fabs(feeds.at("var").as<double>()[i]);
+  for (int64_t i = 0; i < feeds.at("x").numel(); ++i) feeds.at("x").as<double>()[i] += 3.0;  // a mean far from 0
+  std::map<std::string, Tensor> blocked_feeds = feeds;
+  for (const char* n : {"x", "dy", "relu_y"}) {
+    blocked_feeds[n] = Tensor(DType::f64, s);
+    plain_to_blocked(feeds.at(n).as<double>(), blocked_feeds[n].as<double>(), N, C, S);
+  }
+  KeepThreads keep;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_cpu_threads(threads);
+    Plan plain(make(false)), blocked(make(true));
+    const std::map<std::string, Tensor> a = plain.run(feeds);
+    std::map<std::string, Tensor> b = blocked.run(blocked_feeds);
+    for (const char* n : {"y", "dx"}) {
+      Tensor t(DType::f64, s);
+      blocked_to_plain(b.at(n).as<double>(), t.as<double>(), N, C, S);
+      b[n] = std::move(t);
+    }
+    int zeros = 0;
+    for (const auto& [name, t] : a) {
+      CAPTURE(name);
+      const std::vector<double> u = t.to_f64(), v = b.at(name).to_f64();
+      REQUIRE(u.size() == v.size());
+      int differ = 0;
+      for (size_t i = 0; i < u.size(); ++i) differ += u[i] != v[i];
+      CHECK(differ == 0);
+      if (name == "y")
+        for (double y : u) zeros += y == 0;
+    }
+    CHECK(zeros > 0);  // the Relu did something
+  }
+}
+
+TEST_CASE("block_channels: the zoo's ResNet training graph computes the plain layout's loss, gradients and statistics bit for bit") {
+  if (!dnnl_enabled()) return;  // the pass runs where oneDNN does
+  KeepThreads keep;
+  TrainOptions o;
+  o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/zoo/resnet_training_legacy/model.onnx";
+  o.batch_size = 8;
+  TrainingGraph tg = training_graph(o, 1, 0);
+  int convs = 0, blocked_convs = 0;
+  for (const Node& n : tg.g.nodes)
+    if (n.op == Op::Conv || n.op == Op::ConvTranspose || n.op == Op::ConvGradFilter) {
+      ++convs;
+      blocked_convs += n.has(kBlockedInputs) || n.has(kBlockedOutputs);
+    }
+  CHECK(convs == 17);  // 6 Convs, their 6 filter gradients, 5 input gradients (x needs none)
+  CHECK(blocked_convs == 17);  // every one reads or writes a blocked activation
+  verify(tg.g);
+  std::map<std::string, Tensor> feeds = random_feeds(tg.g, 11);
+  for (auto& [name, t] : feeds)
+    if (t.dtype() == DType::i64)
+      for (int64_t i = 0; i < t.numel(); ++i) t.as<int64_t>()[i] = i % 4;  // class labels
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_cpu_threads(threads);
+    check_same_outputs(plain_copy(tg.g), tg.g, feeds, 0);
+  }
+}
+
+TEST_CASE("the convolution engine runs blocked tensors through plain copies where oneDNN does not run them") {
+  // 16 -> 32 channels, 3x3, stride 2, pad 1, 2 images of 7x7 (-> 4x4), ConvTranspose with a bias.
+  ConvWindows g;
+  g.iter = {4, 4};
+  g.bound = {7, 7};
+  g.kernel = {3, 3};
+  g.strides = {2, 2};
+  g.dilations = {1, 1};
+  g.pad_begin = {1, 1};
+  const int64_t N = 2, C = 16, M = 32, S = 49, P = 16;
+  std::vector<float> x(static_cast<size_t>(N * C * S)), w(static_cast<size_t>(M * C * 9)),
+      dy(static_cast<size_t>(N * M * P)), bias(static_cast<size_t>(C));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 37 % 101) - 50) / 32.f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 53 % 89) - 44) / 64.f;
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(int(i * 29 % 97) - 48) / 16.f;
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = float(i) / 8.f;
+  std::vector<float> xb(x.size()), dyb(dy.size());
+  plain_to_blocked(x.data(), xb.data(), N, C, S);
+  plain_to_blocked(dy.data(), dyb.data(), N, M, P);
+  std::vector<float> back(x.size());
+  blocked_to_plain(xb.data(), back.data(), N, C, S);
+  CHECK(back == x);
+  CHECK(xb[size_t(blocked_offset(1, 5, 7, C, S))] == x[size_t((1 * C + 5) * S + 7)]);
+  const bool before = dnnl_enabled();
+  for (bool dnnl : {true, false}) {
+    CAPTURE(dnnl);
+    set_dnnl_enabled(dnnl);
+    const ConvChannels plain{N, 1, C, M}, blocked{N, 1, C, M, true, true};
+    // Conv: x (16 ch) -> y (32 ch).
+    std::vector<float> y(size_t(N * M * P)), yb(y.size()), y_of_b(y.size());
+    conv_forward<float>(g, plain, x.data(), w.data(), nullptr, y.data());
+    conv_forward<float>(g, blocked, xb.data(), w.data(), nullptr, yb.data());
+    blocked_to_plain(yb.data(), y_of_b.data(), N, M, P);
+    CHECK(y_of_b == y);
+    // ConvTranspose (Conv's input gradient, with a bias): dy (32 ch) -> dx (16 ch).
+    const ConvChannels tplain{N, 1, M, C}, tblocked{N, 1, M, C, true, true};
+    std::vector<float> dx(x.size()), dxb(x.size()), dx_of_b(x.size());
+    std::vector<float> wt(w.size());  // ConvTranspose's w [in = 32, out = 16, 3, 3] is Conv's
+    wt = w;
+    conv_transpose<float>(g, tplain, dy.data(), wt.data(), bias.data(), dx.data());
+    conv_transpose<float>(g, tblocked, dyb.data(), wt.data(), bias.data(), dxb.data());
+    blocked_to_plain(dxb.data(), dx_of_b.data(), N, C, S);
+    CHECK(dx_of_b == dx);
+    // ConvGradFilter: x, dy -> dw.
+    std::vector<float> dw(w.size()), dwb(w.size());
+    conv_filter_grad<float>(g, plain, x.data(), dy.data(), dw.data());
+    conv_filter_grad<float>(g, blocked, xb.data(), dyb.data(), dwb.data());
+    CHECK(dwb == dw);
+  }
+  set_dnnl_enabled(before);
+}
+
+TEST_CASE("block_channels: a model naming the layout attributes is refused by name") {
+  const std::string dir = std::string(ONNXDP_SOURCE_DIR) + "/models/cnn";
+  for (const char* attr : {kBlockedInputs, kBlockedOutputs}) {
+    onnx::ModelProto m = load_model_proto(dir + "/model.onnx");
+    for (auto& n : *m.mutable_graph()->mutable_node())
+      if (n.op_type() == "Conv") {
+        auto* a = n.add_attribute();
+        a->set_name(attr);
+        a->set_type(onnx::AttributeProto::INTS);
+        a->add_ints(0);
+        break;
+      }
+    const std::string want = std::string("attribute '") + attr + "' is onnxdp's own";
+    CHECK_THROWS_WITH(load_graph(m, dir), doctest::Contains(want.c_str()));
+  }
+}
