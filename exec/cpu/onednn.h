@@ -8,9 +8,11 @@
 // ResNet shapes 110-182 GFLOP/s with the reorders from and to onnxdp's plain NCHW tensors counted
 // (one AVX-512 core, sgemm 162), against 45-83 for im2col + OpenBLAS
 // (bench/results/2026-12-05-conv-engines.md); 1x1 windows run in the plain layouts (oneDNN's gemm
-// path), faster there. A primitive per shape and share of the batch is made once per calling
-// thread and kept with its blocked buffers, reorders and its own scratchpad (any thread of the
-// caller's team may run it).
+// path), faster there. A tensor already in the blocked layout (ConvChannels::in_blocked /
+// out_blocked: graph/passes/block_channels.h keeps the activations between convolutions so) is
+// given to the primitive as it is, with no reorder. A primitive per shape, share of the batch and
+// layout is made once per calling thread and kept with its blocked buffers, reorders and its own
+// scratchpad (any thread of the caller's team may run it).
 //
 // Products: blas_gemm (exec/cpu/blas.h) calls oneDNN's sgemm for float, OpenBLAS's for double:
 // 10-45 % faster on gpt_small's shapes here (bench/results/2026-12-05-gemm-engines.md); a product
