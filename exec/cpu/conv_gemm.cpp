@@ -674,6 +674,17 @@ ConvChannels plain_channels(ConvChannels ch) {
   return ch;
 }
 
+// A convolution from x [N, Cx, Sx] into y [N, Cy, Sy] (the in and out sides) with either blocked,
+// where oneDNN does not run it: run(plain channels, x, y) on plain copies.
+template <class Run>
+void on_plain_copies(const ConvChannels& ch, const float* x, int64_t Cx, int64_t Sx, float* y, int64_t Cy, int64_t Sy,
+                     const Run& run) {
+  std::vector<float> xc, yc(ch.out_blocked ? static_cast<size_t>(ch.images * Cy * Sy) : 0);
+  float* yp = ch.out_blocked ? yc.data() : y;
+  run(plain_channels(ch), plain_view(ch.in_blocked, x, ch.images, Cx, Sx, xc), yp);
+  if (ch.out_blocked) plain_to_blocked(yp, y, ch.images, Cy, Sy);
+}
+
 }  // namespace
 
 template <class T>
@@ -684,13 +695,10 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
   if (P == 0 || ch.images == 0 || Cout == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     if (dnnl_conv_forward(g, ch, x, w, bias, y, x_tag)) return;
-    if (ch.in_blocked || ch.out_blocked) {  // blocked tensors oneDNN does not run: plain copies
-      std::vector<float> xc, yc(ch.out_blocked ? size_t(ch.images * Cout * P) : 0);
-      float* yp = ch.out_blocked ? yc.data() : y;
-      conv_forward<float>(g, plain_channels(ch), plain_view(ch.in_blocked, x, ch.images, Cin, S, xc), w, bias, yp);
-      if (ch.out_blocked) plain_to_blocked(yp, y, ch.images, Cout, P);
-      return;
-    }
+    if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run
+      return on_plain_copies(ch, x, Cin, S, y, Cout, P, [&](const ConvChannels& pc, const float* xp, float* yp) {
+        conv_forward<float>(g, pc, xp, w, bias, yp);
+      });
   }
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: out channels per group each see one input channel
     parallel_for(ch.images * ch.groups, ch.images * ch.groups > 1, [&](int64_t task) {
@@ -760,13 +768,10 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
   if (S == 0 || ch.images == 0 || Cout == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     if (P > 0 && dnnl_conv_transpose(g, ch, x, w, bias, y, x_tag)) return;
-    if (ch.in_blocked || ch.out_blocked) {  // blocked tensors oneDNN does not run: plain copies
-      std::vector<float> xc, yc(ch.out_blocked ? size_t(ch.images * Cout * S) : 0);
-      float* yp = ch.out_blocked ? yc.data() : y;
-      conv_transpose<float>(g, plain_channels(ch), plain_view(ch.in_blocked, x, ch.images, Cin, P, xc), w, bias, yp);
-      if (ch.out_blocked) plain_to_blocked(yp, y, ch.images, Cout, S);
-      return;
-    }
+    if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run
+      return on_plain_copies(ch, x, Cin, P, y, Cout, S, [&](const ConvChannels& pc, const float* xp, float* yp) {
+        conv_transpose<float>(g, pc, xp, w, bias, yp);
+      });
   }
   if (P == 0) {  // no input positions: the bias alone
     for (int64_t i = 0; i < ch.images * Cout; ++i) std::fill(y + i * S, y + (i + 1) * S, bias ? bias[i % Cout] : T(0));

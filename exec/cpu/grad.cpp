@@ -18,6 +18,7 @@
 //   SoftmaxGrad / LogSoftmaxGrad  each row's sum (of dy * y, or of dy) in double, then dx in T
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -193,6 +194,23 @@ void average_pool_grad(KernelCtx& c) {
 
 // ---- normalisations ----------------------------------------------------------------------------
 
+// One channel of BatchNormalizationGrad from its four sums over its M elements (d = x - k: sum d,
+// sum d^2, sum dy, sum dy * d; the formulas below): dscale, dbias and dx = a * dy + b * x + c's
+// coefficients.
+inline void batch_norm_grad_coefficients(double k, const std::array<double, 4>& sums, double M, double eps,
+                                         double scale, double& dscale, double& dbias, double& a, double& b,
+                                         double& c) {
+  const double mean_d = sums[0] / M, mu = k + mean_d;
+  const double var = std::max(sums[1] / M - mean_d * mean_d, 0.0);
+  const double inv = 1.0 / std::sqrt(var + eps);
+  const double sum_dy_xhat = (sums[3] - mean_d * sums[2]) * inv;
+  dbias = sums[2];
+  dscale = sum_dy_xhat;
+  a = scale * inv;
+  b = -a * inv * sum_dy_xhat / M;
+  c = -a * sums[2] / M - b * mu;
+}
+
 // dy, x [N, C, S], scale [C] -> dx, dscale, dbias. Per channel, with M = N*S, the batch mean mu,
 // the biased variance var, inv = 1/sqrt(var + eps) and xhat = (x - mu) * inv:
 //   dbias = sum(dy), dscale = sum(dy * xhat),
@@ -245,15 +263,8 @@ ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy_in, cons
   std::vector<double> a(count), b(count), c(count);
   for (int64_t ch = lo; ch < hi; ++ch) {
     const size_t j = size_t(ch - lo);
-    const double mean_d = sum_d[j] / M, mu = k[j] + mean_d;
-    const double var = std::max(sum_dd[j] / M - mean_d * mean_d, 0.0);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    const double sum_dy_xhat = (sum_dy_d[j] - mean_d * sum_dy[j]) * inv;
-    dbias[ch] = sum_dy[j];
-    dscale[ch] = sum_dy_xhat;
-    a[j] = scale[ch] * inv;
-    b[j] = -a[j] * inv * sum_dy_xhat / M;
-    c[j] = -a[j] * sum_dy[j] / M - b[j] * mu;
+    batch_norm_grad_coefficients(k[j], {sum_d[j], sum_dd[j], sum_dy[j], sum_dy_d[j]}, M, eps, scale[ch], dscale[ch],
+                                 dbias[ch], a[j], b[j], c[j]);
   }
   if (!dx) return;
   for (int64_t n = 0; n < N; ++n)
@@ -343,15 +354,8 @@ void batch_norm_grad_blocked(KernelCtx& c, const std::vector<double>& scale, std
       for (int q = 0; q < 4; ++q) sum[q] += sums[size_t((r * 4 + q) * kChannelBlock + ch % kChannelBlock)];
     }
     const size_t j = size_t(ch);
-    const double mean_d = sum[0] / M, mu = k[j] + mean_d;
-    const double var = std::max(sum[1] / M - mean_d * mean_d, 0.0);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    const double sum_dy_xhat = (sum[3] - mean_d * sum[2]) * inv;
-    dbias[j] = sum[2];
-    dscale[j] = sum_dy_xhat;
-    a[j] = scale[j] * inv;
-    b[j] = -a[j] * inv * sum_dy_xhat / M;
-    cc[j] = -a[j] * sum[2] / M - b[j] * mu;
+    batch_norm_grad_coefficients(k[j], {sum[0], sum[1], sum[2], sum[3]}, M, eps, scale[j], dscale[j], dbias[j], a[j],
+                                 b[j], cc[j]);
   }
   if (!dx) return;
   split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {

@@ -168,14 +168,20 @@ void batch_norm(KernelCtx& c) {
     a[size_t(ch)] = scale[size_t(ch)] / std::sqrt(v + eps);
     b[size_t(ch)] = bias[size_t(ch)] - m * a[size_t(ch)];
   };
-  if (blocked_input(c.node, 0)) {
-    // The channel-blocked layout: the same statistics, each image's rows summed by any thread and
-    // the rows of a channel added in image order after; then y over all threads.
-    if (!blocked_output(c.node, 0)) c.fail("input 0 is blocked and output 0 is not: both or neither");
-    const int64_t rows = N * (C / kChannelBlock);
-    if (training) {
-      std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
-      std::vector<double> sums(size_t(rows * kChannelBlock));
+  // The channel-blocked layout (exec/cpu/blocked.h): the same statistics, each image's rows summed
+  // by any thread and each channel's rows added in image order after; y over all threads.
+  const bool layout_blocked = blocked_input(c.node, 0);
+  if (layout_blocked != blocked_output(c.node, 0)) c.fail("input 0 and output 0 are blocked both or neither");
+  const int64_t rows = layout_blocked ? N * (C / kChannelBlock) : N * C;
+  if (training) {
+    std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
+    // Plain layout: blocks of channels whose x fits in the core's cache (batch_norm_block), the
+    // variance pass and y's pass reading the block from there, not from memory. Where the channels
+    // are fewer than the threads, the statistics first and y's rows over all threads after, as for
+    // inference.
+    const bool y_done = !layout_blocked && C >= (parallel ? cpu_threads() : 1);
+    if (layout_blocked) {
+      std::vector<double> sums(static_cast<size_t>(rows * kChannelBlock));
       split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
         batch_norm_row_sums_blocked(x, C, S, lo, hi, nullptr, sums.data());
       });
@@ -184,48 +190,24 @@ void batch_norm(KernelCtx& c) {
         batch_norm_row_sums_blocked(x, C, S, lo, hi, batch_mean.data(), sums.data());
       });
       add_rows_in_image_order(sums, N, C, M, batch_var.data());
-      for (int64_t ch = 0; ch < C; ++ch) {
-        if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)] * momentum + batch_mean[size_t(ch)] * (1 - momentum));
-        if (c.has_out(2))
-          store(c.out(2), ch, var[size_t(ch)] * momentum + batch_var[size_t(ch)] * var_factor * (1 - momentum));
-      }
-      mean = batch_mean;
-      var = batch_var;
     } else {
-      for (int64_t ch = 0; ch < C; ++ch) {
-        if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)]);
-        if (c.has_out(2)) store(c.out(2), ch, var[size_t(ch)]);
-      }
+      split_rows(C, parallel, [&](int, int64_t lo, int64_t hi) {
+        for (int64_t b0 = lo, step = batch_norm_block(N * S * int64_t(sizeof(T))); b0 < hi; b0 += step) {
+          const int64_t b1 = std::min(hi, b0 + step);
+          batch_norm_stats(x, N, C, S, b0, b1, batch_mean.data(), batch_var.data());
+          if (!y_done) continue;
+          for (int64_t ch = b0; ch < b1; ++ch) coefficients(ch, batch_mean[size_t(ch)], batch_var[size_t(ch)]);
+          for (int64_t n = 0; n < N; ++n)
+            batch_norm_apply(relu, x, y, n * C + b0, n * C + b1, C, S, a.data(), b.data());
+        }
+      });
     }
-    for (int64_t ch = 0; ch < C; ++ch) coefficients(ch, mean[size_t(ch)], var[size_t(ch)]);
-    split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
-      if (relu) batch_norm_apply_blocked<T, true>(x, y, lo, hi, C, S, a.data(), b.data());
-      else batch_norm_apply_blocked<T, false>(x, y, lo, hi, C, S, a.data(), b.data());
-    });
-    return;
-  }
-  if (training) {
-    std::vector<double> batch_mean(static_cast<size_t>(C)), batch_var(static_cast<size_t>(C));
-    // Blocks of channels whose x fits in the core's cache (batch_norm_block): the variance pass and
-    // y's pass read the block from there, not from memory. Where the channels are fewer than the
-    // threads, the statistics first and y's rows over all threads after, as for inference.
-    const bool blocked = C >= (parallel ? cpu_threads() : 1);
-    split_rows(C, parallel, [&](int, int64_t lo, int64_t hi) {
-      for (int64_t b0 = lo, step = batch_norm_block(N * S * int64_t(sizeof(T))); b0 < hi; b0 += step) {
-        const int64_t b1 = std::min(hi, b0 + step);
-        batch_norm_stats(x, N, C, S, b0, b1, batch_mean.data(), batch_var.data());
-        if (!blocked) continue;
-        for (int64_t ch = b0; ch < b1; ++ch) coefficients(ch, batch_mean[size_t(ch)], batch_var[size_t(ch)]);
-        for (int64_t n = 0; n < N; ++n)
-          batch_norm_apply(relu, x, y, n * C + b0, n * C + b1, C, S, a.data(), b.data());
-      }
-    });
     for (int64_t ch = 0; ch < C; ++ch) {
       if (c.has_out(1)) store(c.out(1), ch, mean[size_t(ch)] * momentum + batch_mean[size_t(ch)] * (1 - momentum));
       if (c.has_out(2))
         store(c.out(2), ch, var[size_t(ch)] * momentum + batch_var[size_t(ch)] * var_factor * (1 - momentum));
     }
-    if (blocked) return;
+    if (y_done) return;
     mean = batch_mean;
     var = batch_var;
   } else {
@@ -237,8 +219,10 @@ void batch_norm(KernelCtx& c) {
   }
 
   for (int64_t ch = 0; ch < C; ++ch) coefficients(ch, mean[size_t(ch)], var[size_t(ch)]);
-  split_rows(N * C, parallel, [&](int, int64_t lo, int64_t hi) {
-    batch_norm_apply(relu, x, y, lo, hi, C, S, a.data(), b.data());
+  split_rows(rows, parallel, [&](int, int64_t lo, int64_t hi) {
+    if (!layout_blocked) batch_norm_apply(relu, x, y, lo, hi, C, S, a.data(), b.data());
+    else if (relu) batch_norm_apply_blocked<T, true>(x, y, lo, hi, C, S, a.data(), b.data());
+    else batch_norm_apply_blocked<T, false>(x, y, lo, hi, C, S, a.data(), b.data());
   });
 }
 
