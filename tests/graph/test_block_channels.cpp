@@ -20,6 +20,7 @@
 #include "graph/passes/block_channels.h"
 #include "importer/onnx_io.h"
 #include "tests/graph/graph_test_util.h"
+#include "tests/ops/conv_reference.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
@@ -27,6 +28,7 @@ using onnxdp::test::add_input;
 using onnxdp::test::check_same_outputs;
 using onnxdp::test::out;
 using onnxdp::test::random_feeds;
+using onnxdp::convref::KeepThreads;
 
 namespace {
 
@@ -91,11 +93,6 @@ std::map<std::string, Tensor> sample_feeds() {
   return f;
 }
 
-struct KeepThreads {
-  int before = cpu_threads();
-  ~KeepThreads() { set_cpu_threads(before); }
-};
-
 }  // namespace
 
 TEST_CASE("block_channels: the values between oneDNN's convolutions take the blocked layout, the rest stay plain") {
@@ -149,12 +146,10 @@ TEST_CASE("block_channels: every output equals the plain layout's bit for bit, o
     set_cpu_threads(threads);
     for (bool dnnl : {true, false}) {  // oneDNN's blocked convolutions, and the engine's plain copies
       CAPTURE(dnnl);
-      const bool before = dnnl_enabled();
       set_dnnl_enabled(dnnl);
       Graph blocked = sample();
       REQUIRE(block_channels(blocked) == 7);
       const std::map<std::string, Tensor> y = check_same_outputs(sample(), std::move(blocked), sample_feeds(), 0);
-      set_dnnl_enabled(before);
       double sum = 0;
       for (double v : y.at("neg/y").to_f64()) sum += v * v;
       CHECK(sum > 0);
@@ -272,7 +267,7 @@ TEST_CASE("the convolution engine runs blocked tensors through plain copies wher
   blocked_to_plain(xb.data(), back.data(), N, C, S);
   CHECK(back == x);
   CHECK(xb[size_t(blocked_offset(1, 5, 7, C, S))] == x[size_t((1 * C + 5) * S + 7)]);
-  const bool before = dnnl_enabled();
+  KeepThreads keep;
   for (bool dnnl : {true, false}) {
     CAPTURE(dnnl);
     set_dnnl_enabled(dnnl);
@@ -298,7 +293,6 @@ TEST_CASE("the convolution engine runs blocked tensors through plain copies wher
     conv_filter_grad<float>(g, blocked, xb.data(), dyb.data(), dwb.data());
     CHECK(dwb == dw);
   }
-  set_dnnl_enabled(before);
 }
 
 TEST_CASE("block_channels: a model naming the layout attributes is refused by name") {
