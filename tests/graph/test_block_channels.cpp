@@ -157,6 +157,34 @@ TEST_CASE("block_channels: every output equals the plain layout's bit for bit, o
   }
 }
 
+TEST_CASE("block_channels: 1-D and 3-D convolutions, bit for bit against the plain layout") {
+  KeepThreads keep;
+  for (const Shape& xs : {Shape{2, 16, 9}, Shape{2, 16, 5, 4, 3}}) {
+    CAPTURE(shape_str(xs));
+    const size_t n = xs.size() - 2;
+    const auto make = [&] {
+      Graph g;
+      Shape w1{16, 16}, w2{32, 16};
+      for (size_t i = 0; i < n; ++i) w1.push_back(3), w2.push_back(1);
+      const ValueId x = add_input(g, "x", xs), a = add_input(g, "w1", w1), b = add_input(g, "w2", w2);
+      const std::vector<int64_t> ones(n, 1), k3(n, 3), k1(n, 1);
+      std::vector<int64_t> pads(2 * n, 1);
+      const ValueId c1 = out(g, g.add_node(Op::Conv, "c1", {x, a}, {"c1/y"},
+                                           {{"kernel_shape", Attr(k3)}, {"pads", Attr(pads)}, {"strides", Attr(ones)}}));
+      const ValueId r = out(g, g.add_node(Op::Relu, "relu", {batch_norm(g, "bn", c1, 16, true)}, {"relu/y"}));
+      g.outputs = {out(g, g.add_node(Op::Conv, "c2", {r, b}, {"c2/y"}, {{"kernel_shape", Attr(k1)}}))};
+      return g;
+    };
+    for (bool dnnl : {true, false}) {
+      CAPTURE(dnnl);
+      set_dnnl_enabled(dnnl);
+      Graph blocked = make();
+      REQUIRE(block_channels(blocked) == 3);  // c1/y, bn/y, relu/y
+      check_same_outputs(make(), std::move(blocked), random_feeds(make(), 3), 0);
+    }
+  }
+}
+
 TEST_CASE("BatchNormalization and its gradient in the blocked layout: float64 values bit for bit, on 1 and 2 threads") {
   // Float64 shows the double sums' every bit (float32 outputs round most differences in the order
   // of the additions away). 32 channels (two blocks), 25 positions (not a multiple of 16).
