@@ -138,7 +138,7 @@ inline std::vector<Case> engine_cases() {
       {"depthwise, long rows (runs), stride 3", {1, 2, 4, 60}, 2, {2, 5}, {1, 3}, {1, 1}, {0, 2, 1, 1}, 2, true},
       {"depth multiplier 2 (direct loops)", {2, 3, 5, 5}, 6, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 3, true},
       {"depthwise 7x7 mostly padding, 16 channels (ConvNeXt; oneDNN's filter gradient left to the direct loops)", {3, 16, 6, 5}, 16, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 16, true},
-      {"depthwise 3x3 dilation 2, stride 2, uneven pads (direct loops)", {2, 4, 9, 8}, 4, {3, 3}, {2, 2}, {2, 2}, {2, 1, 1, 2}, 4, false},
+      {"depthwise 3x5 dilation 2, stride 2, uneven pads (direct loops over padded planes)", {2, 4, 9, 12}, 4, {3, 5}, {2, 2}, {2, 2}, {2, 1, 1, 2}, 4, false},
       {"one input channel, 8 outputs (product)", {5, 1, 8, 8}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"stride 1, long rows (planes), dilation 2", {3, 5, 9, 20}, 6, {3, 2}, {1, 1}, {2, 3}, {2, 1, 0, 3}, 1, true},
       {"stride 1, one large image in chunks of rows (planes)", {1, 2, 90, 90}, 3, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
