@@ -334,8 +334,8 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad(const Runs& r, int64_t images, cons
   }
 }
 
-// The same for 2-D windows, over a zero-padded copy of each image's plane of x (`plane`, scratch
-// of depthwise_plane_size(g) elements): with the padding written out every tap reads a whole
+// The same for 2-D windows, over a zero-padded copy of each image's plane of x (`plane`, the
+// thread's scratch of depthwise_plane_size(g) elements): with the padding written out every tap reads a whole
 // window of the copy. For each output position and kernel row, the row's taps are summed as
 // vectors of 8 (kDepthwiseLanes) double sums (`acc`, depthwise_acc_size(g) of them), each lane one
 // tap; lanes past the row's last tap read columns that exist in the copy (it is wide enough) and
@@ -906,10 +906,8 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
       // the tap runs against 0.61 with the lanes; a 7x7 on 56x56 5.6 against 4.8 (8 images).
       if (g.kernel.size() != 2 || g.kernel[1] < 5)
         return depthwise_filter_grad(r, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K);
-      std::vector<T> plane(static_cast<size_t>(depthwise_plane_size(g)));
-      std::vector<double> acc(static_cast<size_t>(depthwise_acc_size(g)));
-      depthwise_filter_grad_2d(g, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K, plane.data(),
-                               acc.data());
+      depthwise_filter_grad_2d(g, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K,
+                               scratch<T>(0, depthwise_plane_size(g)), scratch<double>(1, depthwise_acc_size(g)));
     });
     return;
   }

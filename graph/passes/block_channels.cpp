@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <set>
 
 namespace onnxdp {
 

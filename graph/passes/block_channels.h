@@ -13,9 +13,9 @@
 // output, all of one shape), and a group is blocked when every value in it
 //   - is a float32 activation of rank 3 to 5 whose channels (dim 1) are a positive multiple of 16,
 //     not a graph output nor a value kept for after the run (`keep`);
-//   - is read and written only by the ops above, or as the activation of Conv, ConvTranspose
-//     (groups 1: no bias on a blocked output) or ConvGradFilter, which oneDNN runs in this layout
-//     (a Conv may read one layout and write the other).
+//   - is read and written only by the ops above, or as the activation of Conv, ConvTranspose or
+//     ConvGradFilter of one group, which oneDNN runs in this layout (a Conv may read one layout and
+//     write the other).
 // A group with any other reader (a pool, a Reshape, the data-parallel BatchNormalization's
 // ordinary ops) stays plain. Running on the finished graph (after the fusions), the pass changes
 // no value: each kernel computes what it computes on plain tensors, bit for bit
