@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -334,61 +336,130 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad(const Runs& r, int64_t images, cons
   }
 }
 
-// The same for 2-D windows, over a zero-padded copy of each image's plane of x (`plane`, the
-// thread's scratch of depthwise_plane_size(g) elements): with the padding written out every tap reads a whole
-// window of the copy. For each output position and kernel row, the row's taps are summed as
-// vectors of 8 (kDepthwiseLanes) double sums (`acc`, depthwise_acc_size(g) of them), each lane one
-// tap; lanes past the row's last tap read columns that exist in the copy (it is wide enough) and
-// are dropped. Each tap's terms are added in image, row, column order. Where most taps fall in the
-// padding (ConvNeXt's 7x7 window on a 6x6 image) the runs of depthwise_filter_grad are a few
-// elements each: the zoo's ConvNeXt (batch 32, one thread) took 0.44 ms per step there, 0.26-0.28
-// here; oneDNN's depthwise kernels do not take the shape (its gemm path: 0.71 ms).
-constexpr int64_t kDepthwiseLanes = 8;
-inline int64_t depthwise_row_lanes(const ConvWindows& g) {
-  return (g.kernel[1] + kDepthwiseLanes - 1) / kDepthwiseLanes * kDepthwiseLanes;
-}
-inline int64_t depthwise_plane_rows(const ConvWindows& g) {
-  return (g.iter[0] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1;
-}
-inline int64_t depthwise_plane_cols(const ConvWindows& g) {
-  return (g.iter[1] - 1) * g.strides[1] + (depthwise_row_lanes(g) - 1) * g.dilations[1] + 1;
-}
-inline int64_t depthwise_plane_size(const ConvWindows& g) { return depthwise_plane_rows(g) * depthwise_plane_cols(g); }
-inline int64_t depthwise_acc_size(const ConvWindows& g) { return g.kernel[0] * depthwise_row_lanes(g); }
+// The same for 1-D and 2-D windows, as dot products over double copies of the image: x zero-
+// padded and split into the stride's column phases, and dy's rows. Tap (kh, kw) meets padded
+// column ow * sw + kw * dwl: phase (kw * dwl) % sw, column ow + (kw * dwl) / sw there. So each
+// tap reads a run of positions ow, ow + 1, .. side by side with dy's row, kDepthwiseLanes
+// positions a vector, and kDepthwiseTaps taps are summed at once: one fused multiply-add each per
+// vector of dy, the sums in registers. Each tap's partial sums are kept per lane (position ow
+// goes to lane ow mod kDepthwiseLanes, in image, row, column order) and the lanes added pairwise
+// at the end. A row's last positions past a whole vector are masked out (their columns may hold
+// x's values, not zeros). The loop runs at about one multiply-add instruction a cycle; aligning
+// the taps' loads (shifted copies of the plane, or shuffles of aligned vectors) was no faster
+// (bench/results/2026-12-05-conv-engines.md).
+constexpr int64_t kDepthwiseLanes = 8, kDepthwiseTaps = 8;
+struct DepthwisePlanes {
+  static constexpr int64_t V = kDepthwiseLanes;
+  int64_t OH, OW, H, W, KH, KW, sh, sw, dh, dwl, ph, pw;
+  int64_t rows, cols, dy_cols, taps;  // padded rows; a phase row's columns; dy's row pitch; taps rounded up
+  explicit DepthwisePlanes(const ConvWindows& g) {
+    const bool two = g.iter.size() == 2;
+    const size_t c = two ? 1 : 0;  // the column dim
+    OH = two ? g.iter[0] : 1, H = two ? g.bound[0] : 1, KH = two ? g.kernel[0] : 1;
+    sh = two ? g.strides[0] : 1, dh = two ? g.dilations[0] : 1, ph = two ? g.pad_begin[0] : 0;
+    OW = g.iter[c], W = g.bound[c], KW = g.kernel[c], sw = g.strides[c], dwl = g.dilations[c], pw = g.pad_begin[c];
+    rows = (OH - 1) * sh + (KH - 1) * dh + 1;
+    dy_cols = (OW + V - 1) / V * V;
+    cols = dy_cols + (KW - 1) * dwl / sw;
+    taps = (KH * KW + kDepthwiseTaps - 1) / kDepthwiseTaps * kDepthwiseTaps;
+  }
+  int64_t plane_size() const { return sw * rows * cols; }
+  int64_t buffer_size() const { return plane_size() + OH * dy_cols; }  // x's phases, then dy's rows
+  int64_t acc_size() const { return taps * V; }
+  // Where tap t's run for output row 0 starts in the phases.
+  int64_t tap_base(int64_t t) const {
+    const int64_t kh = t / KW, col = t % KW * dwl;
+    return (col % sw * rows + kh * dh) * cols + col / sw;
+  }
+};
 
 template <class T>
-ONNXDP_CPU_CLONES void depthwise_filter_grad_2d(const ConvWindows& g, int64_t images, const T* x, int64_t x_image,
-                                                const T* dy, int64_t dy_image, T* dw, T* plane, double* acc) {
-  const int64_t OH = g.iter[0], OW = g.iter[1], H = g.bound[0], W = g.bound[1], KH = g.kernel[0], KW = g.kernel[1];
-  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dwl = g.dilations[1];
-  const int64_t PH = depthwise_plane_rows(g), PW = depthwise_plane_cols(g), KL = depthwise_row_lanes(g);
-  const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
-  for (int64_t t = 0; t < KH * KL; ++t) acc[t] = 0;
-  // The padding is zero for every image: only the part of the copy x covers changes.
-  std::fill(plane, plane + PH * PW, T(0));
-  const int64_t i0 = std::max<int64_t>(ph, 0), i1 = std::min(PH, ph + H), j0 = std::max<int64_t>(pw, 0),
-                j1 = std::min(PW, pw + W);
+ONNXDP_CPU_CLONES void depthwise_filter_grad_planes(const DepthwisePlanes& p, int64_t images, const T* x,
+                                                    int64_t x_image, const T* dy, int64_t dy_image, T* dw,
+                                                    double* buffer, double* acc) {
+  constexpr int64_t V = kDepthwiseLanes, B = kDepthwiseTaps;
+  // GCC's vector extension: loops over lanes written out were vectorized across the taps.
+  typedef double Lanes __attribute__((vector_size(V * sizeof(double))));
+  const auto load = [](const double* q) {
+    Lanes v;
+    std::memcpy(&v, q, sizeof v);
+    return v;
+  };
+  // a * b + c rounded once, lane by lane: one instruction where the CPU has FMA (the AVX2 and
+  // AVX-512 clones), the C library's fma in the baseline build; the same value either way.
+  const auto fma = [](Lanes a, Lanes b, Lanes c) {
+    for (int64_t l = 0; l < V; ++l) c[l] = __builtin_fma(a[l], b[l], c[l]);
+    return c;
+  };
+  // dst [n] = src [n] in double (GCC left the plain loop scalar).
+  const auto widen = [](const T* src, double* dst, int64_t n) {
+    int64_t i = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      typedef float Floats __attribute__((vector_size(V * sizeof(float))));
+      for (; i + V <= n; i += V) {
+        Floats f;
+        std::memcpy(&f, src + i, sizeof f);
+        const Lanes v = __builtin_convertvector(f, Lanes);
+        std::memcpy(dst + i, &v, sizeof v);
+      }
+    }
+    for (; i < n; ++i) dst[i] = double(src[i]);
+  };
+  const int64_t K = p.KH * p.KW, full = p.OW / V * V;
+  double* plane = buffer;
+  double* dyd = buffer + p.plane_size();
+  // The padding (and dy's row tails) are zero for every image: only what x and dy cover changes.
+  std::fill(buffer, buffer + p.buffer_size(), 0.0);
+  std::fill(acc, acc + p.acc_size(), 0.0);
+  const int64_t i0 = std::max<int64_t>(0, -p.ph), i1 = std::min(p.H, p.rows - p.ph);
+  Lanes lane;
+  for (int64_t l = 0; l < V; ++l) lane[l] = double(l);
+  int64_t base[B];
   for (int64_t n = 0; n < images; ++n) {
     const T* xn = x + n * x_image;
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t j = j0; j < j1; ++j) plane[i * PW + j] = xn[(i - ph) * W + (j - pw)];
-    const T* dyn = dy + n * dy_image;
-    for (int64_t oh = 0; oh < OH; ++oh)
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const double gv = double(dyn[oh * OW + ow]);
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const T* row = plane + (oh * sh + kh * dh) * PW + ow * sw;
-          double* a = acc + kh * KL;
-          for (int64_t k0 = 0; k0 < KL; k0 += kDepthwiseLanes)
-            if (dwl == 1)
-              for (int64_t l = 0; l < kDepthwiseLanes; ++l) a[k0 + l] += gv * double(row[k0 + l]);
-            else
-              for (int64_t l = 0; l < kDepthwiseLanes; ++l) a[k0 + l] += gv * double(row[(k0 + l) * dwl]);
+    for (int64_t q = 0; q < p.sw; ++q) {  // phase q, column u: padded column u * sw + q, x's column that less pw
+      double* pq = plane + q * p.rows * p.cols;
+      const int64_t u0 = std::max<int64_t>(0, (p.pw - q + p.sw - 1) / p.sw),
+                    u1 = std::min(p.cols, (p.W + p.pw - q + p.sw - 1) / p.sw);
+      for (int64_t i = i0; i < i1; ++i) {
+        const T* xr = xn + i * p.W + q - p.pw;
+        double* row = pq + (i + p.ph) * p.cols;
+        if (p.sw == 1)
+          widen(xr + u0, row + u0, u1 - u0);
+        else
+          for (int64_t u = u0; u < u1; ++u) row[u] = double(xr[u * p.sw]);
+      }
+    }
+    for (int64_t oh = 0; oh < p.OH; ++oh) widen(dy + n * dy_image + oh * p.OW, dyd + oh * p.dy_cols, p.OW);
+    for (int64_t t0 = 0; t0 < p.taps; t0 += B) {
+      for (int64_t b = 0; b < B; ++b) base[b] = p.tap_base(std::min(t0 + b, K - 1));  // past K: dropped
+      Lanes part[B];
+      for (int64_t b = 0; b < B; ++b) part[b] = load(acc + (t0 + b) * V);
+      for (int64_t oh = 0; oh < p.OH; ++oh) {
+        const double* d = dyd + oh * p.dy_cols;
+        const double* xr = plane + oh * p.sh * p.cols;
+        int64_t ow = 0;
+        for (; ow < full; ow += V) {
+          const Lanes dv = load(d + ow);
+#pragma GCC unroll 8  // the taps' sums in registers (otherwise they stay on the stack)
+          for (int64_t b = 0; b < B; ++b) part[b] = fma(dv, load(xr + base[b] + ow), part[b]);
+        }
+        if (ow < p.OW) {
+          const Lanes dv = load(d + ow);
+          const auto keep = lane < double(p.OW - ow);
+#pragma GCC unroll 8
+          for (int64_t b = 0; b < B; ++b) part[b] = keep ? fma(dv, load(xr + base[b] + ow), part[b]) : part[b];
         }
       }
+      for (int64_t b = 0; b < B; ++b) std::memcpy(acc + (t0 + b) * V, &part[b], sizeof(Lanes));
+    }
   }
-  for (int64_t kh = 0; kh < KH; ++kh)
-    for (int64_t kw = 0; kw < KW; ++kw) dw[kh * KW + kw] = T(acc[kh * KL + kw]);
+  for (int64_t t = 0; t < K; ++t) {
+    double* a = acc + t * V;
+    for (int64_t w = V / 2; w > 0; w /= 2)
+      for (int64_t l = 0; l < w; ++l) a[l] += a[l + w];
+    dw[t] = T(a[0]);
+  }
 }
 
 // dw [G, Mg, CK] (zeroed) = the threads' dW^T [G, CK, Mg] partial sums, added in thread order
@@ -900,14 +971,15 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
     }
   }
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: each output channel's taps over its one input channel
+    const std::optional<DepthwisePlanes> planes =
+        g.kernel.size() <= 2 ? std::optional<DepthwisePlanes>(DepthwisePlanes(g)) : std::nullopt;
     parallel_for(Cout, Cout > 1, [&](int64_t oc) {
       const int64_t gi = oc / Mg;
-      // Narrow windows leave most of the 8 lanes idle: a 3x3 on 28x28 ran 0.42 ms per step with
-      // the tap runs against 0.61 with the lanes; a 7x7 on 56x56 5.6 against 4.8 (8 images).
-      if (g.kernel.size() != 2 || g.kernel[1] < 5)
+      if (!planes)
         return depthwise_filter_grad(r, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K);
-      depthwise_filter_grad_2d(g, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K,
-                               scratch<T>(0, depthwise_plane_size(g)), scratch<double>(1, depthwise_acc_size(g)));
+      const DepthwisePlanes& p = *planes;
+      depthwise_filter_grad_planes(p, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K,
+                                   scratch<double>(0, p.buffer_size()), scratch<double>(1, p.acc_size()));
     });
     return;
   }

@@ -227,6 +227,30 @@ TEST_CASE("grad ops: ConvGradFilter on every path of the CPU convolution engine 
   }
 }
 
+// The depthwise filter gradient over padded planes sums whole vectors of positions and masks out
+// those past a row's end: their columns hold x's values, which no window reads here (a stride-2
+// window leaves x's last column out). An infinity there must not reach dw (0 * inf is NaN).
+TEST_CASE("grad ops: a depthwise ConvGradFilter never multiplies by a column no window reads") {
+  convref::KeepThreads keep;
+  const Attrs a = {{"group", Attr(int64_t(2))}, {"strides", Attr(Ints{2})}, {"kernel_shape", Attr(Ints{3})}};
+  for (DType t : {DType::f32, DType::f64})
+    for (bool dnnl : convref::dnnl_settings_for(t)) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(dnnl);
+      set_dnnl_enabled(dnnl);
+      Tensor x = pattern({2, 2, 22}, .3, 1, t), dy = pattern({2, 2, 10}, .7, 1, t);  // columns 0..20 read
+      const Tensor clean = pattern({2, 2, 22}, .3), dyd = pattern({2, 2, 10}, .7);
+      const std::vector<double> want = convref::filter_grad(clean, dyd, {{10}, {22}, {3}, {2}, {1}, {0}}, 2);
+      for (int64_t row = 0; row < 4; ++row) {
+        if (t == DType::f32) x.as<float>()[row * 22 + 21] = INFINITY;
+        else x.as<double>()[row * 22 + 21] = INFINITY;
+      }
+      auto dw = run_op(Op::ConvGradFilter, {x, dy}, 1, a);
+      if (t == DType::f64) check_close(dw[0], want, 1e-12, 1e-12);
+      else check_close(dw[0], want, 1e-5, 1e-5);
+    }
+}
+
 TEST_CASE("grad ops: MaxPoolGrad routes dy to the first maximum of each window") {
   Tensor x = pattern({1, 2, 5, 6}, 0.3), dy = pattern({1, 2, 3, 5}, 2);
   Attrs a = {{"kernel_shape", Attr(Ints{3, 2})}, {"strides", Attr(Ints{2, 1})}, {"dilations", Attr(Ints{1, 2})},
