@@ -311,6 +311,7 @@ ONNXDP_CPU_CLONES void depthwise_transpose(const Runs& r, int64_t in, const T* x
 
 // The weight gradient of one output channel of a depthwise window: dw [K], each tap's sum over
 // the images of dy (channel stride dy_image) times what the tap saw of x (x_image apart), in double.
+// 3-D windows; 1-D and 2-D ones take depthwise_filter_grad_planes below.
 template <class T>
 ONNXDP_CPU_CLONES void depthwise_filter_grad(const Runs& r, int64_t images, const T* x, int64_t x_image, const T* dy,
                                              int64_t dy_image, T* dw) {
@@ -346,7 +347,7 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad(const Runs& r, int64_t images, cons
 // at the end. A row's last positions past a whole vector are masked out (their columns may hold
 // x's values, not zeros). The loop runs at about one multiply-add instruction a cycle; aligning
 // the taps' loads (shifted copies of the plane, or shuffles of aligned vectors) was no faster
-// (bench/results/2026-12-05-conv-engines.md).
+// (bench/results/2026-12-06-depthwise.md).
 constexpr int64_t kDepthwiseLanes = 8, kDepthwiseTaps = 8;
 struct DepthwisePlanes {
   static constexpr int64_t V = kDepthwiseLanes;

@@ -233,8 +233,8 @@ std::unique_ptr<Prim> make_prim(Kind kind, const ConvWindows& g, int64_t groups,
                                    cpu_engine(), fpd);
       // A depthwise window its depthwise kernels do not take (ConvNeXt's 7x7 on a 6x6 image) gets
       // oneDNN's gemm path: 0.71 ms per step of the zoo's ConvNeXt (batch 32, one thread) against
-      // 0.26-0.28 for the engine's direct loops (exec/cpu/conv_gemm.cpp, depthwise_filter_grad_2d).
-      // Left to those.
+      // 0.26-0.28 for the engine's direct loops then (exec/cpu/conv_gemm.cpp,
+      // depthwise_filter_grad_planes). Left to those.
       if (groups > 1 && cs == 1 && std::string(pd.impl_info_str()).find("gemm") != std::string::npos) return nullptr;
       p->prim = Bww(pd);
       scratch = pd.scratchpad_desc();

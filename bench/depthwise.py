@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Depthwise convolutions, onnxdp's kernels against PyTorch eager's, one thread.
+
+Each model is one depthwise Conv (ConvNeXt's 7x7, MobileNet's 3x3 stride 2, a 5x5) followed by a
+mean over the image and a Linear to 10 classes; AdamW, batch 8. Writes model.onnx and data.npz per
+shape to --work, times PyTorch eager's whole step (minimum of 10, after 3 warm-up steps) and its
+convolution ops (torch.profiler), and prints the onnxdp command that profiles the same model:
+its `--profile` table gives Conv and ConvGradFilter per shape. Informational, never a test.
+
+  .venvs/torch/bin/python bench/depthwise.py --work /tmp/dw
+"""
+import argparse
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+SHAPES = [  # name, channels, window, image side, stride
+    ("dw7_56", 96, 7, 56, 1),
+    ("dw7_14", 384, 7, 14, 1),
+    ("dw3_28s2", 64, 3, 28, 2),
+    ("dw5_28", 64, 5, 28, 1),
+]
+BATCH = 8
+
+
+class Depthwise(nn.Module):
+    def __init__(self, channels, window, stride):
+        super().__init__()
+        self.dw = nn.Conv2d(channels, channels, window, stride=stride, padding=window // 2, groups=channels)
+        self.fc = nn.Linear(channels, 10)
+
+    def forward(self, x):
+        return self.fc(self.dw(x).mean(dim=(2, 3)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", required=True, help="folder for the models and data")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for name, c, k, side, stride in SHAPES:
+        d = os.path.join(args.work, name)
+        os.makedirs(d, exist_ok=True)
+        torch.manual_seed(0)
+        m = Depthwise(c, k, stride)
+        x = torch.randn(BATCH, c, side, side)
+        torch.onnx.export(m, (x,), os.path.join(d, "model.onnx"), input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, dynamo=False)
+        rng = np.random.default_rng(0)
+        np.savez(os.path.join(d, "data.npz"), x=rng.standard_normal((8 * BATCH, c, side, side)).astype(np.float32),
+                 label=rng.integers(0, 10, 8 * BATCH).astype(np.int64))
+        opt = torch.optim.AdamW(m.parameters(), 1e-3)
+        y = torch.randint(0, 10, (BATCH,))
+
+        def step():
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+
+        for _ in range(3):
+            step()
+        times = []
+        for _ in range(10):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+        with torch.profiler.profile() as prof:
+            step()
+        convs = {e.key: round(e.self_cpu_time_total / 1e3, 2) for e in prof.key_averages()
+                 if "conv" in e.key.lower() and e.self_cpu_time_total > 50}
+        print(f"{name}: PyTorch eager step {1e3 * min(times):.2f} ms; its convolution ops (ms): {convs}")
+        print(f"  OMP_NUM_THREADS=1 build/onnxdp train {d}/model.onnx --data {d}/data.npz --steps 10 "
+              f"--batch-size {BATCH} --optimizer adamw --lr 0.001 --no-shuffle --devices cpu "
+              f"--output-dir /tmp/onnxdp-{name} --report-to none --profile")
+
+
+if __name__ == "__main__":
+    main()
