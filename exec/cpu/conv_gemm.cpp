@@ -345,9 +345,8 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad(const Runs& r, int64_t images, cons
 // vector of dy, the sums in registers. Each tap's partial sums are kept per lane (position ow
 // goes to lane ow mod kDepthwiseLanes, in image, row, column order) and the lanes added pairwise
 // at the end. A row's last positions past a whole vector are masked out (their columns may hold
-// x's values, not zeros). The loop runs at about one multiply-add instruction a cycle; aligning
-// the taps' loads (shifted copies of the plane, or shuffles of aligned vectors) was no faster
-// (bench/results/2026-12-06-depthwise.md).
+// x's values, not zeros). Aligning the taps' loads (shifted copies of the plane, or shuffles of
+// aligned vectors) was no faster (bench/results/2026-12-06-depthwise.md).
 constexpr int64_t kDepthwiseLanes = 8, kDepthwiseTaps = 8;
 struct DepthwisePlanes {
   static constexpr int64_t V = kDepthwiseLanes;
