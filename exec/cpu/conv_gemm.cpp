@@ -380,17 +380,6 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad_planes(const DepthwisePlanes& p, in
   constexpr int64_t V = kDepthwiseLanes, B = kDepthwiseTaps;
   // GCC's vector extension: loops over lanes written out were vectorized across the taps.
   typedef double Lanes __attribute__((vector_size(V * sizeof(double))));
-  const auto load = [](const double* q) {
-    Lanes v;
-    std::memcpy(&v, q, sizeof v);
-    return v;
-  };
-  // a * b + c rounded once, lane by lane: one instruction where the CPU has FMA (the AVX2 and
-  // AVX-512 clones), the C library's fma in the baseline build; the same value either way.
-  const auto fma = [](Lanes a, Lanes b, Lanes c) {
-    for (int64_t l = 0; l < V; ++l) c[l] = __builtin_fma(a[l], b[l], c[l]);
-    return c;
-  };
   // dst [n] = src [n] in double (GCC left the plain loop scalar).
   const auto widen = [](const T* src, double* dst, int64_t n) {
     int64_t i = 0;
@@ -433,25 +422,36 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad_planes(const DepthwisePlanes& p, in
     for (int64_t oh = 0; oh < p.OH; ++oh) widen(dy + n * dy_image + oh * p.OW, dyd + oh * p.dy_cols, p.OW);
     for (int64_t t0 = 0; t0 < p.taps; t0 += B) {
       for (int64_t b = 0; b < B; ++b) base[b] = p.tap_base(std::min(t0 + b, K - 1));  // past K: dropped
-      Lanes part[B];
-      for (int64_t b = 0; b < B; ++b) part[b] = load(acc + (t0 + b) * V);
+      Lanes part[B], dv, xv;
+      std::memcpy(part, acc + t0 * V, sizeof part);
+      // part[b] += dv * xv lane by lane, rounded once: one instruction where the CPU has FMA (the
+      // AVX2 and AVX-512 clones), the C library's fma in the baseline build; the same value in all.
+      // (Written out, not as a function: a 64-byte vector argument changes the call's ABI.)
       for (int64_t oh = 0; oh < p.OH; ++oh) {
         const double* d = dyd + oh * p.dy_cols;
         const double* xr = plane + oh * p.sh * p.cols;
         int64_t ow = 0;
         for (; ow < full; ow += V) {
-          const Lanes dv = load(d + ow);
+          std::memcpy(&dv, d + ow, sizeof dv);
 #pragma GCC unroll 8  // the taps' sums in registers (otherwise they stay on the stack)
-          for (int64_t b = 0; b < B; ++b) part[b] = fma(dv, load(xr + base[b] + ow), part[b]);
+          for (int64_t b = 0; b < B; ++b) {
+            std::memcpy(&xv, xr + base[b] + ow, sizeof xv);
+            for (int64_t l = 0; l < V; ++l) part[b][l] = __builtin_fma(dv[l], xv[l], part[b][l]);
+          }
         }
         if (ow < p.OW) {
-          const Lanes dv = load(d + ow);
+          std::memcpy(&dv, d + ow, sizeof dv);
           const auto keep = lane < double(p.OW - ow);
 #pragma GCC unroll 8
-          for (int64_t b = 0; b < B; ++b) part[b] = keep ? fma(dv, load(xr + base[b] + ow), part[b]) : part[b];
+          for (int64_t b = 0; b < B; ++b) {
+            std::memcpy(&xv, xr + base[b] + ow, sizeof xv);
+            Lanes sum = part[b];
+            for (int64_t l = 0; l < V; ++l) sum[l] = __builtin_fma(dv[l], xv[l], sum[l]);
+            part[b] = keep ? sum : part[b];
+          }
         }
       }
-      for (int64_t b = 0; b < B; ++b) std::memcpy(acc + (t0 + b) * V, &part[b], sizeof(Lanes));
+      std::memcpy(acc + t0 * V, part, sizeof part);
     }
   }
   for (int64_t t = 0; t < K; ++t) {
