@@ -7,7 +7,8 @@
 // over the thread team; few outputs with a large R-space split the R-space instead, and combine the
 // per-thread partial results in a fixed order (so a run is reproducible for a thread count).
 // Two fast paths (see reduce()) cover the common layouts of training graphs: a wide contiguous
-// kept block (bias gradients) and a sum over one contiguous reduced dim (Softmax backward).
+// kept block (a Linear's bias gradient) and sums over contiguous reduced rows (Softmax backward, a
+// Conv's bias gradient).
 
 #include <algorithm>
 #include <cmath>
@@ -171,22 +172,36 @@ void reduce(const TensorRef& in, const TensorRef& out, const std::vector<char>& 
     return;
   }
 
-  // Fast path 2: sums over one contiguous R-dim (e.g. Softmax backward: sum over the last axis),
-  // with enough outputs to split them over threads. Each output sums its row in 8 interleaved
-  // lanes (lane l takes elements l, l+8, l+16, ...; each lane in order, from 0), then combines
-  // the lanes as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) and adds the tail elements in order. The
-  // lanes break the serial add chain; the order is fixed, so a run is reproducible and does not
-  // depend on the thread count. Floats still accumulate in double.
+  // Fast path 2: sums whose R-space is contiguous rows (its last dim of stride 1), with enough
+  // outputs to split them over threads: Softmax backward (one row, the last axis), a Conv's bias
+  // gradient (dy [N, C, H, W] over N, H and W: N rows of H * W per channel). Each row is summed in
+  // 8 interleaved lanes (lane l takes elements l, l+8, l+16, ...; each lane in order, from 0), the
+  // lanes combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) and the tail elements added in order;
+  // the rows' sums are added in row order, from 0. The lanes break the serial add chain (the
+  // generic loop below waits on every addition: a bias gradient of 2.4 M elements took 2.1 ms);
+  // the order is fixed, so a run is reproducible and does not depend on the thread count. Floats
+  // still accumulate in double.
   if constexpr ((K == ReduceKind::sum || K == ReduceKind::mean) && E::kind == ElemKind::floating) {
-    if (nr == 1 && row_stride == 1 && row >= 32 && (n_out >= 4 * int64_t(threads) || !parallel || threads == 1)) {
+    if (row_stride == 1 && row >= 32 && (n_out >= 4 * int64_t(threads) || !parallel || threads == 1)) {
+      const int64_t rows = n_red / row;
       parallel_for(n_out, parallel, [&](int64_t o) {
-        const T* p = src + base_of(o);
-        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t t = 0;
-        for (; t + 8 <= row; t += 8)
-          for (int k = 0; k < 8; ++k) l[k] += load(p[t + k]);
-        double acc = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-        for (; t < row; ++t) acc += load(p[t]);
+        const T* base = src + base_of(o);
+        double acc = 0;
+        for (int64_t q = 0; q < rows; ++q) {
+          int64_t off = 0, rest = q;  // row q's offset: its coordinates in the R dims but the last
+          for (int d = nr - 2; d >= 0; --d) {
+            off += (rest % rd.size[size_t(d)]) * rd.stride[size_t(d)];
+            rest /= rd.size[size_t(d)];
+          }
+          const T* p = base + off;
+          double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          int64_t t = 0;
+          for (; t + 8 <= row; t += 8)
+            for (int k = 0; k < 8; ++k) l[k] += load(p[t + k]);
+          double sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+          for (; t < row; ++t) sum += load(p[t]);
+          acc += sum;
+        }
         store(o, acc);
       });
       return;

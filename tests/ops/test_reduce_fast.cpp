@@ -1,6 +1,6 @@
 // Tests of the fast paths of the CPU reductions (exec/cpu/reduction.cpp): reducing leading axes
-// into a wide contiguous kept block (bias gradients), and summing one contiguous trailing axis
-// (Softmax backward). Each is compared with a plain double-precision loop, for f32 and f64, on 1
+// into a wide contiguous kept block (a Linear's bias gradient), and summing contiguous reduced rows
+// (Softmax backward: one trailing axis; a Conv's bias gradient: N rows of H * W per channel). Each is compared with a plain double-precision loop, for f32 and f64, on 1
 // and 2 threads; the results must not depend on the thread count.
 #include <doctest/doctest.h>
 
@@ -93,12 +93,16 @@ void check_all(DType dt) {
     check_case<T>(dt, {3, 7, 45, 160}, {0, 2}, op, 0);  // two separate reduced dims
     check_case<T>(dt, {2, 2, 17}, {0, 1}, op, 0);      // too small to go parallel
   }
-  // One contiguous trailing axis summed (fast path 2): lanes change the order of the double sum.
+  // Contiguous reduced rows summed (fast path 2): lanes change the order of the double sum.
   const double tol = dt == DType::f32 ? 2.5e-7 : 1e-13;
   for (Op op : {Op::ReduceSum, Op::ReduceMean}) {
     check_case<T>(dt, {96, 333}, {1}, op, tol);  // a tail after the 8-wide lanes
     check_case<T>(dt, {2, 3, 200, 128}, {3}, op, tol);
     check_case<T>(dt, {5, 40}, {1}, op, tol);
+    // Several contiguous rows per output, their sums added in row order: a Conv's bias gradient.
+    check_case<T>(dt, {16, 64, 32, 32}, {0, 2, 3}, op, tol);  // rows of 1024, parallel over channels
+    check_case<T>(dt, {3, 5, 7, 45}, {0, 1, 3}, op, tol);     // 15 rows of 45 (a tail) per output
+    check_case<T>(dt, {2, 3, 4, 33}, {0, 2, 3}, op, tol);     // too small to go parallel
   }
   check_case<T>(dt, {96, 333}, {1}, Op::ReduceMax, 0);
 }
