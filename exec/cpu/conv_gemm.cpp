@@ -337,22 +337,29 @@ ONNXDP_CPU_CLONES void depthwise_filter_grad(const Runs& r, int64_t images, cons
   }
 }
 
-// The same for 1-D and 2-D windows, as dot products over double copies of the image: x zero-
-// padded and split into the stride's column phases, and dy's rows. Tap (kh, kw) meets padded
-// column ow * sw + kw * dwl: phase (kw * dwl) % sw, column ow + (kw * dwl) / sw there. So each
-// tap reads a run of positions ow, ow + 1, .. side by side with dy's row, kDepthwiseLanes
-// positions a vector, and kDepthwiseTaps taps are summed at once: one fused multiply-add each per
-// vector of dy, the sums in registers. Each tap's partial sums are kept per lane (position ow
-// goes to lane ow mod kDepthwiseLanes, in image, row, column order) and the lanes added pairwise
-// at the end. A row's last positions past a whole vector are masked out (their columns may hold
-// x's values, not zeros). Aligning the taps' loads (shifted copies of the plane, or shuffles of
-// aligned vectors) was no faster (bench/results/2026-12-06-depthwise.md).
-constexpr int64_t kDepthwiseLanes = 8, kDepthwiseTaps = 8;
+// The same for 1-D and 2-D windows, as dot products over copies of the image: x zero-padded and
+// split into the stride's column phases, and dy's rows. Tap (kh, kw) meets padded column
+// ow * sw + kw * dwl: phase (kw * dwl) % sw, column ow + (kw * dwl) / sw there. So each tap reads
+// a run of positions ow, ow + 1, .. side by side with dy's row, one 64-byte vector of positions at
+// a time (16 floats, or 8 doubles), and kDepthwiseTaps taps are summed at once: one fused
+// multiply-add each per vector of dy, the sums in registers. Position ow goes to lane ow mod the
+// lane count; each lane sums an image's positions in the element type (in row, column order: a
+// 56x56 float image gives a lane 196 terms), then adds that sum into its double total image by
+// image, and the lanes' totals are added pairwise at the end. In a row's last vector, dy's lanes
+// past the row are its copy's zero padding and x's are cleared (their columns may hold x's values,
+// and 0 * inf is NaN); clearing them in every vector (a no-op mask in the whole ones) kept the
+// sums in registers, where a separate masked last step had them spilled to the stack row by row.
+// Aligning the taps' loads (shifted copies of the plane, or shuffles of aligned vectors) was no
+// faster; summing a float model's taps in double throughout ran at half the lanes
+// (bench/results/2026-12-06-depthwise.md).
+constexpr int64_t kDepthwiseVectorBytes = 64, kDepthwiseTaps = 8;
+inline float fused_multiply_add(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+inline double fused_multiply_add(double a, double b, double c) { return __builtin_fma(a, b, c); }
 struct DepthwisePlanes {
-  static constexpr int64_t V = kDepthwiseLanes;
+  int64_t V;  // lanes: positions a vector
   int64_t OH, OW, H, W, KH, KW, sh, sw, dh, dwl, ph, pw;
   int64_t rows, cols, dy_cols, taps;  // padded rows; a phase row's columns; dy's row pitch; taps rounded up
-  explicit DepthwisePlanes(const ConvWindows& g) {
+  DepthwisePlanes(const ConvWindows& g, int64_t element_bytes) : V(kDepthwiseVectorBytes / element_bytes) {
     const bool two = g.iter.size() == 2;
     const size_t c = two ? 1 : 0;  // the column dim
     OH = two ? g.iter[0] : 1, H = two ? g.bound[0] : 1, KH = two ? g.kernel[0] : 1;
@@ -375,83 +382,63 @@ struct DepthwisePlanes {
 
 template <class T>
 ONNXDP_CPU_CLONES void depthwise_filter_grad_planes(const DepthwisePlanes& p, int64_t images, const T* x,
-                                                    int64_t x_image, const T* dy, int64_t dy_image, T* dw,
-                                                    double* buffer, double* acc) {
-  constexpr int64_t V = kDepthwiseLanes, B = kDepthwiseTaps;
+                                                    int64_t x_image, const T* dy, int64_t dy_image, T* dw, T* buffer,
+                                                    double* acc) {
+  constexpr int64_t V = kDepthwiseVectorBytes / int64_t(sizeof(T)), B = kDepthwiseTaps;
   // GCC's vector extension: loops over lanes written out were vectorized across the taps.
-  typedef double Lanes __attribute__((vector_size(V * sizeof(double))));
-  // dst [n] = src [n] in double (GCC left the plain loop scalar).
-  const auto widen = [](const T* src, double* dst, int64_t n) {
-    int64_t i = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      typedef float Floats __attribute__((vector_size(V * sizeof(float))));
-      for (; i + V <= n; i += V) {
-        Floats f;
-        std::memcpy(&f, src + i, sizeof f);
-        const Lanes v = __builtin_convertvector(f, Lanes);
-        std::memcpy(dst + i, &v, sizeof v);
-      }
-    }
-    for (; i < n; ++i) dst[i] = double(src[i]);
-  };
+  typedef T Lanes __attribute__((vector_size(kDepthwiseVectorBytes)));
   const int64_t K = p.KH * p.KW, full = p.OW / V * V;
-  double* plane = buffer;
-  double* dyd = buffer + p.plane_size();
+  T* plane = buffer;
+  T* dyd = buffer + p.plane_size();
   // The padding (and dy's row tails) are zero for every image: only what x and dy cover changes.
-  std::fill(buffer, buffer + p.buffer_size(), 0.0);
+  std::fill(buffer, buffer + p.buffer_size(), T(0));
   std::fill(acc, acc + p.acc_size(), 0.0);
   const int64_t i0 = std::max<int64_t>(0, -p.ph), i1 = std::min(p.H, p.rows - p.ph);
-  Lanes lane;
-  for (int64_t l = 0; l < V; ++l) lane[l] = double(l);
+  // The row's last vector: all bits of its lanes before OW, none past.
+  typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> Int;
+  typedef Int Bits __attribute__((vector_size(kDepthwiseVectorBytes)));
+  Bits tail, all;
+  for (int64_t l = 0; l < V; ++l) tail[l] = full + l < p.OW ? Int(-1) : Int(0), all[l] = Int(-1);
   int64_t base[B];
   for (int64_t n = 0; n < images; ++n) {
     const T* xn = x + n * x_image;
     for (int64_t q = 0; q < p.sw; ++q) {  // phase q, column u: padded column u * sw + q, x's column that less pw
-      double* pq = plane + q * p.rows * p.cols;
+      T* pq = plane + q * p.rows * p.cols;
       const int64_t u0 = std::max<int64_t>(0, (p.pw - q + p.sw - 1) / p.sw),
                     u1 = std::min(p.cols, (p.W + p.pw - q + p.sw - 1) / p.sw);
       for (int64_t i = i0; i < i1; ++i) {
         const T* xr = xn + i * p.W + q - p.pw;
-        double* row = pq + (i + p.ph) * p.cols;
+        T* row = pq + (i + p.ph) * p.cols;
         if (p.sw == 1)
-          widen(xr + u0, row + u0, u1 - u0);
+          std::copy(xr + u0, xr + u1, row + u0);
         else
-          for (int64_t u = u0; u < u1; ++u) row[u] = double(xr[u * p.sw]);
+          for (int64_t u = u0; u < u1; ++u) row[u] = xr[u * p.sw];
       }
     }
-    for (int64_t oh = 0; oh < p.OH; ++oh) widen(dy + n * dy_image + oh * p.OW, dyd + oh * p.dy_cols, p.OW);
+    for (int64_t oh = 0; oh < p.OH; ++oh) std::copy_n(dy + n * dy_image + oh * p.OW, p.OW, dyd + oh * p.dy_cols);
     for (int64_t t0 = 0; t0 < p.taps; t0 += B) {
       for (int64_t b = 0; b < B; ++b) base[b] = p.tap_base(std::min(t0 + b, K - 1));  // past K: dropped
       Lanes part[B], dv, xv;
-      std::memcpy(part, acc + t0 * V, sizeof part);
+      for (int64_t b = 0; b < B; ++b) part[b] = Lanes{};
       // part[b] += dv * xv lane by lane, rounded once: one instruction where the CPU has FMA (the
       // AVX2 and AVX-512 clones), the C library's fma in the baseline build; the same value in all.
       // (Written out, not as a function: a 64-byte vector argument changes the call's ABI.)
       for (int64_t oh = 0; oh < p.OH; ++oh) {
-        const double* d = dyd + oh * p.dy_cols;
-        const double* xr = plane + oh * p.sh * p.cols;
-        int64_t ow = 0;
-        for (; ow < full; ow += V) {
+        const T* d = dyd + oh * p.dy_cols;
+        const T* xr = plane + oh * p.sh * p.cols;
+        for (int64_t ow = 0; ow < p.dy_cols; ow += V) {
           std::memcpy(&dv, d + ow, sizeof dv);
+          const Bits keep = ow < full ? all : tail;
 #pragma GCC unroll 8  // the taps' sums in registers (otherwise they stay on the stack)
           for (int64_t b = 0; b < B; ++b) {
             std::memcpy(&xv, xr + base[b] + ow, sizeof xv);
-            for (int64_t l = 0; l < V; ++l) part[b][l] = __builtin_fma(dv[l], xv[l], part[b][l]);
-          }
-        }
-        if (ow < p.OW) {
-          std::memcpy(&dv, d + ow, sizeof dv);
-          const auto keep = lane < double(p.OW - ow);
-#pragma GCC unroll 8
-          for (int64_t b = 0; b < B; ++b) {
-            std::memcpy(&xv, xr + base[b] + ow, sizeof xv);
-            Lanes sum = part[b];
-            for (int64_t l = 0; l < V; ++l) sum[l] = __builtin_fma(dv[l], xv[l], sum[l]);
-            part[b] = keep ? sum : part[b];
+            const Lanes xm = (Lanes)((Bits)xv & keep);
+            for (int64_t l = 0; l < V; ++l) part[b][l] = fused_multiply_add(dv[l], xm[l], part[b][l]);
           }
         }
       }
-      std::memcpy(acc + t0 * V, part, sizeof part);
+      for (int64_t b = 0; b < B; ++b)  // the image's sums into the totals
+        for (int64_t l = 0; l < V; ++l) acc[(t0 + b) * V + l] += double(part[b][l]);
     }
   }
   for (int64_t t = 0; t < K; ++t) {
@@ -972,14 +959,14 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   }
   if (ch.in == 1 && ch.out <= kDirectMaxChannels) {  // depthwise: each output channel's taps over its one input channel
     const std::optional<DepthwisePlanes> planes =
-        g.kernel.size() <= 2 ? std::optional<DepthwisePlanes>(DepthwisePlanes(g)) : std::nullopt;
+        g.kernel.size() <= 2 ? std::optional<DepthwisePlanes>(DepthwisePlanes(g, sizeof(T))) : std::nullopt;
     parallel_for(Cout, Cout > 1, [&](int64_t oc) {
       const int64_t gi = oc / Mg;
       if (!planes)
         return depthwise_filter_grad(r, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K);
       const DepthwisePlanes& p = *planes;
       depthwise_filter_grad_planes(p, ch.images, x + gi * S, Cin * S, dy + oc * P, Cout * P, dw + oc * K,
-                                   scratch<double>(0, p.buffer_size()), scratch<double>(1, p.acc_size()));
+                                   scratch<T>(0, p.buffer_size()), scratch<double>(1, p.acc_size()));
     });
     return;
   }

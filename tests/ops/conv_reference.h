@@ -139,7 +139,7 @@ inline std::vector<Case> engine_cases() {
       {"depth multiplier 2 (direct loops)", {2, 3, 5, 5}, 6, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 3, true},
       {"depthwise 7x7 mostly padding, 16 channels (ConvNeXt; oneDNN's filter gradient left to the direct loops)", {3, 16, 6, 5}, 16, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 16, true},
       {"depthwise 3x5 dilation 2, stride 2, uneven pads (direct loops over padded planes)", {2, 4, 9, 12}, 4, {3, 5}, {2, 2}, {2, 2}, {2, 1, 1, 2}, 4, false},
-      {"depthwise 5x5 on 13x19: two whole vectors of positions and a masked last one per row (padded planes)", {2, 3, 13, 19}, 3, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 3, true},
+      {"depthwise 5x5 on 13x19: whole vectors of positions (one of 16 floats, two of 8 doubles) and a masked last one per row (padded planes)", {2, 3, 13, 19}, 3, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 3, true},
       {"depthwise 1-D, stride 2, dilation 2, uneven pads (padded planes, one row)", {2, 3, 37}, 3, {5}, {2}, {2}, {3, 1}, 3, true},
       {"one input channel, 8 outputs (product)", {5, 1, 8, 8}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"stride 1, long rows (planes), dilation 2", {3, 5, 9, 20}, 6, {3, 2}, {1, 1}, {2, 3}, {2, 1, 0, 3}, 1, true},
