@@ -1,0 +1,114 @@
+// The CPU convolution engine's three kernels (exec/cpu/conv_gemm.h: oneDNN where it runs them,
+// the im2col engine and the direct loops elsewhere) alone, on the shapes of issue 25: resnet's
+// (batch 32, the activations channel-blocked where a step keeps them so), the sample cnn's
+// (batch 256) and ConvNeXt's 7x7 depthwise window (batch 8). Each shape runs twice:
+//   hot   the same tensors again and again (best of 10 after 2 warm-ups): what the kernel does
+//         when its operands are in cache, as the sgemm figure is measured;
+//   cold  a 64 MB buffer written between calls, so the operands come from memory as they mostly
+//         do in a training step (another op wrote them last, megabytes ago).
+// GFLOP/s (2 x multiply-adds, padding taps not counted), and hot as a percentage of the sgemm
+// figure --profile prints (exec/profile.h), measured in the same run. One thread.
+// Not part of the default build:
+//   cmake --build build --target conv_hot && build/conv_hot
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "exec/cpu/blocked.h"
+#include "exec/cpu/conv_gemm.h"
+#include "exec/cpu/threads.h"
+#include "exec/profile.h"
+
+using namespace onnxdp;
+
+namespace {
+
+struct Shape2 {
+  const char* model;
+  int64_t n, c, h, w, m, k, stride, pad, groups;
+  bool x_blocked, y_blocked;
+  bool input_grad = true;  // false for a first layer: a step computes no gradient of the data
+};
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::vector<float> flush_buffer(size_t(16) << 20);
+
+void flush() {
+  for (size_t i = 0; i < flush_buffer.size(); i += 16) flush_buffer[i] += 1.f;
+}
+
+template <class F>
+double best_seconds(bool cold, const F& f) {
+  double best = 1e30;
+  for (int r = 0; r < 12; ++r) {
+    if (cold) flush();
+    const double t0 = now();
+    f();
+    const double t = now() - t0;
+    if (r >= 2) best = std::min(best, t);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main() {
+  set_cpu_threads(1);
+  const std::vector<Shape2> shapes = {
+      {"resnet", 32, 3, 32, 32, 16, 3, 1, 1, 1, false, true, false},  // the stem: x plain (3 channels)
+      {"resnet", 32, 16, 32, 32, 16, 3, 1, 1, 1, true, true},
+      {"resnet", 32, 16, 32, 32, 32, 3, 2, 1, 1, true, true},
+      {"resnet", 32, 32, 16, 16, 32, 3, 1, 1, 1, true, true},
+      {"resnet", 32, 32, 16, 16, 64, 3, 2, 1, 1, true, true},
+      {"resnet", 32, 64, 8, 8, 64, 3, 1, 1, 1, true, true},
+      {"resnet", 32, 16, 32, 32, 32, 1, 2, 0, 1, true, true},     // projections
+      {"resnet", 32, 32, 16, 16, 64, 1, 2, 0, 1, true, true},
+      {"cnn", 256, 1, 8, 8, 8, 3, 1, 1, 1, false, false, false},
+      {"cnn", 256, 8, 4, 4, 16, 3, 1, 1, 1, false, false},
+      {"convnext", 8, 96, 56, 56, 96, 7, 1, 3, 96, false, false},  // depthwise
+  };
+  const double figure = blas_sgemm_gflops(512);
+  std::printf("sgemm figure %.1f GFLOP/s (512^3, one thread)\n", figure);
+  std::printf("%-8s %-26s %-9s %14s %14s %8s\n", "model", "shape", "pass", "hot GFLOP/s", "cold GFLOP/s", "hot %");
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (const Shape2& s : shapes) {
+    const int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1, ow = (s.w + 2 * s.pad - s.k) / s.stride + 1;
+    ConvWindows g;
+    g.iter = {oh, ow};
+    g.bound = {s.h, s.w};
+    g.kernel = {s.k, s.k};
+    g.strides = {s.stride, s.stride};
+    g.dilations = {1, 1};
+    g.pad_begin = {s.pad, s.pad};
+    const ConvChannels fwd{s.n, s.groups, s.c / s.groups, s.m / s.groups, s.x_blocked, s.y_blocked};
+    const ConvChannels bwd{s.n, s.groups, s.m / s.groups, s.c / s.groups, s.y_blocked, s.x_blocked};
+    std::vector<float> x(size_t(s.n * s.c * s.h * s.w)), dx(x.size()), w(size_t(s.m * (s.c / s.groups) * s.k * s.k)),
+        dw(w.size()), y(size_t(s.n * s.m * oh * ow));
+    for (float& v : x) v = u(rng);
+    for (float& v : w) v = u(rng);
+    for (float& v : y) v = u(rng);
+    const double flops = 2.0 * double(s.n) * double(s.m) * double(oh * ow) * double(s.c / s.groups) * double(s.k * s.k);
+    char name[64];
+    std::snprintf(name, sizeof name, "%lld->%lld %lldx%lld k%lld s%lld%s", (long long)s.c, (long long)s.m,
+                  (long long)s.h, (long long)s.w, (long long)s.k, (long long)s.stride, s.groups > 1 ? " dw" : "");
+    const struct {
+      const char* pass;
+      std::function<void()> run;
+    } passes[] = {
+        {"forward", [&] { conv_forward<float>(g, fwd, x.data(), w.data(), nullptr, y.data()); }},
+        {"input", [&] { conv_transpose<float>(g, bwd, y.data(), w.data(), nullptr, dx.data()); }},
+        {"filter", [&] { conv_filter_grad<float>(g, fwd, x.data(), y.data(), dw.data()); }},
+    };
+    for (const auto& p : passes) {
+      if (!s.input_grad && std::string(p.pass) == "input") continue;
+      const double hot = flops / best_seconds(false, p.run) * 1e-9, cold = flops / best_seconds(true, p.run) * 1e-9;
+      std::printf("%-8s %-26s %-9s %14.1f %14.1f %7.0f%%\n", s.model, name, p.pass, hot, cold, 100.0 * hot / figure);
+    }
+  }
+}
