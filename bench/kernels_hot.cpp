@@ -1,7 +1,8 @@
-// The CPU convolution engine's three kernels (exec/cpu/conv_gemm.h: oneDNN where it runs them,
-// the im2col engine and the direct loops elsewhere) alone, on the shapes of issue 25: resnet's
-// (batch 32, the activations channel-blocked where a step keeps them so), the sample cnn's
-// (batch 256) and ConvNeXt's 7x7 depthwise window (batch 8). Each shape runs twice:
+// The CPU kernels of issue 25 alone: the convolution engine's three (exec/cpu/conv_gemm.h: oneDNN
+// where it runs them, the im2col engine and the direct loops elsewhere) on resnet's shapes (batch
+// 32, the activations channel-blocked where a step keeps them so), the sample cnn's (batch 256) and
+// ConvNeXt's 7x7 depthwise window (batch 8); and the matrix products of gpt_small's step
+// (exec/cpu/blas.h, as MatMul, Gemm and FusedMatMul call them). Each shape runs twice:
 //   hot   the same tensors again and again (best of 10 after 2 warm-ups): what the kernel does
 //         when its operands are in cache, as the sgemm figure is measured;
 //   cold  a 64 MB buffer written between calls, so the operands come from memory as they mostly
@@ -9,7 +10,7 @@
 // GFLOP/s (2 x multiply-adds, padding taps not counted), and hot as a percentage of the sgemm
 // figure --profile prints (exec/profile.h), measured in the same run. One thread.
 // Not part of the default build:
-//   cmake --build build --target conv_hot && build/conv_hot
+//   cmake --build build --target kernels_hot && build/kernels_hot
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/cpu/blas.h"
 #include "exec/cpu/blocked.h"
 #include "exec/cpu/conv_gemm.h"
 #include "exec/cpu/threads.h"
@@ -110,5 +112,38 @@ int main() {
       const double hot = flops / best_seconds(false, p.run) * 1e-9, cold = flops / best_seconds(true, p.run) * 1e-9;
       std::printf("%-8s %-26s %-9s %14.1f %14.1f %7.0f%%\n", s.model, name, p.pass, hot, cold, 100.0 * hot / figure);
     }
+  }
+
+  // gpt_small's products (batch 8 x context 128 = 1024 rows), as its profile names them: the
+  // Linear forwards with their bias (NT), the input gradients (NN), the weight gradients (TN).
+  struct Product {
+    char ta, tb;
+    int64_t m, n, k;
+    bool bias;
+  };
+  const std::vector<Product> products = {
+      {'N', 'T', 1024, 1024, 256, true}, {'N', 'T', 1024, 256, 1024, true}, {'N', 'T', 1024, 768, 256, true},
+      {'N', 'T', 1024, 256, 256, true},  {'N', 'N', 1024, 256, 1024, false}, {'N', 'N', 1024, 1024, 256, false},
+      {'N', 'N', 1024, 256, 768, false}, {'N', 'N', 1024, 256, 256, false},  {'T', 'N', 1024, 256, 1024, false},
+      {'T', 'N', 256, 1024, 1024, false}, {'T', 'N', 768, 256, 1024, false}, {'T', 'N', 256, 256, 1024, false},
+  };
+  std::printf("\n%-8s %-26s %-9s %14s %14s %8s\n", "model", "product", "", "hot GFLOP/s", "cold GFLOP/s", "hot %");
+  for (const Product& q : products) {
+    const bool ta = q.ta == 'T', tb = q.tb == 'T';
+    std::vector<float> a(size_t(q.m * q.k)), b(size_t(q.k * q.n)), bias(size_t(q.n)), c(size_t(q.m * q.n));
+    for (float& v : a) v = u(rng);
+    for (float& v : b) v = u(rng);
+    for (float& v : bias) v = u(rng);
+    const int64_t lda = ta ? q.m : q.k, ldb = tb ? q.k : q.n;
+    const std::function<void()> run = [&] {
+      if (q.bias) blas_gemm_bias(tb, q.m, q.n, q.k, a.data(), lda, b.data(), ldb, bias.data(), c.data(), q.n);
+      else blas_gemm(ta, tb, q.m, q.n, q.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(), q.n);
+    };
+    const double flops = 2.0 * double(q.m) * double(q.n) * double(q.k);
+    const double hot = flops / best_seconds(false, run) * 1e-9, cold = flops / best_seconds(true, run) * 1e-9;
+    char name[64];
+    std::snprintf(name, sizeof name, "m%lld n%lld k%lld %c%c%s", (long long)q.m, (long long)q.n, (long long)q.k, q.ta,
+                  q.tb, q.bias ? " +bias" : "");
+    std::printf("%-8s %-26s %-9s %14.1f %14.1f %7.0f%%\n", "gpt", name, "", hot, cold, 100.0 * hot / figure);
   }
 }
