@@ -389,9 +389,44 @@ const Slot* lendable(Prim* theirs, Prim& ours, int arg, const Held& want) {
 
 int64_t dnnl_shared_reorders() { return shared_reorders.load(); }
 
+namespace {
+
+// Whether a forward runs as the backward-data pass of the reversed window (below): unit strides,
+// one group, and 16 channels on each side. There oneDNN's forward kernel trails its backward-data
+// kernel on both CPUs measured (resnet's 16 -> 16 3x3 at 32x32, batch 32, one thread: 80-89
+// against 114-120 GFLOP/s on an AMD EPYC, 133-136 against 147-149 on an Intel Xeon); with 32 or
+// 64 channels the two are level (bench/results/2026-12-06-kernels-hot.md). Plain and blocked
+// tensors alike, so that the layout changes no value (graph/passes/block_channels.h).
+bool forward_as_backward_data(const ConvWindows& g, const ConvChannels& ch) {
+  return ch.groups == 1 && ch.in == kChannelBlock && ch.out == kChannelBlock &&
+         std::all_of(g.strides.begin(), g.strides.end(), [](int64_t s) { return s == 1; });
+}
+
+}  // namespace
+
 bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w, const float* bias,
                        float* y, ValueTag x_tag) {
   if (!usable(ch)) return false;
+  if (forward_as_backward_data(g, ch)) {
+    // At unit strides output position o meets input position o - pad + t * dilation through tap
+    // t: the transposed window of reversed taps (pad (K - 1) * dilation - pad) from x's grid to
+    // y's, with the filter's two channel dims swapped: w [out, in, K] -> [in, out, K], reversed.
+    ConvWindows f = g;
+    std::swap(f.iter, f.bound);
+    bool fits = true;
+    for (size_t d = 0; d < g.kernel.size(); ++d) {
+      f.pad_begin[d] = (g.kernel[d] - 1) * g.dilations[d] - g.pad_begin[d];
+      fits = fits && f.pad_begin[d] >= 0;
+    }
+    if (fits) {
+      const int64_t K = g.kernel_size();
+      std::vector<float> reversed(size_t(ch.out * ch.in * K));
+      for (int64_t o = 0; o < ch.out; ++o)
+        for (int64_t c = 0; c < ch.in; ++c)
+          for (int64_t t = 0; t < K; ++t) reversed[size_t((c * ch.out + o) * K + t)] = w[(o * ch.in + c) * K + K - 1 - t];
+      if (dnnl_conv_transpose(f, ch, x, reversed.data(), bias, y, {})) return true;
+    }
+  }
   const int64_t G = ch.groups, S = g.bound_size(), P = g.iter_size();
   const std::vector<Prim*> prims =
       share_prims(Kind::forward, g, G, ch.in, ch.out, ch.images, bias != nullptr, ch.in_blocked, ch.out_blocked);

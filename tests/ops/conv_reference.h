@@ -157,6 +157,9 @@ inline std::vector<Case> engine_cases() {
       // oneDNN's blocked kernels (channels in blocks of 16): a ResNet's downsampling, two groups of 16.
       {"16 -> 32 channels, stride 2 (oneDNN: blocked)", {3, 16, 9, 9}, 32, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"2 groups of 16 channels, 1x1 and 3x3 pads (oneDNN: blocked, grouped)", {2, 32, 6, 7}, 32, {3, 3}, {1, 1}, {1, 1}, {1, 0, 1, 2}, 2, false},
+      // 16 -> 16 at unit strides: oneDNN runs the forward as the backward-data pass of the reversed window.
+      {"16 -> 16 channels, stride 1 (oneDNN: forward as backward data, reversed taps)", {2, 16, 7, 9}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"16 -> 16 channels, stride 1, dilation 2, uneven pads (oneDNN: forward as backward data)", {2, 16, 6, 7}, 16, {3, 2}, {1, 1}, {2, 1}, {2, 0, 1, 1}, 1, false},
   };
 }
 
