@@ -53,7 +53,8 @@ void dnnl_one_thread();
 // overwrites the buffer and its record, so a stale copy is never read. Likewise the filter
 // gradient reads x from the forward's buffer where that still holds x (no later forward of the
 // same shape in between: in a training graph, the last Conv of each shape), one reorder of x
-// fewer, at no memory cost.
+// fewer, at no memory cost. (Not for a forward with 16 channels on each side at unit strides: it
+// runs as the backward-data pass of the reversed window, oneDNN's faster kernel there.)
 bool dnnl_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w, const float* bias,
                        float* y, ValueTag x_tag = {});
 bool dnnl_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
