@@ -7,8 +7,8 @@
 //         when its operands are in cache, as the sgemm figure is measured;
 //   cold  a 64 MB buffer written between calls, so the operands come from memory as they mostly
 //         do in a training step (another op wrote them last, megabytes ago).
-// GFLOP/s (2 x multiply-adds, padding taps not counted), and hot as a percentage of the sgemm
-// figure --profile prints (exec/profile.h), measured in the same run. One thread.
+// GFLOP/s (2 x multiply-adds, every tap counted, padding included), and hot as a percentage of
+// the sgemm figure --profile prints (exec/profile.h), measured in the same run. One thread.
 // Not part of the default build:
 //   cmake --build build --target kernels_hot && build/kernels_hot
 #include <algorithm>
@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "exec/cpu/blas.h"
-#include "exec/cpu/blocked.h"
 #include "exec/cpu/conv_gemm.h"
 #include "exec/cpu/threads.h"
 #include "exec/profile.h"

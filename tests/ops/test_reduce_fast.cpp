@@ -1,7 +1,8 @@
 // Tests of the fast paths of the CPU reductions (exec/cpu/reduction.cpp): reducing leading axes
 // into a wide contiguous kept block (a Linear's bias gradient), and summing contiguous reduced rows
-// (Softmax backward: one trailing axis; a Conv's bias gradient: N rows of H * W per channel). Each is compared with a plain double-precision loop, for f32 and f64, on 1
-// and 2 threads; the results must not depend on the thread count.
+// (Softmax backward: one trailing axis; a Conv's bias gradient: N rows of H * W per channel). Each
+// is compared with a plain double-precision loop, for f32 and f64, on 1 and 2 threads; the results
+// must not depend on the thread count.
 #include <doctest/doctest.h>
 
 #include <cmath>
