@@ -10,7 +10,7 @@
 // GFLOP/s (2 x multiply-adds, every tap counted, padding included), and hot as a percentage of
 // the sgemm figure --profile prints (exec/profile.h), measured in the same run. One thread.
 // Not part of the default build:
-//   cmake --build build --target kernels_hot && build/kernels_hot
+//   cmake --build build --target kernels_hot && build/kernels_hot [model]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,7 +58,9 @@ double best_seconds(bool cold, const F& f) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // kernels_hot [model]: that model's rows alone ("gpt": the products).
+  const std::string only = argc > 1 ? argv[1] : "";
   set_cpu_threads(1);
   const std::vector<Shape2> shapes = {
       {"resnet", 32, 3, 32, 32, 16, 3, 1, 1, 1, false, true, false},  // the stem: x plain (3 channels)
@@ -79,6 +81,7 @@ int main() {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (const Shape2& s : shapes) {
+    if (!only.empty() && only != s.model) continue;
     const int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1, ow = (s.w + 2 * s.pad - s.k) / s.stride + 1;
     ConvWindows g;
     g.iter = {oh, ow};
@@ -128,6 +131,7 @@ int main() {
   };
   std::printf("\n%-8s %-26s %-9s %14s %14s %8s\n", "model", "product", "", "hot GFLOP/s", "cold GFLOP/s", "hot %");
   for (const Product& q : products) {
+    if (!only.empty() && only != "gpt") break;
     const bool ta = q.ta == 'T', tb = q.tb == 'T';
     std::vector<float> a(size_t(q.m * q.k)), b(size_t(q.k * q.n)), bias(size_t(q.n)), c(size_t(q.m * q.n));
     for (float& v : a) v = u(rng);

@@ -15,6 +15,7 @@
 #include "exec/cpu/onednn.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
+#include "exec/cpu/conv_small.h"
 
 namespace onnxdp {
 
@@ -809,8 +810,10 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if (P == 0 || ch.images == 0 || Cout == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (dnnl_conv_forward(g, ch, x, w, bias, y, x_tag)) return;
-    if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run
+    const bool small = small_conv_takes(g, ch, SmallConv::forward);
+    if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_forward(g, ch, x, w, bias, y);
+    if (!small && dnnl_conv_forward(g, ch, x, w, bias, y, x_tag)) return;
+    if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run (or the small-plane loops take)
       return on_plain_copies(ch, x, Cin, S, y, Cout, P, [&](const ConvChannels& pc, const float* xp, float* yp) {
         conv_forward<float>(g, pc, xp, w, bias, yp);
       });
@@ -882,8 +885,10 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if (S == 0 || ch.images == 0 || Cout == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (P > 0 && dnnl_conv_transpose(g, ch, x, w, bias, y, x_tag)) return;
-    if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run
+    const bool small = P > 0 && small_conv_takes(g, ch, SmallConv::transpose);
+    if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_transpose(g, ch, x, w, bias, y);
+    if (!small && P > 0 && dnnl_conv_transpose(g, ch, x, w, bias, y, x_tag)) return;
+    if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run (or the small-plane loops take)
       return on_plain_copies(ch, x, Cin, P, y, Cout, S, [&](const ConvChannels& pc, const float* xp, float* yp) {
         conv_transpose<float>(g, pc, xp, w, bias, yp);
       });
@@ -950,8 +955,11 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   std::fill(dw, dw + wsize, T(0));
   if (P == 0 || ch.images == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (dnnl_conv_filter_grad(g, ch, x, dy, dw, x_tag, dy_tag)) return;
-    if (ch.in_blocked || ch.out_blocked) {  // blocked tensors oneDNN does not run: plain copies
+    const bool small = small_conv_takes(g, ch, SmallConv::filter_grad);
+    if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_filter_grad(g, ch, x, dy, dw);
+    if (!small && dnnl_conv_filter_grad(g, ch, x, dy, dw, x_tag, dy_tag)) return;
+    // Blocked tensors oneDNN does not run (or the small-plane loops take): plain copies.
+    if (ch.in_blocked || ch.out_blocked) {
       std::vector<float> xc, dyc;
       return conv_filter_grad<float>(g, plain_channels(ch), plain_view(ch.in_blocked, x, ch.images, Cin, S, xc),
                                      plain_view(ch.out_blocked, dy, ch.images, Cout, P, dyc), dw);

@@ -1,0 +1,372 @@
+// Float convolutions over small planes by AVX-512 loops (see exec/cpu/conv_small.h).
+#include "exec/cpu/conv_small.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "exec/cpu/clones.h"  // split_rows
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
+// GCC 12's AVX-512 header fills some results' unused lanes from a self-initialized variable
+// (_mm512_undefined_pd), which its own -Wuninitialized reports wherever they inline.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define ONNXDP_SMALL_PLANES 1
+#define ONNXDP_AVX512 __attribute__((target("avx512f")))
+#endif
+
+namespace onnxdp {
+
+#ifndef ONNXDP_SMALL_PLANES
+
+bool small_conv_takes(const ConvWindows&, const ConvChannels&, SmallConv) { return false; }
+void small_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
+void small_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
+void small_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*) {}
+
+#else
+
+namespace {
+
+constexpr int64_t V = 16;  // floats a vector
+// The filter gradient's chunks: each lane sums at most this many terms in float.
+constexpr int64_t kChunkTerms = 128;
+
+// Output vector v's view of tap t: lane l is source position a * V + idx[l] (idx 0-15 in vector
+// a, 16-31 in vector b = a + 1), or zero where its bit in mask is clear (padding).
+struct Pick {
+  alignas(64) int32_t idx[V];
+  int32_t a, b;
+  uint16_t mask;
+};
+
+struct Views {
+  int64_t K = 0, src_size = 0, dst_size = 0, src_vectors = 0, dst_vectors = 0;
+  std::vector<Pick> picks;  // [K, dst_vectors]
+};
+
+int64_t vectors(int64_t n) { return (n + V - 1) / V; }
+
+// source(p, t): the source position that output position p meets through tap t, or -1. None when
+// a plane is larger than kSmallPlaneVectors or a view spans more than two source vectors.
+template <class Source>
+std::optional<Views> make_views(int64_t K, int64_t src_size, int64_t dst_size, const Source& source) {
+  Views s;
+  s.K = K, s.src_size = src_size, s.dst_size = dst_size;
+  s.src_vectors = vectors(src_size), s.dst_vectors = vectors(dst_size);
+  if (K == 0 || s.src_vectors == 0 || s.dst_vectors == 0 || s.src_vectors > kSmallPlaneVectors ||
+      s.dst_vectors > kSmallPlaneVectors)
+    return std::nullopt;
+  s.picks.resize(size_t(K * s.dst_vectors));
+  for (int64_t t = 0; t < K; ++t)
+    for (int64_t v = 0; v < s.dst_vectors; ++v) {
+      int64_t src[V], lo = src_size, hi = -1;
+      for (int64_t l = 0; l < V; ++l) {
+        const int64_t p = v * V + l;
+        src[l] = p < dst_size ? source(p, t) : -1;
+        if (src[l] >= 0) lo = std::min(lo, src[l]), hi = std::max(hi, src[l]);
+      }
+      Pick& pk = s.picks[size_t(t * s.dst_vectors + v)];
+      pk = Pick{};
+      if (hi < 0) continue;  // all padding: mask 0
+      pk.a = int32_t(lo / V);
+      if (hi - pk.a * V >= 2 * V) return std::nullopt;
+      pk.b = int32_t(std::min<int64_t>(pk.a + 1, s.src_vectors - 1));  // b's lanes are read only when it exists
+      for (int64_t l = 0; l < V; ++l)
+        if (src[l] >= 0) pk.idx[l] = int32_t(src[l] - pk.a * V), pk.mask = uint16_t(pk.mask | (1u << l));
+    }
+  return s;
+}
+
+// Conv: output positions over the iterated grid, sources in the bound grid (row-major, the last
+// dim fastest), as ConvWindows defines them.
+std::optional<Views> forward_views(const ConvWindows& g) {
+  const size_t D = g.iter.size();
+  return make_views(g.kernel_size(), g.bound_size(), g.iter_size(), [&](int64_t p, int64_t t) -> int64_t {
+    int64_t s = 0, scale = 1;
+    for (size_t d = D; d-- > 0;) {
+      const int64_t o = p % g.iter[d], k = t % g.kernel[d];
+      p /= g.iter[d], t /= g.kernel[d];
+      const int64_t b = o * g.strides[d] - g.pad_begin[d] + k * g.dilations[d];
+      if (b < 0 || b >= g.bound[d]) return -1;
+      s += b * scale, scale *= g.bound[d];
+    }
+    return s;
+  });
+}
+
+// ConvTranspose: output positions over the bound grid, each the sum of the iterated positions
+// whose taps land on it.
+std::optional<Views> transpose_views(const ConvWindows& g) {
+  const size_t D = g.iter.size();
+  return make_views(g.kernel_size(), g.iter_size(), g.bound_size(), [&](int64_t p, int64_t t) -> int64_t {
+    int64_t s = 0, scale = 1;
+    for (size_t d = D; d-- > 0;) {
+      const int64_t b = p % g.bound[d], k = t % g.kernel[d];
+      p /= g.bound[d], t /= g.kernel[d];
+      const int64_t at = b + g.pad_begin[d] - k * g.dilations[d];
+      if (at < 0 || at % g.strides[d] != 0 || at / g.strides[d] >= g.iter[d]) return -1;
+      s += at / g.strides[d] * scale, scale *= g.iter[d];
+    }
+    return s;
+  });
+}
+
+bool avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+float* scratch_floats(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
+  return buffer.data();
+}
+
+// The source planes as the loops read them: whole vectors. A plane of a multiple of V positions is
+// read where it is; others are copied into `copy` ([channels, src_vectors * V], the tails zero),
+// so no load passes the tensor's end.
+struct Planes {
+  const float* at;
+  int64_t pitch;  // between channels
+};
+Planes whole_vectors(const Views& s, const float* src, int64_t channels, float* copy) {
+  if (s.src_size % V == 0) return {src, s.src_size};
+  const int64_t pitch = s.src_vectors * V;
+  for (int64_t c = 0; c < channels; ++c) {
+    std::memcpy(copy + c * pitch, src + c * s.src_size, size_t(s.src_size) * sizeof(float));
+    std::fill(copy + c * pitch + s.src_size, copy + (c + 1) * pitch, 0.f);
+  }
+  return {copy, pitch};
+}
+
+// Tap view pk of a plane (whole vectors).
+ONNXDP_AVX512 inline __m512 view(const Pick& pk, const float* plane) {
+  return _mm512_maskz_permutex2var_ps(__mmask16(pk.mask), _mm512_loadu_ps(plane + pk.a * V),
+                                      _mm512_loadu_si512(pk.idx), _mm512_loadu_ps(plane + pk.b * V));
+}
+
+// y [M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV = W [M, C * K] x the taps' views of src's
+// C planes (+ bias). A tap's BV views are made once, then serve BM output channels.
+template <int BM, int BV>
+ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv, int64_t C, Planes src,
+                                       const float* W, const float* bias, int64_t m0, int64_t v0, float* y, int64_t P) {
+  __m512 acc[BM][BV];
+#pragma GCC unroll 8
+  for (int i = 0; i < BM; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < BV; ++j) acc[i][j] = _mm512_setzero_ps();
+  const int64_t CK = C * K;
+  const float* wm = W + m0 * CK;
+  for (int64_t c = 0; c < C; ++c) {
+    const float* plane = src.at + c * src.pitch;
+    for (int64_t t = 0; t < K; ++t) {
+      __m512 x[BV];
+#pragma GCC unroll 4
+      for (int j = 0; j < BV; ++j) x[j] = view(picks[t * nv + v0 + j], plane);
+      const int64_t k = c * K + t;
+#pragma GCC unroll 8
+      for (int i = 0; i < BM; ++i) {
+        const __m512 w = _mm512_set1_ps(wm[i * CK + k]);
+#pragma GCC unroll 4
+        for (int j = 0; j < BV; ++j) acc[i][j] = _mm512_fmadd_ps(w, x[j], acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < BM; ++i) {
+    const __m512 b = _mm512_set1_ps(bias ? bias[m0 + i] : 0.f);
+#pragma GCC unroll 4
+    for (int j = 0; j < BV; ++j) {
+      const __m512 out = bias ? _mm512_add_ps(acc[i][j], b) : acc[i][j];
+      const int64_t p0 = (v0 + j) * V;
+      float* at = y + (m0 + i) * P + p0;
+      if (p0 + V <= P)
+        _mm512_storeu_ps(at, out);
+      else
+        _mm512_mask_storeu_ps(at, __mmask16((1u << (P - p0)) - 1), out);
+    }
+  }
+}
+
+template <int BM>
+ONNXDP_AVX512 inline void forward_rows(const Views& s, int64_t C, Planes src, const float* W, const float* bias,
+                                       int64_t m0, float* y) {
+  const int64_t nv = s.dst_vectors;
+  int64_t v0 = 0;
+  for (; v0 + 2 <= nv; v0 += 2) forward_tile<BM, 2>(s.picks.data(), s.K, nv, C, src, W, bias, m0, v0, y, s.dst_size);
+  if (v0 < nv) forward_tile<BM, 1>(s.picks.data(), s.K, nv, C, src, W, bias, m0, v0, y, s.dst_size);
+}
+
+// Images [n0, n1): y [n, M, dst] = W [M, C * K] x views of x [n, C, src] (+ bias).
+ONNXDP_AVX512 void forward_images(const Views& s, int64_t C, int64_t M, const float* x, const float* W,
+                                  const float* bias, float* y, int64_t n0, int64_t n1) {
+  float* copy = scratch_floats(C * s.src_vectors * V);
+  for (int64_t n = n0; n < n1; ++n) {
+    const Planes src = whole_vectors(s, x + n * C * s.src_size, C, copy);
+    float* yn = y + n * M * s.dst_size;
+    int64_t m0 = 0;
+    for (; m0 + 8 <= M; m0 += 8) forward_rows<8>(s, C, src, W, bias, m0, yn);
+    if (M - m0 >= 4) forward_rows<4>(s, C, src, W, bias, m0, yn), m0 += 4;
+    if (M - m0 >= 2) forward_rows<2>(s, C, src, W, bias, m0, yn), m0 += 2;
+    if (M - m0 >= 1) forward_rows<1>(s, C, src, W, bias, m0, yn);
+  }
+}
+
+void run_forward(const Views& s, const ConvChannels& ch, const float* x, const float* W, const float* bias,
+                 float* y) {
+  const int64_t work = ch.images * ch.out * s.dst_size * ch.in * s.K;
+  split_rows(ch.images, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    forward_images(s, ch.in, ch.out, x, W, bias, y, lo, hi);
+  });
+}
+
+// The 16 lanes' sum, in double.
+ONNXDP_AVX512 inline double lanes_sum(__m512 a) {
+  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+  const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+  return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
+// A chunk's sums for dw [M, C * K] rows m0.. m0 + BM, columns k0.. k0 + BK: over its images and
+// positions, dy times the view of x that tap saw, in float lanes; into `out` in double.
+template <int BM, int BK>
+ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, int64_t images, Planes x,
+                                      int64_t x_image, Planes dy, int64_t dy_image, int64_t m0, int64_t k0, int64_t CK,
+                                      double* out) {
+  __m512 acc[BM][BK];
+#pragma GCC unroll 8
+  for (int i = 0; i < BM; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < BK; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t plane[BK];
+  const Pick* tap[BK];
+  for (int j = 0; j < BK; ++j) plane[j] = (k0 + j) / K * x.pitch, tap[j] = picks + (k0 + j) % K * nv;
+  for (int64_t n = 0; n < images; ++n) {
+    const float* xn = x.at + n * x_image;
+    const float* dn = dy.at + n * dy_image + m0 * dy.pitch;
+    for (int64_t v = 0; v < nv; ++v) {
+      __m512 xv[BK];
+#pragma GCC unroll 4
+      for (int j = 0; j < BK; ++j) xv[j] = view(tap[j][v], xn + plane[j]);
+#pragma GCC unroll 8
+      for (int i = 0; i < BM; ++i) {
+        const __m512 d = _mm512_loadu_ps(dn + i * dy.pitch + v * V);
+#pragma GCC unroll 4
+        for (int j = 0; j < BK; ++j) acc[i][j] = _mm512_fmadd_ps(d, xv[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < BM; ++i)
+    for (int j = 0; j < BK; ++j) out[(m0 + i) * CK + k0 + j] = lanes_sum(acc[i][j]);
+}
+
+template <int BM>
+ONNXDP_AVX512 inline void filter_rows(const Views& s, int64_t images, Planes x, int64_t x_image, Planes dy,
+                                      int64_t dy_image, int64_t m0, int64_t CK, double* out) {
+  const Pick* picks = s.picks.data();
+  int64_t k0 = 0;
+  for (; k0 + 3 <= CK; k0 += 3)
+    filter_tile<BM, 3>(picks, s.K, s.dst_vectors, images, x, x_image, dy, dy_image, m0, k0, CK, out);
+  for (; k0 < CK; ++k0)
+    filter_tile<BM, 1>(picks, s.K, s.dst_vectors, images, x, x_image, dy, dy_image, m0, k0, CK, out);
+}
+
+// One chunk of images: out [M, C * K] = its sums, in double.
+ONNXDP_AVX512 void filter_chunk(const Views& s, int64_t C, int64_t M, const float* x, const float* dy,
+                                int64_t images, double* out) {
+  const int64_t CK = C * s.K, xs = s.src_vectors * V, ds = s.dst_vectors * V;
+  float* xc = scratch_floats(images * (C * xs + M * ds));
+  float* dc = xc + images * C * xs;
+  // Planes of a whole number of vectors are read in place; others through zero-tailed copies
+  // (dy's tails meet the views' zeroed lanes, but 0 x infinity is NaN).
+  Planes xp{x, s.src_size}, dp{dy, s.dst_size};
+  int64_t x_image = C * s.src_size, dy_image = M * s.dst_size;
+  if (s.src_size % V != 0) {
+    for (int64_t n = 0; n < images; ++n) whole_vectors(s, x + n * C * s.src_size, C, xc + n * C * xs);
+    xp = {xc, xs}, x_image = C * xs;
+  }
+  if (s.dst_size % V != 0) {
+    for (int64_t r = 0; r < images * M; ++r) {
+      std::memcpy(dc + r * ds, dy + r * s.dst_size, size_t(s.dst_size) * sizeof(float));
+      std::fill(dc + r * ds + s.dst_size, dc + (r + 1) * ds, 0.f);
+    }
+    dp = {dc, ds}, dy_image = M * ds;
+  }
+  int64_t m0 = 0;
+  for (; m0 + 8 <= M; m0 += 8) filter_rows<8>(s, images, xp, x_image, dp, dy_image, m0, CK, out);
+  if (M - m0 >= 4) filter_rows<4>(s, images, xp, x_image, dp, dy_image, m0, CK, out), m0 += 4;
+  if (M - m0 >= 2) filter_rows<2>(s, images, xp, x_image, dp, dy_image, m0, CK, out), m0 += 2;
+  if (M - m0 >= 1) filter_rows<1>(s, images, xp, x_image, dp, dy_image, m0, CK, out);
+}
+
+// The views of a window, made once per thread and shape (a step calls the same few shapes again
+// and again).
+const Views* views_of(const ConvWindows& g, bool transpose) {
+  thread_local std::map<std::vector<int64_t>, std::optional<Views>> known;
+  std::vector<int64_t> key{int64_t(transpose), int64_t(g.iter.size())};
+  for (const std::vector<int64_t>* dims : {&g.iter, &g.bound, &g.kernel, &g.strides, &g.dilations, &g.pad_begin})
+    key.insert(key.end(), dims->begin(), dims->end());
+  if (known.size() > 64) known.clear();
+  auto [it, fresh] = known.try_emplace(std::move(key));
+  if (fresh) it->second = transpose ? transpose_views(g) : forward_views(g);
+  return it->second ? &*it->second : nullptr;
+}
+
+}  // namespace
+
+bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, SmallConv pass) {
+  return avx512() && ch.groups == 1 && ch.images > 0 && ch.in > 0 && ch.out > 0 && ch.out < kSmallPlaneOutputs &&
+         views_of(g, pass == SmallConv::transpose) != nullptr;
+}
+
+void small_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                        const float* bias, float* y) {
+  run_forward(*views_of(g, false), ch, x, w, bias, y);
+}
+
+// Conv's input gradient (and ConvTranspose): the same loops, over views of x in the output's
+// grid, with the weights [in, out, K] rearranged as [out, in * K].
+void small_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                          const float* bias, float* y) {
+  const Views& s = *views_of(g, true);
+  std::vector<float> wt(size_t(ch.out * ch.in * s.K));
+  for (int64_t c = 0; c < ch.in; ++c)
+    for (int64_t m = 0; m < ch.out; ++m)
+      std::copy_n(w + (c * ch.out + m) * s.K, s.K, wt.begin() + (m * ch.in + c) * s.K);
+  run_forward(s, ch, x, wt.data(), bias, y);
+}
+
+// Chunks of a fixed number of images (each lane sums at most kChunkTerms terms in float), their
+// double sums added in chunk order: the same dw on any number of threads.
+void small_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy,
+                            float* dw) {
+  const Views& s = *views_of(g, false);
+  const int64_t CK = ch.in * s.K, size = ch.out * CK;
+  const int64_t per = std::max<int64_t>(1, kChunkTerms / s.dst_vectors), chunks = (ch.images + per - 1) / per;
+  std::vector<double> sums(size_t(chunks * size));
+  const int64_t work = ch.images * ch.out * s.dst_size * CK;
+  split_rows(chunks, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      const int64_t n0 = k * per;
+      filter_chunk(s, ch.in, ch.out, x + n0 * ch.in * s.src_size, dy + n0 * ch.out * s.dst_size,
+                   std::min(per, ch.images - n0), sums.data() + k * size);
+    }
+  });
+  for (int64_t i = 0; i < size; ++i) {
+    double total = 0;
+    for (int64_t k = 0; k < chunks; ++k) total += sums[size_t(k * size + i)];
+    dw[i] = float(total);
+  }
+}
+
+#endif
+
+}  // namespace onnxdp

@@ -1,0 +1,52 @@
+// Float convolutions over small planes, by onnxdp's own AVX-512 loops: the sample cnn's 8x8 and
+// 4x4 images, where a plane is at most kSmallPlaneVectors vectors of 16 positions.
+//
+// A tap's view of a plane is then a shuffle of two of its vectors: output vector v of tap t picks
+// its 16 positions from source vectors a and a + 1 (one two-source permute, the padding's lanes
+// zeroed by the permute's mask; the picks are made once per shape). A register tile of output
+// channels x position vectors (8 x 2 at most) sums, per input channel and tap, the tap's views
+// times a broadcast weight, one multiply-add a vector; the views are made in registers as the
+// tile needs them (an im2col in L1 cost a store and a load more per view, and was slower). Conv's
+// input gradient is the same loop over dy in dx's grid, the weights rearranged. The filter
+// gradient sums dy times the views, 8 output channels x 3 taps of sums in registers, in float
+// lanes over a chunk of images (kChunkTerms terms a lane), then in double, chunk by chunk in order
+// (the same sums on any number of threads).
+//
+// oneDNN ran the shapes these loops take at 25-33 % of the sgemm figure (the cnn's 1 -> 8 window
+// on 8x8 images, forward and filter gradient) and 47-52 % (its 8 -> 16 input gradient on 4x4
+// images): its kernels hold 16 output channels in a vector, half empty with 8
+// (bench/results/2026-12-06-small-planes.md).
+//
+// Taken for float tensors, one group, every plane (input and output) at most kSmallPlaneVectors
+// vectors, each output vector's view of each tap within two consecutive source vectors (true at
+// unit strides, and at strides where the rows are short), fewer than kSmallPlaneOutputs output
+// channels, on CPUs with AVX-512F. Elsewhere the engine goes on (exec/cpu/conv_gemm.cpp).
+#pragma once
+#include <cstdint>
+
+#include "exec/cpu/conv_gemm.h"
+
+namespace onnxdp {
+
+inline constexpr int64_t kSmallPlaneVectors = 4;
+// Taken only for fewer output channels than this: oneDNN's kernels hold 16 output channels in a
+// vector, and ran the shapes with 16 or more (the cnn's 8 -> 16 forward and filter gradient,
+// 16 -> 16 up to 64 -> 64 on 8x8 and 4x4 images) faster than these loops.
+inline constexpr int64_t kSmallPlaneOutputs = 16;
+
+enum class SmallConv { forward, transpose, filter_grad };
+
+// Whether these loops take a call: the CPU, one group, the planes, fewer than kSmallPlaneOutputs
+// output channels. The layout is not asked: the loops read and write plain tensors, and the
+// caller hands them plain copies of blocked ones (so the layout changes no value).
+bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, SmallConv pass);
+
+// As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), on plain tensors,
+// where small_conv_takes says so.
+void small_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                        const float* bias, float* y);
+void small_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                          const float* bias, float* y);
+void small_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy, float* dw);
+
+}  // namespace onnxdp
