@@ -2,6 +2,7 @@
 #include "exec/cpu/conv_small.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -37,19 +38,24 @@ namespace {
 
 constexpr int64_t V = 16;  // floats a vector
 // The filter gradient's chunks: each lane sums at most this many terms in float.
-constexpr int64_t kChunkTerms = 128;
+constexpr int64_t kChunkTerms = 64;
 
 // Output vector v's view of tap t: lane l is source position a * V + idx[l] (idx 0-15 in vector
-// a, 16-31 in vector b = a + 1), or zero where its bit in mask is clear (padding).
+// a, 16-31 in vector b = a + 1), or zero where its bit in mask is clear (padding). Where the lanes
+// read a run of the plane (lane l position start + l, as at unit strides between planes of one
+// size), `start` says where.
 struct Pick {
   alignas(64) int32_t idx[V];
-  int32_t a, b;
+  int32_t a, b, start;
   uint16_t mask;
 };
 
 struct Views {
   int64_t K = 0, src_size = 0, dst_size = 0, src_vectors = 0, dst_vectors = 0;
   std::vector<Pick> picks;  // [K, dst_vectors]
+  // Every view a run: one masked load each instead of a permute of two vectors (which cost about
+  // 1.4 multiply-adds' time here), and planes read where they are.
+  bool runs = true;
 };
 
 int64_t vectors(int64_t n) { return (n + V - 1) / V; }
@@ -81,6 +87,8 @@ std::optional<Views> make_views(int64_t K, int64_t src_size, int64_t dst_size, c
       pk.b = int32_t(std::min<int64_t>(pk.a + 1, s.src_vectors - 1));  // b's lanes are read only when it exists
       for (int64_t l = 0; l < V; ++l)
         if (src[l] >= 0) pk.idx[l] = int32_t(src[l] - pk.a * V), pk.mask = uint16_t(pk.mask | (1u << l));
+      pk.start = int32_t(src[std::countr_zero(unsigned(pk.mask))] - std::countr_zero(unsigned(pk.mask)));
+      for (int64_t l = 0; l < V; ++l) s.runs = s.runs && (src[l] < 0 || src[l] == pk.start + l);
     }
   return s;
 }
@@ -147,77 +155,96 @@ Planes whole_vectors(const Views& s, const float* src, int64_t channels, float* 
   return {copy, pitch};
 }
 
-// Tap view pk of a plane (whole vectors).
+// Tap view pk of a plane: a masked load of its run (the lanes outside the mask are neither read
+// nor can they fault, wherever they point), or a permute of two whole vectors.
+template <bool Runs>
 ONNXDP_AVX512 inline __m512 view(const Pick& pk, const float* plane) {
+  if constexpr (Runs) return _mm512_maskz_loadu_ps(__mmask16(pk.mask), plane + pk.start);
   return _mm512_maskz_permutex2var_ps(__mmask16(pk.mask), _mm512_loadu_ps(plane + pk.a * V),
                                       _mm512_loadu_si512(pk.idx), _mm512_loadu_ps(plane + pk.b * V));
 }
 
 // y [M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV = W [M, C * K] x the taps' views of src's
 // C planes (+ bias). A tap's BV views are made once, then serve BM output channels.
-template <int BM, int BV>
+// y [n, M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV of images [n0, n1) = W [M, C * K] x the
+// taps' views of the image's C planes (+ bias). A tap's BV views are made once, then serve BM
+// output channels.
+template <int BM, int BV, bool Runs>
 ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv, int64_t C, Planes src,
-                                       const float* W, const float* bias, int64_t m0, int64_t v0, float* y, int64_t P) {
-  __m512 acc[BM][BV];
-#pragma GCC unroll 8
-  for (int i = 0; i < BM; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < BV; ++j) acc[i][j] = _mm512_setzero_ps();
+                                       int64_t x_image, const float* W, const float* bias, int64_t m0, int64_t v0,
+                                       float* y, int64_t y_image, int64_t P, int64_t n0, int64_t n1) {
   const int64_t CK = C * K;
   const float* wm = W + m0 * CK;
-  for (int64_t c = 0; c < C; ++c) {
-    const float* plane = src.at + c * src.pitch;
-    for (int64_t t = 0; t < K; ++t) {
-      __m512 x[BV];
-#pragma GCC unroll 4
-      for (int j = 0; j < BV; ++j) x[j] = view(picks[t * nv + v0 + j], plane);
-      const int64_t k = c * K + t;
+  for (int64_t n = n0; n < n1; ++n) {
+    __m512 acc[BM][BV];
 #pragma GCC unroll 8
-      for (int i = 0; i < BM; ++i) {
-        const __m512 w = _mm512_set1_ps(wm[i * CK + k]);
+    for (int i = 0; i < BM; ++i)
 #pragma GCC unroll 4
-        for (int j = 0; j < BV; ++j) acc[i][j] = _mm512_fmadd_ps(w, x[j], acc[i][j]);
+      for (int j = 0; j < BV; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < C; ++c) {
+      const float* plane = src.at + n * x_image + c * src.pitch;
+      for (int64_t t = 0; t < K; ++t) {
+        __m512 x[BV];
+#pragma GCC unroll 4
+        for (int j = 0; j < BV; ++j) x[j] = view<Runs>(picks[t * nv + v0 + j], plane);
+        const int64_t k = c * K + t;
+#pragma GCC unroll 8
+        for (int i = 0; i < BM; ++i) {
+          const __m512 w = _mm512_set1_ps(wm[i * CK + k]);
+#pragma GCC unroll 4
+          for (int j = 0; j < BV; ++j) acc[i][j] = _mm512_fmadd_ps(w, x[j], acc[i][j]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < BM; ++i) {
+      const __m512 b = _mm512_set1_ps(bias ? bias[m0 + i] : 0.f);
+#pragma GCC unroll 4
+      for (int j = 0; j < BV; ++j) {
+        const __m512 out = bias ? _mm512_add_ps(acc[i][j], b) : acc[i][j];
+        const int64_t p0 = (v0 + j) * V;
+        float* at = y + n * y_image + (m0 + i) * P + p0;
+        if (p0 + V <= P)
+          _mm512_storeu_ps(at, out);
+        else
+          _mm512_mask_storeu_ps(at, __mmask16((1u << (P - p0)) - 1), out);
       }
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < BM; ++i) {
-    const __m512 b = _mm512_set1_ps(bias ? bias[m0 + i] : 0.f);
-#pragma GCC unroll 4
-    for (int j = 0; j < BV; ++j) {
-      const __m512 out = bias ? _mm512_add_ps(acc[i][j], b) : acc[i][j];
-      const int64_t p0 = (v0 + j) * V;
-      float* at = y + (m0 + i) * P + p0;
-      if (p0 + V <= P)
-        _mm512_storeu_ps(at, out);
-      else
-        _mm512_mask_storeu_ps(at, __mmask16((1u << (P - p0)) - 1), out);
-    }
-  }
 }
 
-template <int BM>
-ONNXDP_AVX512 inline void forward_rows(const Views& s, int64_t C, Planes src, const float* W, const float* bias,
-                                       int64_t m0, float* y) {
-  const int64_t nv = s.dst_vectors;
+template <int BM, bool Runs>
+ONNXDP_AVX512 inline void forward_rows(const Views& s, int64_t C, int64_t M, Planes src, int64_t x_image,
+                                       const float* W, const float* bias, int64_t m0, float* y, int64_t n0,
+                                       int64_t n1) {
+  const int64_t nv = s.dst_vectors, P = s.dst_size;
   int64_t v0 = 0;
-  for (; v0 + 2 <= nv; v0 += 2) forward_tile<BM, 2>(s.picks.data(), s.K, nv, C, src, W, bias, m0, v0, y, s.dst_size);
-  if (v0 < nv) forward_tile<BM, 1>(s.picks.data(), s.K, nv, C, src, W, bias, m0, v0, y, s.dst_size);
+  for (; v0 + 2 <= nv; v0 += 2)
+    forward_tile<BM, 2, Runs>(s.picks.data(), s.K, nv, C, src, x_image, W, bias, m0, v0, y, M * P, P, n0, n1);
+  if (v0 < nv)
+    forward_tile<BM, 1, Runs>(s.picks.data(), s.K, nv, C, src, x_image, W, bias, m0, v0, y, M * P, P, n0, n1);
 }
 
-// Images [n0, n1): y [n, M, dst] = W [M, C * K] x views of x [n, C, src] (+ bias).
+// Images [n0, n1) of src (x_image apart): y [n, M, dst] = W [M, C * K] x views of their planes.
+template <bool Runs>
+ONNXDP_AVX512 void forward_block(const Views& s, int64_t C, int64_t M, Planes src, int64_t x_image, const float* W,
+                                 const float* bias, float* y, int64_t n0, int64_t n1) {
+  int64_t m0 = 0;
+  for (; m0 + 8 <= M; m0 += 8) forward_rows<8, Runs>(s, C, M, src, x_image, W, bias, m0, y, n0, n1);
+  if (M - m0 >= 4) forward_rows<4, Runs>(s, C, M, src, x_image, W, bias, m0, y, n0, n1), m0 += 4;
+  if (M - m0 >= 2) forward_rows<2, Runs>(s, C, M, src, x_image, W, bias, m0, y, n0, n1), m0 += 2;
+  if (M - m0 >= 1) forward_rows<1, Runs>(s, C, M, src, x_image, W, bias, m0, y, n0, n1);
+}
+
+// Images [n0, n1): y [n, M, dst] = W [M, C * K] x views of x [n, C, src] (+ bias). Planes of runs
+// are read where they are, the rest one image at a time through whole-vector copies.
 ONNXDP_AVX512 void forward_images(const Views& s, int64_t C, int64_t M, const float* x, const float* W,
                                   const float* bias, float* y, int64_t n0, int64_t n1) {
+  if (s.runs) return forward_block<true>(s, C, M, {x, s.src_size}, C * s.src_size, W, bias, y, n0, n1);
   float* copy = scratch_floats(C * s.src_vectors * V);
-  for (int64_t n = n0; n < n1; ++n) {
-    const Planes src = whole_vectors(s, x + n * C * s.src_size, C, copy);
-    float* yn = y + n * M * s.dst_size;
-    int64_t m0 = 0;
-    for (; m0 + 8 <= M; m0 += 8) forward_rows<8>(s, C, src, W, bias, m0, yn);
-    if (M - m0 >= 4) forward_rows<4>(s, C, src, W, bias, m0, yn), m0 += 4;
-    if (M - m0 >= 2) forward_rows<2>(s, C, src, W, bias, m0, yn), m0 += 2;
-    if (M - m0 >= 1) forward_rows<1>(s, C, src, W, bias, m0, yn);
-  }
+  for (int64_t n = n0; n < n1; ++n)
+    forward_block<false>(s, C, M, whole_vectors(s, x + n * C * s.src_size, C, copy), 0, W, bias,
+                         y + n * M * s.dst_size, 0, 1);
 }
 
 void run_forward(const Views& s, const ConvChannels& ch, const float* x, const float* W, const float* bias,
@@ -237,46 +264,87 @@ ONNXDP_AVX512 inline double lanes_sum(__m512 a) {
 
 // A chunk's sums for dw [M, C * K] rows m0.. m0 + BM, columns k0.. k0 + BK: over its images and
 // positions, dy times the view of x that tap saw, in float lanes; into `out` in double.
-template <int BM, int BK>
-ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, int64_t images, Planes x,
-                                      int64_t x_image, Planes dy, int64_t dy_image, int64_t m0, int64_t k0, int64_t CK,
-                                      double* out) {
+// A chunk's sums for dw [M, C * K] rows m0.. m0 + BM, columns k0.. k0 + BK, over its images at
+// position vector v: dy times the view of x that tap saw, added to sums [BM][BK] (float lanes).
+// One loop: with the loop over v inside as well, GCC stored the sums to the stack every pass.
+template <int BM, int BK, bool Runs>
+ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, int64_t v, int64_t images, Planes x,
+                                      int64_t x_image, Planes dy, int64_t dy_image, int64_t m0, int64_t k0,
+                                      __m512* sums) {
   __m512 acc[BM][BK];
 #pragma GCC unroll 8
   for (int i = 0; i < BM; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < BK; ++j) acc[i][j] = _mm512_setzero_ps();
-  int64_t plane[BK];
-  const Pick* tap[BK];
-  for (int j = 0; j < BK; ++j) plane[j] = (k0 + j) / K * x.pitch, tap[j] = picks + (k0 + j) % K * nv;
-  for (int64_t n = 0; n < images; ++n) {
-    const float* xn = x.at + n * x_image;
-    const float* dn = dy.at + n * dy_image + m0 * dy.pitch;
-    for (int64_t v = 0; v < nv; ++v) {
-      __m512 xv[BK];
+    for (int j = 0; j < BK; ++j) acc[i][j] = sums[i * BK + j];
+  __m512i idx[BK];
+  __mmask16 mask[BK];
+  int64_t a[BK], b[BK];  // where the run starts, or the two vectors
 #pragma GCC unroll 4
-      for (int j = 0; j < BK; ++j) xv[j] = view(tap[j][v], xn + plane[j]);
-#pragma GCC unroll 8
-      for (int i = 0; i < BM; ++i) {
-        const __m512 d = _mm512_loadu_ps(dn + i * dy.pitch + v * V);
-#pragma GCC unroll 4
-        for (int j = 0; j < BK; ++j) acc[i][j] = _mm512_fmadd_ps(d, xv[j], acc[i][j]);
-      }
+  for (int j = 0; j < BK; ++j) {
+    const Pick& pk = picks[(k0 + j) % K * nv + v];
+    const int64_t plane = (k0 + j) / K * x.pitch;
+    mask[j] = __mmask16(pk.mask);
+    if constexpr (Runs) {
+      a[j] = plane + pk.start;
+    } else {
+      a[j] = plane + pk.a * V, b[j] = plane + pk.b * V, idx[j] = _mm512_loadu_si512(pk.idx);
     }
   }
+  const float* dv = dy.at + m0 * dy.pitch + v * V;
+  for (int64_t n = 0; n < images; ++n) {
+    const float* xn = x.at + n * x_image;
+    const float* dn = dv + n * dy_image;
+    __m512 xv[BK];
+#pragma GCC unroll 4
+    for (int j = 0; j < BK; ++j) {
+      if constexpr (Runs)
+        xv[j] = _mm512_maskz_loadu_ps(mask[j], xn + a[j]);
+      else
+        xv[j] = _mm512_maskz_permutex2var_ps(mask[j], _mm512_loadu_ps(xn + a[j]), idx[j], _mm512_loadu_ps(xn + b[j]));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < BM; ++i) {
+      __m512 d = _mm512_loadu_ps(dn + i * dy.pitch);
+      // One load for the BK multiply-adds: GCC otherwise folds it into each of them (BK loads,
+      // which made the loop wait on loads: 44 against 64 GFLOP/s on the cnn's first layer).
+      __asm__("" : "+v"(d));
+#pragma GCC unroll 4
+      for (int j = 0; j < BK; ++j) acc[i][j] = _mm512_fmadd_ps(d, xv[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
   for (int i = 0; i < BM; ++i)
-    for (int j = 0; j < BK; ++j) out[(m0 + i) * CK + k0 + j] = lanes_sum(acc[i][j]);
+#pragma GCC unroll 4
+    for (int j = 0; j < BK; ++j) sums[i * BK + j] = acc[i][j];
 }
 
-template <int BM>
+template <int BM, int BK, bool Runs>
+ONNXDP_AVX512 inline void filter_block(const Views& s, int64_t images, Planes x, int64_t x_image, Planes dy,
+                                       int64_t dy_image, int64_t m0, int64_t k0, int64_t CK, double* out) {
+  __m512 sums[BM * BK];
+  for (int i = 0; i < BM * BK; ++i) sums[i] = _mm512_setzero_ps();
+  for (int64_t v = 0; v < s.dst_vectors; ++v)
+    filter_tile<BM, BK, Runs>(s.picks.data(), s.K, s.dst_vectors, v, images, x, x_image, dy, dy_image, m0, k0, sums);
+  for (int i = 0; i < BM; ++i)
+    for (int j = 0; j < BK; ++j) out[(m0 + i) * CK + k0 + j] = lanes_sum(sums[i * BK + j]);
+}
+
+template <int BM, bool Runs>
 ONNXDP_AVX512 inline void filter_rows(const Views& s, int64_t images, Planes x, int64_t x_image, Planes dy,
                                       int64_t dy_image, int64_t m0, int64_t CK, double* out) {
-  const Pick* picks = s.picks.data();
   int64_t k0 = 0;
-  for (; k0 + 3 <= CK; k0 += 3)
-    filter_tile<BM, 3>(picks, s.K, s.dst_vectors, images, x, x_image, dy, dy_image, m0, k0, CK, out);
-  for (; k0 < CK; ++k0)
-    filter_tile<BM, 1>(picks, s.K, s.dst_vectors, images, x, x_image, dy, dy_image, m0, k0, CK, out);
+  for (; k0 + 3 <= CK; k0 += 3) filter_block<BM, 3, Runs>(s, images, x, x_image, dy, dy_image, m0, k0, CK, out);
+  for (; k0 < CK; ++k0) filter_block<BM, 1, Runs>(s, images, x, x_image, dy, dy_image, m0, k0, CK, out);
+}
+
+template <bool Runs>
+ONNXDP_AVX512 void filter_all_rows(const Views& s, int64_t M, int64_t images, Planes x, int64_t x_image, Planes dy,
+                                   int64_t dy_image, int64_t CK, double* out) {
+  int64_t m0 = 0;
+  for (; m0 + 8 <= M; m0 += 8) filter_rows<8, Runs>(s, images, x, x_image, dy, dy_image, m0, CK, out);
+  if (M - m0 >= 4) filter_rows<4, Runs>(s, images, x, x_image, dy, dy_image, m0, CK, out), m0 += 4;
+  if (M - m0 >= 2) filter_rows<2, Runs>(s, images, x, x_image, dy, dy_image, m0, CK, out), m0 += 2;
+  if (M - m0 >= 1) filter_rows<1, Runs>(s, images, x, x_image, dy, dy_image, m0, CK, out);
 }
 
 // One chunk of images: out [M, C * K] = its sums, in double.
@@ -289,7 +357,7 @@ ONNXDP_AVX512 void filter_chunk(const Views& s, int64_t C, int64_t M, const floa
   // (dy's tails meet the views' zeroed lanes, but 0 x infinity is NaN).
   Planes xp{x, s.src_size}, dp{dy, s.dst_size};
   int64_t x_image = C * s.src_size, dy_image = M * s.dst_size;
-  if (s.src_size % V != 0) {
+  if (!s.runs && s.src_size % V != 0) {
     for (int64_t n = 0; n < images; ++n) whole_vectors(s, x + n * C * s.src_size, C, xc + n * C * xs);
     xp = {xc, xs}, x_image = C * xs;
   }
@@ -300,11 +368,10 @@ ONNXDP_AVX512 void filter_chunk(const Views& s, int64_t C, int64_t M, const floa
     }
     dp = {dc, ds}, dy_image = M * ds;
   }
-  int64_t m0 = 0;
-  for (; m0 + 8 <= M; m0 += 8) filter_rows<8>(s, images, xp, x_image, dp, dy_image, m0, CK, out);
-  if (M - m0 >= 4) filter_rows<4>(s, images, xp, x_image, dp, dy_image, m0, CK, out), m0 += 4;
-  if (M - m0 >= 2) filter_rows<2>(s, images, xp, x_image, dp, dy_image, m0, CK, out), m0 += 2;
-  if (M - m0 >= 1) filter_rows<1>(s, images, xp, x_image, dp, dy_image, m0, CK, out);
+  if (s.runs)
+    filter_all_rows<true>(s, M, images, xp, x_image, dp, dy_image, CK, out);
+  else
+    filter_all_rows<false>(s, M, images, xp, x_image, dp, dy_image, CK, out);
 }
 
 // The views of a window, made once per thread and shape (a step calls the same few shapes again

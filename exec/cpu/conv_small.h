@@ -1,16 +1,17 @@
 // Float convolutions over small planes, by onnxdp's own AVX-512 loops: the sample cnn's 8x8 and
 // 4x4 images, where a plane is at most kSmallPlaneVectors vectors of 16 positions.
 //
-// A tap's view of a plane is then a shuffle of two of its vectors: output vector v of tap t picks
-// its 16 positions from source vectors a and a + 1 (one two-source permute, the padding's lanes
-// zeroed by the permute's mask; the picks are made once per shape). A register tile of output
-// channels x position vectors (8 x 2 at most) sums, per input channel and tap, the tap's views
-// times a broadcast weight, one multiply-add a vector; the views are made in registers as the
-// tile needs them (an im2col in L1 cost a store and a load more per view, and was slower). Conv's
-// input gradient is the same loop over dy in dx's grid, the weights rearranged. The filter
-// gradient sums dy times the views, 8 output channels x 3 taps of sums in registers, in float
-// lanes over a chunk of images (kChunkTerms terms a lane), then in double, chunk by chunk in order
-// (the same sums on any number of threads).
+// A tap's view of a plane is then one vector: output vector v of tap t reads its 16 positions
+// either as a run of the plane (lane l position start + l: unit strides between planes of one
+// size; one masked load, the padding's lanes masked off) or, elsewhere, from source vectors a and
+// a + 1 (one two-source permute, the padding's lanes zeroed by its mask); the picks are made once
+// per shape. A register tile of output channels x position vectors (8 x 2 at most) sums, per
+// input channel and tap, the tap's views times a broadcast weight, one multiply-add a vector,
+// image after image; the views are made in registers as the tile needs them (an im2col in L1 cost
+// a store and a load more per view, and was slower). Conv's input gradient is the same loop over
+// dy in dx's grid, the weights rearranged. The filter gradient sums dy times the views, 8 output
+// channels x 3 taps of sums in registers, in float lanes over a chunk of images (kChunkTerms terms
+// a lane), then in double, chunk by chunk in order (the same sums on any number of threads).
 //
 // oneDNN ran the shapes these loops take at 25-33 % of the sgemm figure (the cnn's 1 -> 8 window
 // on 8x8 images, forward and filter gradient) and 47-52 % (its 8 -> 16 input gradient on 4x4
