@@ -145,9 +145,9 @@ inline std::vector<Case> engine_cases() {
       // Small planes (exec/cpu/conv_small.h): the AVX-512 loops where the CPU has them.
       {"8 -> 16 on 4x4: the input gradient by the small-plane loops", {3, 8, 4, 4}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
       {"16 -> 8 on 4x4, 2 images a thread's share (small planes)", {5, 16, 4, 4}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, false},
-      {"7x7 planes, 5x5 window, 13 outputs (small planes: 49 positions, copies of whole vectors, tiles of 8, 4 and 1 channels)", {3, 3, 7, 7}, 13, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 1, true},
-      {"stride 2 on 8x8, uneven pads (small planes; the input gradient a strided transpose)", {2, 4, 8, 8}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 1}, 1, true},
-      {"dilation 2, uneven pads, 3x2 window on 6x7 (small planes)", {2, 2, 6, 7}, 3, {3, 2}, {1, 1}, {2, 1}, {2, 0, 1, 1}, 1, false},
+      {"7x7 planes, 5x5 window, 13 outputs (small planes: 49 positions as runs, dy through whole-vector copies, tiles of 8, 4 and 1 channels)", {3, 3, 7, 7}, 13, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 1, true},
+      {"stride 2 on 8x8, uneven pads (small planes: views as permutes; the input gradient a strided transpose)", {2, 4, 8, 8}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 1}, 1, true},
+      {"dilation 2, uneven pads, 3x2 window on 6x7 (small planes: 42 -> 35 positions, permutes of whole-vector copies)", {2, 2, 6, 7}, 3, {3, 2}, {1, 1}, {2, 1}, {2, 0, 1, 1}, 1, false},
       {"1-D, 60 positions, 15 outputs (small planes)", {40, 3, 60}, 15, {3}, {1}, {1}, {1, 1}, 1, true},
       {"stride 1, long rows (planes), dilation 2", {3, 5, 9, 20}, 6, {3, 2}, {1, 1}, {2, 3}, {2, 1, 0, 3}, 1, true},
       {"stride 1, one large image in chunks of rows (planes)", {1, 2, 90, 90}, 3, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
