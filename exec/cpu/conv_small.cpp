@@ -164,8 +164,6 @@ ONNXDP_AVX512 inline __m512 view(const Pick& pk, const float* plane) {
                                       _mm512_loadu_si512(pk.idx), _mm512_loadu_ps(plane + pk.b * V));
 }
 
-// y [M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV = W [M, C * K] x the taps' views of src's
-// C planes (+ bias). A tap's BV views are made once, then serve BM output channels.
 // y [n, M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV of images [n0, n1) = W [M, C * K] x the
 // taps' views of the image's C planes (+ bias). A tap's BV views are made once, then serve BM
 // output channels.
@@ -262,8 +260,6 @@ ONNXDP_AVX512 inline double lanes_sum(__m512 a) {
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
-// A chunk's sums for dw [M, C * K] rows m0.. m0 + BM, columns k0.. k0 + BK: over its images and
-// positions, dy times the view of x that tap saw, in float lanes; into `out` in double.
 // A chunk's sums for dw [M, C * K] rows m0.. m0 + BM, columns k0.. k0 + BK, over its images at
 // position vector v: dy times the view of x that tap saw, added to sums [BM][BK] (float lanes).
 // One loop: with the loop over v inside as well, GCC stored the sums to the stack every pass.
@@ -318,6 +314,8 @@ ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, 
     for (int j = 0; j < BK; ++j) sums[i * BK + j] = acc[i][j];
 }
 
+// The chunk's sums for dw rows m0.. m0 + BM, columns k0.. k0 + BK, over all its positions, into
+// `out` [M, CK] in double.
 template <int BM, int BK, bool Runs>
 ONNXDP_AVX512 inline void filter_block(const Views& s, int64_t images, Planes x, int64_t x_image, Planes dy,
                                        int64_t dy_image, int64_t m0, int64_t k0, int64_t CK, double* out) {
