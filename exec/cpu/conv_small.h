@@ -13,8 +13,8 @@
 // channels x 3 taps of sums in registers, in float lanes over a chunk of images (kChunkTerms terms
 // a lane), then in double, chunk by chunk in order (the same sums on any number of threads).
 //
-// oneDNN ran the shapes these loops take at 25-33 % of the sgemm figure (the cnn's 1 -> 8 window
-// on 8x8 images, forward and filter gradient) and 47-52 % (its 8 -> 16 input gradient on 4x4
+// oneDNN ran the shapes these loops take at 19-35 % of the sgemm figure (the cnn's 1 -> 8 window
+// on 8x8 images, forward and filter gradient) and 47-55 % (its 8 -> 16 input gradient on 4x4
 // images): its kernels hold 16 output channels in a vector, half empty with 8
 // (bench/results/2026-12-06-small-planes.md).
 //

@@ -120,7 +120,10 @@ namespace onnxdp::convref {
 // orientations (y^T, in place for wide outputs, W x col for narrow windows), the 1x1 window read
 // in place, windows as shifted (phase) planes at strides 1 and 2, short rows (flat table), rows
 // where planes would drop too many positions (runs), the direct depthwise loops on short and
-// long rows and the depthwise filter gradient over padded planes, 1-D and 3-D.
+// long rows and the depthwise filter gradient over padded planes, 1-D and 3-D. The paths named are
+// the engine's own (float64, and float32 without oneDNN); on an AVX-512 CPU a float32 case with
+// planes of at most 64 positions, one group and fewer than 16 outputs takes the small-plane loops
+// (exec/cpu/conv_small.h) instead, as the cases marked "small planes" are there for.
 struct Case {
   const char* path;
   Shape x;
