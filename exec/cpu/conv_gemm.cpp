@@ -15,6 +15,7 @@
 #include "exec/cpu/onednn.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
+#include "exec/cpu/conv_depthwise.h"
 #include "exec/cpu/conv_small.h"
 
 namespace onnxdp {
@@ -253,6 +254,8 @@ bool is_direct(const ConvWindows& g) {
 }
 
 // ---- depthwise windows (one input channel per group): direct loops ------------------------------
+// (Float 2-D windows at stride 1 with one channel per group, on AVX-512 CPUs, take the loops of
+// exec/cpu/conv_depthwise.h before these are asked.)
 
 // y [out, P] of one image and group = bias + the taps of each output channel's weights over
 // x [S], the group's one input channel.
@@ -806,9 +809,11 @@ void on_plain_copies(const ConvChannels& ch, const float* x, int64_t Cx, int64_t
 template <class T>
 void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y,
                   ValueTag x_tag) {
+  if (g.iter_size() == 0 || ch.images == 0 || ch.groups * ch.out == 0) return;
+  if constexpr (std::is_same_v<T, float>)  // (before tap_runs, which costs more than a small plane's window)
+    if (depthwise_takes(g, ch, DepthwisePass::forward)) return depthwise_conv_forward(g, ch, x, w, bias, y);
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
-  if (P == 0 || ch.images == 0 || Cout == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     const bool small = small_conv_takes(g, ch, SmallConv::forward);
     if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_forward(g, ch, x, w, bias, y);
@@ -881,9 +886,12 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
 template <class T>
 void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* w, const T* bias, T* y,
                     ValueTag x_tag) {
+  if (g.bound_size() == 0 || ch.images == 0 || ch.groups * ch.out == 0) return;
+  if constexpr (std::is_same_v<T, float>)  // (before tap_runs, as in conv_forward)
+    if (g.iter_size() > 0 && depthwise_takes(g, ch, DepthwisePass::transpose))
+      return depthwise_conv_transpose(g, ch, x, w, bias, y);
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
-  if (S == 0 || ch.images == 0 || Cout == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     const bool small = P > 0 && small_conv_takes(g, ch, SmallConv::transpose);
     if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_transpose(g, ch, x, w, bias, y);
@@ -948,12 +956,15 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
 template <class T>
 void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, const T* dy, T* dw, ValueTag x_tag,
                       ValueTag dy_tag) {
-  const Runs r = tap_runs(g);
-  const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
-  const int64_t CK = ch.in * K, Mg = ch.out, wsize = Cout * CK;
+  const int64_t wsize = ch.groups * ch.out * ch.in * g.kernel_size();
   if (wsize == 0) return;
   std::fill(dw, dw + wsize, T(0));
-  if (P == 0 || ch.images == 0) return;
+  if (g.iter_size() == 0 || ch.images == 0) return;
+  if constexpr (std::is_same_v<T, float>)  // (before tap_runs, as in conv_forward)
+    if (depthwise_takes(g, ch, DepthwisePass::filter_grad)) return depthwise_conv_filter_grad(g, ch, x, dy, dw);
+  const Runs r = tap_runs(g);
+  const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
+  const int64_t CK = ch.in * K, Mg = ch.out;
   if constexpr (std::is_same_v<T, float>) {
     const bool small = small_conv_takes(g, ch, SmallConv::filter_grad);
     if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_filter_grad(g, ch, x, dy, dw);

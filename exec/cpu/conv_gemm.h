@@ -2,9 +2,11 @@
 // Conv's input gradient) and ConvGradFilter (exec/cpu/grad.cpp; Conv's and ConvTranspose's weight
 // gradient) are each a loop over chunks of the batch, every chunk one im2col into a buffer that
 // stays in cache and one BLAS product, or, for depthwise windows, a direct loop.
-// Float convolutions go first to the small-plane loops (exec/cpu/conv_small.h: images of at most
-// 64 positions written to fewer than 16 channels, on AVX-512 CPUs), then to oneDNN
-// (exec/cpu/onednn.h); what neither takes, and every float64 one, runs here.
+// Float convolutions go first to onnxdp's own AVX-512 loops: the depthwise ones
+// (exec/cpu/conv_depthwise.h: one channel per group, 2-D windows at stride 1, plain tensors) and
+// the small-plane ones (exec/cpu/conv_small.h: images of at most 64 positions written to fewer
+// than 16 channels); then to oneDNN (exec/cpu/onednn.h); what none takes, and every float64 one,
+// runs here.
 //
 // A chunk is a few whole images when an image has few window positions (the sample CNNs' 8x8 and
 // 4x4 grids: one product over the columns of many images, instead of one tiny product each), or a

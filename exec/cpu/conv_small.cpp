@@ -9,23 +9,12 @@
 #include <optional>
 #include <vector>
 
+#include "exec/cpu/avx512.h"
 #include "exec/cpu/clones.h"  // split_rows
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
-// GCC 12's AVX-512 header fills some results' unused lanes from a self-initialized variable
-// (_mm512_undefined_pd), which its own -Wuninitialized reports wherever they inline.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define ONNXDP_SMALL_PLANES 1
-#define ONNXDP_AVX512 __attribute__((target("avx512f")))
-#endif
 
 namespace onnxdp {
 
-#ifndef ONNXDP_SMALL_PLANES
+#ifndef ONNXDP_AVX512_LOOPS
 
 bool small_conv_takes(const ConvWindows&, const ConvChannels&, SmallConv) { return false; }
 void small_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
@@ -125,11 +114,6 @@ std::optional<Views> transpose_views(const ConvWindows& g) {
     }
     return s;
   });
-}
-
-bool avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
 }
 
 float* scratch_floats(int64_t n) {
@@ -388,7 +372,7 @@ const Views* views_of(const ConvWindows& g, bool transpose) {
 }  // namespace
 
 bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, SmallConv pass) {
-  return avx512() && ch.groups == 1 && ch.images > 0 && ch.in > 0 && ch.out > 0 && ch.out < kSmallPlaneOutputs &&
+  return cpu_has_avx512() && ch.groups == 1 && ch.images > 0 && ch.in > 0 && ch.out > 0 && ch.out < kSmallPlaneOutputs &&
          views_of(g, pass == SmallConv::transpose) != nullptr;
 }
 

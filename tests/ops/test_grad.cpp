@@ -251,6 +251,37 @@ TEST_CASE("grad ops: a depthwise ConvGradFilter never multiplies by a column no 
     }
 }
 
+// The AVX-512 depthwise loops (exec/cpu/conv_depthwise.h) sum whole vectors of output columns: a
+// 7x7 window on rows of 20 leaves lanes 20-31 of the second vector past the row, and through taps
+// 0-2 they meet x's last column, which no output reads through those taps. With infinity there,
+// dw's taps 0-2 stay finite (as the naive loop's) and the others are not.
+TEST_CASE("grad ops: a 2-D depthwise ConvGradFilter never multiplies by a column its tap does not read") {
+  convref::KeepThreads keep;
+  const Attrs a = {{"group", Attr(int64_t(2))}, {"pads", Attr(Ints{3, 3, 3, 3})}, {"kernel_shape", Attr(Ints{7, 7})}};
+  for (DType t : {DType::f32, DType::f64})
+    for (bool dnnl : convref::dnnl_settings_for(t)) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(dnnl);
+      set_dnnl_enabled(dnnl);
+      Tensor x = pattern({2, 2, 9, 20}, .3, 1, t);
+      const Tensor dy = pattern({2, 2, 9, 20}, .7, 1, t);
+      const std::vector<double> want =
+          convref::filter_grad(pattern({2, 2, 9, 20}, .3), pattern({2, 2, 9, 20}, .7), {{9, 20}, {9, 20}, {7, 7}, {1, 1}, {1, 1}, {3, 3}}, 2);
+      for (int64_t row = 0; row < 2 * 2 * 9; ++row) {
+        if (t == DType::f32) x.as<float>()[row * 20 + 19] = INFINITY;
+        else x.as<double>()[row * 20 + 19] = INFINITY;
+      }
+      auto dw = run_op(Op::ConvGradFilter, {x, dy}, 1, a);
+      REQUIRE(dw[0].shape() == Shape{2, 1, 7, 7});
+      for (int64_t k = 0; k < 2 * 49; ++k) {
+        CAPTURE(k);
+        const double got = t == DType::f32 ? double(dw[0].as<float>()[k]) : dw[0].as<double>()[k];
+        if (k % 7 < 3) CHECK(got == doctest::Approx(want[size_t(k)]).epsilon(1e-5));
+        else CHECK_FALSE(std::isfinite(got));
+      }
+    }
+}
+
 TEST_CASE("grad ops: MaxPoolGrad routes dy to the first maximum of each window") {
   Tensor x = pattern({1, 2, 5, 6}, 0.3), dy = pattern({1, 2, 3, 5}, 2);
   Attrs a = {{"kernel_shape", Attr(Ints{3, 2})}, {"strides", Attr(Ints{2, 1})}, {"dilations", Attr(Ints{1, 2})},

@@ -1,0 +1,303 @@
+// Float depthwise windows by AVX-512 loops (see exec/cpu/conv_depthwise.h).
+#include "exec/cpu/conv_depthwise.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "exec/cpu/avx512.h"
+#include "exec/cpu/clones.h"  // split_rows
+
+namespace onnxdp {
+
+#ifndef ONNXDP_AVX512_LOOPS
+
+bool depthwise_takes(const ConvWindows&, const ConvChannels&, DepthwisePass) { return false; }
+void depthwise_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
+void depthwise_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
+                              float*) {}
+void depthwise_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*) {}
+
+#else
+
+namespace {
+
+constexpr int64_t V = 16;           // floats a vector
+constexpr int kMaxTileRows = 14;    // the forward tile's output rows (ConvNeXt's 56, 28 and 14 are multiples)
+constexpr int64_t kMaxKernelCols = 16;
+// Rows narrower than this leave too much of a vector empty (ConvNeXt's 7x7 planes: 7 of 16 lanes);
+// oneDNN's blocked kernels fill theirs with channels. 14 columns ran 1.8x oneDNN's speed forward.
+constexpr int64_t kMinOutputCols = 12;
+
+int64_t vectors(int64_t n) { return (n + V - 1) / V; }
+__mmask16 lanes_before(int64_t n) { return n >= V ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
+float* scratch(int which, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[which];
+  if (b.size() < size_t(n)) b.resize(size_t(n));
+  return b.data();
+}
+
+// A plane's window as a correlation: out (oh, ow) = sum over i < KH, j < KW of
+// pad (oh + i, ow + j) x w (i, j), where pad (r, u) is src (r - ph, u - pw) inside the source
+// plane and zero outside. `pad` is a buffer of `rows` x `pitch` floats: the source lands in it,
+// the rest stays zero, and every load of a tile (or of the filter gradient) falls inside it.
+struct Plane {
+  int64_t SH, SW, OH, OW, KH, KW, ph, pw;
+  int64_t rows, pitch;
+  Plane(int64_t SH_, int64_t SW_, int64_t OH_, int64_t OW_, int64_t KH_, int64_t KW_, int64_t ph_, int64_t pw_)
+      : SH(SH_), SW(SW_), OH(OH_), OW(OW_), KH(KH_), KW(KW_), ph(ph_), pw(pw_),
+        rows(OH_ + kMaxTileRows + KH_ - 1), pitch(vectors(vectors(OW_) * V + KW_ - 1) * V) {}
+  int64_t size() const { return rows * pitch; }
+};
+
+// n floats from src to dst, inline (a call to memcpy per row of 56 floats took 13 % of the time).
+ONNXDP_AVX512 inline void copy_row(const float* src, float* dst, int64_t n) {
+  int64_t k = 0;
+  for (; k + V <= n; k += V) _mm512_storeu_ps(dst + k, _mm512_loadu_ps(src + k));
+  if (k < n) _mm512_mask_storeu_ps(dst + k, lanes_before(n - k), _mm512_maskz_loadu_ps(lanes_before(n - k), src + k));
+}
+
+// The source plane's rows into the padded buffer (whose padding is zero and stays so).
+ONNXDP_AVX512 inline void fill(const Plane& p, const float* src, float* pad) {
+  const int64_t n = std::min(p.SH, p.rows - p.ph), cols = std::min(p.SW, p.pitch - p.pw);
+  for (int64_t i = 0; i < n; ++i) copy_row(src + i * p.SW, pad + (i + p.ph) * p.pitch + p.pw, cols);
+}
+
+// ---- forward ----------------------------------------------------------------------------------
+
+// Output rows [0, rows) (rows <= R) of one vector of columns (the lanes in `mask`): `pad` points at
+// the tile's first padded row and column, `w` [KH, KW] the channel's weights.
+template <int KH, int R>
+ONNXDP_AVX512 inline void forward_tile(const float* pad, int64_t pitch, int64_t KW, const float* w, float bias,
+                                       int64_t rows, __mmask16 mask, float* out, int64_t OW) {
+  __m512 acc[R];
+#pragma GCC unroll 16
+  for (int o = 0; o < R; ++o) acc[o] = _mm512_set1_ps(bias);
+  for (int64_t j = 0; j < KW; ++j) {
+    __m512 wv[KH];
+#pragma GCC unroll 8
+    for (int i = 0; i < KH; ++i) wv[i] = _mm512_set1_ps(w[i * KW + j]);
+    const float* row = pad + j;
+#pragma GCC unroll 32
+    for (int r = 0; r < R + KH - 1; ++r) {
+      __m512 xv = _mm512_loadu_ps(row);
+      __asm__("" : "+v"(xv));  // one load for the row's KH multiply-adds (GCC may fold it into each)
+      // The next row one add further: GCC otherwise keeps every row's address in a register of
+      // its own, and with 20 rows moves them in and out of vector registers.
+      row += pitch;
+      __asm__("" : "+r"(row));
+#pragma GCC unroll 8
+      for (int i = 0; i < KH; ++i)
+        if (r - i >= 0 && r - i < R) acc[r - i] = _mm512_fmadd_ps(xv, wv[i], acc[r - i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int o = 0; o < R; ++o)
+    if (o < rows) _mm512_mask_storeu_ps(out + o * OW, mask, acc[o]);
+}
+
+template <int KH>
+ONNXDP_AVX512 void forward_plane(const Plane& p, const float* pad, const float* w, float bias, float* out) {
+  const int64_t nv = vectors(p.OW);
+  for (int64_t h0 = 0; h0 < p.OH;) {
+    const int64_t left = p.OH - h0;
+    const int R = left > 8 ? kMaxTileRows : left > 4 ? 8 : 4;
+    for (int64_t v = 0; v < nv; ++v) {
+      const float* at = pad + h0 * p.pitch + v * V;
+      float* o = out + h0 * p.OW + v * V;
+      const int64_t rows = std::min<int64_t>(left, R);
+      const __mmask16 mask = lanes_before(p.OW - v * V);
+      if (R == kMaxTileRows)
+        forward_tile<KH, kMaxTileRows>(at, p.pitch, p.KW, w, bias, rows, mask, o, p.OW);
+      else if (R == 8)
+        forward_tile<KH, 8>(at, p.pitch, p.KW, w, bias, rows, mask, o, p.OW);
+      else
+        forward_tile<KH, 4>(at, p.pitch, p.KW, w, bias, rows, mask, o, p.OW);
+    }
+    h0 += std::min<int64_t>(left, R);
+  }
+}
+
+// Planes [lo, hi) of src [planes, SH * SW] (plane t is channel t % C) -> out [planes, OH * OW],
+// with w [C, KH * KW] and bias [C] or nullptr.
+template <int KH>
+ONNXDP_AVX512 void forward_planes(const Plane& p, int64_t C, const float* src, const float* w, const float* bias,
+                                  float* out, int64_t lo, int64_t hi) {
+  float* pad = scratch(0, p.size());
+  std::fill(pad, pad + p.size(), 0.f);
+  const int64_t K = p.KH * p.KW;
+  for (int64_t t = lo; t < hi; ++t) {
+    const int64_t c = t % C;
+    fill(p, src + t * p.SH * p.SW, pad);
+    forward_plane<KH>(p, pad, w + c * K, bias ? bias[c] : 0.f, out + t * p.OH * p.OW);
+  }
+}
+
+void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const float* w, const float* bias,
+                 float* out) {
+  const int64_t C = ch.groups, planes = ch.images * C;
+  const int64_t work = planes * p.OH * p.OW * p.KH * p.KW;
+  split_rows(planes, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    if (p.KH == 3) forward_planes<3>(p, C, src, w, bias, out, lo, hi);
+    if (p.KH == 5) forward_planes<5>(p, C, src, w, bias, out, lo, hi);
+    if (p.KH == 7) forward_planes<7>(p, C, src, w, bias, out, lo, hi);
+  });
+}
+
+// ---- filter gradient --------------------------------------------------------------------------
+
+// Kernel columns the filter gradient sums at once: KH x BJ sums and KH x BJ vectors of x in
+// registers, and a dy vector (at most 31 of the 32). Fewer passes over the plane ran faster: 5x5
+// windows on 28x28 at 59 GFLOP/s in groups of 3 columns against 45 in groups of 2.
+constexpr int max_columns(int KH) { return KH == 3 ? 4 : KH == 5 ? 3 : 2; }
+
+// One image's terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V] (double lanes):
+// `xpad` the image's padded plane, `dpad` its dy rows (pitch dp) with zero rows past the last.
+// One vector of columns at a time, dy row h meets padded x rows h + i. The loop over h turns KH
+// rows at a time, so the KH x rows in registers rotate (slot (row - h0) mod KH) and each is
+// loaded once, not KH times, and only dy's own rows are visited (a loop over x's rows with dy's
+// in registers also visited the KH - 1 rows of padding above and below dy: a third of the
+// multiply-adds on 14-row planes). Each lane sums a chunk of at most kDepthwiseChunkTerms rows in
+// float, then adds it in double.
+template <int KH, int BJ>
+ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, const float* dpad, int64_t dp, int64_t j0,
+                                  double* sums) {
+  const int64_t nv = vectors(p.OW), steps = (p.OH + KH - 1) / KH * KH;  // dy's rows, in whole turns
+  constexpr int64_t per = kDepthwiseChunkTerms / KH * KH;               // rows a chunk, whole turns
+  for (int64_t v = 0; v < nv; ++v) {
+    // x's lanes past the row are cleared: dy's are zero there, but 0 x infinity is NaN.
+    const __mmask16 mask = lanes_before(p.OW - v * V);
+    for (int64_t h0 = 0; h0 < steps; h0 += per) {
+      __m512 acc[KH][BJ], xr[KH][BJ];
+#pragma GCC unroll 8
+      for (int i = 0; i < KH; ++i)
+#pragma GCC unroll 8
+        for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_setzero_ps();
+      const float* x_at = xpad + h0 * p.pitch + v * V + j0;  // x row h0
+#pragma GCC unroll 8
+      for (int k = 0; k + 1 < KH; ++k)
+#pragma GCC unroll 8
+        for (int b = 0; b < BJ; ++b) xr[k][b] = _mm512_maskz_loadu_ps(mask, x_at + k * p.pitch + b);
+      x_at += (KH - 1) * p.pitch;
+      const float* d_at = dpad + h0 * dp + v * V;
+      for (int64_t h = h0; h < std::min(steps, h0 + per); h += KH) {
+#pragma GCC unroll 8
+        for (int u = 0; u < KH; ++u) {  // dy row h + u; x row h + u + KH - 1 comes in
+#pragma GCC unroll 8
+          for (int b = 0; b < BJ; ++b) xr[(u + KH - 1) % KH][b] = _mm512_maskz_loadu_ps(mask, x_at + b);
+          __m512 d = _mm512_loadu_ps(d_at);
+          __asm__("" : "+v"(d));  // one load for the KH x BJ multiply-adds
+#pragma GCC unroll 8
+          for (int i = 0; i < KH; ++i)
+#pragma GCC unroll 8
+            for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_fmadd_ps(xr[(u + i) % KH][b], d, acc[i][b]);
+          // The next rows one add further (as in forward_tile).
+          x_at += p.pitch, d_at += dp;
+          __asm__("" : "+r"(x_at), "+r"(d_at));
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < KH; ++i)
+#pragma GCC unroll 8
+        for (int b = 0; b < BJ; ++b) {
+          double* s = sums + (i * p.KW + j0 + b) * V;
+          const __m512 a = acc[i][b];
+          const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+          const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+          _mm512_storeu_pd(s, _mm512_add_pd(_mm512_loadu_pd(s), lo));
+          _mm512_storeu_pd(s + V / 2, _mm512_add_pd(_mm512_loadu_pd(s + V / 2), hi));
+        }
+    }
+  }
+}
+
+template <int KH, int BJ>
+ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, const float* dpad, int64_t dp,
+                                int64_t j0, double* sums) {
+  if (bj == BJ) return filter_columns<KH, BJ>(p, xpad, dpad, dp, j0, sums);
+  if constexpr (BJ > 1) filter_group<KH, BJ - 1>(bj, p, xpad, dpad, dp, j0, sums);
+}
+
+// Channels [lo, hi): dw [C, KH * KW] from x [N, C, SH * SW] and dy [N, C, OH * OW].
+template <int KH>
+ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const float* x, const float* dy, float* dw,
+                                   int64_t lo, int64_t hi) {
+  // dy's rows, then zero rows up to the last turn's end.
+  const int64_t dp = vectors(p.OW) * V, drows = p.OH + KH, K = KH * p.KW;
+  float* xpad = scratch(0, p.size());
+  float* dpad = scratch(1, drows * dp);
+  std::fill(xpad, xpad + p.size(), 0.f);
+  std::fill(dpad, dpad + drows * dp, 0.f);
+  std::vector<double> sums(size_t(K * V));
+  // The kernel's columns in groups of at most max_columns(KH), as even as they go.
+  const int64_t groups = (p.KW + max_columns(KH) - 1) / max_columns(KH);
+  for (int64_t c = lo; c < hi; ++c) {
+    std::fill(sums.begin(), sums.end(), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      fill(p, x + (n * C + c) * p.SH * p.SW, xpad);
+      const float* d = dy + (n * C + c) * p.OH * p.OW;
+      for (int64_t h = 0; h < p.OH; ++h) copy_row(d + h * p.OW, dpad + h * dp, p.OW);
+      for (int64_t g = 0, j0 = 0; g < groups; ++g) {
+        const int64_t bj = p.KW / groups + (g < p.KW % groups ? 1 : 0);
+        filter_group<KH, max_columns(KH)>(bj, p, xpad, dpad, dp, j0, sums.data());
+        j0 += bj;
+      }
+    }
+    for (int64_t t = 0; t < K; ++t) {  // the lanes' totals, added pairwise
+      double* a = sums.data() + t * V;
+      for (int64_t w = V / 2; w > 0; w /= 2)
+        for (int64_t l = 0; l < w; ++l) a[l] += a[l + w];
+      dw[c * K + t] = float(a[0]);
+    }
+  }
+}
+
+}  // namespace
+
+bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, DepthwisePass pass) {
+  if (!cpu_has_avx512() || ch.in_blocked || ch.out_blocked || ch.in != 1 || ch.out != 1 || ch.groups < 1 ||
+      ch.images < 1 || g.iter.size() != 2)
+    return false;
+  for (size_t d = 0; d < 2; ++d)
+    if (g.strides[d] != 1 || g.dilations[d] != 1 || g.pad_begin[d] < 0 || g.pad_begin[d] >= g.kernel[d] ||
+        g.iter[d] < 1 || g.bound[d] < 1)
+      return false;
+  const int64_t KH = g.kernel[0], KW = g.kernel[1];
+  const int64_t out_cols = pass == DepthwisePass::transpose ? g.bound[1] : g.iter[1];
+  return (KH == 3 || KH == 5 || KH == 7) && KW >= 1 && KW <= kMaxKernelCols && out_cols >= kMinOutputCols;
+}
+
+void depthwise_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                            const float* bias, float* y) {
+  const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
+  run_forward(p, ch, x, w, bias, y);
+}
+
+// ConvTranspose (and Conv's input gradient): y (b) = sum over taps k of x (b + pad - k) w (k) in
+// each dim, a correlation of x padded by K - 1 - pad with the kernel turned around.
+void depthwise_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                              const float* bias, float* y) {
+  const int64_t KH = g.kernel[0], KW = g.kernel[1], K = KH * KW;
+  const Plane p(g.iter[0], g.iter[1], g.bound[0], g.bound[1], KH, KW, KH - 1 - g.pad_begin[0], KW - 1 - g.pad_begin[1]);
+  std::vector<float> turned(size_t(ch.groups * K));
+  for (int64_t c = 0; c < ch.groups; ++c)
+    for (int64_t t = 0; t < K; ++t) turned[size_t(c * K + t)] = w[c * K + (K - 1 - t)];
+  run_forward(p, ch, x, turned.data(), bias, y);
+}
+
+void depthwise_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy,
+                                float* dw) {
+  const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
+  const int64_t C = ch.groups, work = ch.images * C * p.OH * p.OW * p.KH * p.KW;
+  split_rows(C, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    if (p.KH == 3) filter_channels<3>(p, ch.images, C, x, dy, dw, lo, hi);
+    if (p.KH == 5) filter_channels<5>(p, ch.images, C, x, dy, dw, lo, hi);
+    if (p.KH == 7) filter_channels<7>(p, ch.images, C, x, dy, dw, lo, hi);
+  });
+}
+
+#endif
+
+}  // namespace onnxdp

@@ -1,0 +1,49 @@
+// Float depthwise windows by onnxdp's own AVX-512 loops: one input and one output channel per
+// group (groups = channels), unit strides and dilations, 2-D kernels of 3, 5 or 7 rows, output
+// rows of at least 12 columns: ConvNeXt's 7x7 and MobileNet's 3x3 windows at stride 1.
+//
+// oneDNN ran ConvNeXt's 7x7 on 56x56 planes (96 channels, plain tensors) at 40-46 % of the sgemm
+// figure forward and backward-data, with its reorders to and from its blocked layout; the engine's
+// filter gradient (exec/cpu/conv_gemm.cpp, depthwise_filter_grad_planes) at 29 %, one unaligned
+// load a multiply-add (bench/results/2026-12-06-kernels-hot.md).
+//
+// Forward (and Conv's input gradient, the same window over dy with the kernel turned around): a
+// plane is copied once into a zero-padded buffer, so no tap tests a bound. A register tile holds R
+// output rows x one vector of 16 columns; for each kernel column j the KH weights are broadcast
+// into registers, and each of the tile's R + KH - 1 padded input rows is loaded once (at column
+// j) and multiplied into the KH output rows it reaches: about KH multiply-adds a load.
+//
+// Filter gradient: dw (i, j) is the sum over images and positions of x_pad (h + i, w + j) times
+// dy (h, w). For a few kernel columns at a time and one vector of columns, each dy row is loaded
+// once and meets the KH padded x rows below it, which rotate through registers (each loaded once):
+// KH x BJ sums in registers. Each lane sums at most kDepthwiseChunkTerms terms in float, then adds
+// them in double, chunk by chunk in order; a channel's sums run on one thread, so dw is the same
+// on any number of threads.
+#pragma once
+#include <cstdint>
+
+#include "exec/cpu/conv_gemm.h"
+
+namespace onnxdp {
+
+// The filter gradient's chunks: each lane sums at most this many terms in float.
+inline constexpr int64_t kDepthwiseChunkTerms = 64;
+
+enum class DepthwisePass { forward, transpose, filter_grad };
+
+// Whether these loops take a call: an AVX-512F CPU, plain tensors, one input and one output channel
+// per group, a 2-D window of unit strides and dilations with 3, 5 or 7 kernel rows, at most 16
+// kernel columns, padding smaller than the kernel, and the pass's output rows at least 12 columns
+// wide (the filter gradient's: dy's).
+bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, DepthwisePass pass);
+
+// As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), where
+// depthwise_takes says so.
+void depthwise_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                            const float* bias, float* y);
+void depthwise_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
+                              const float* bias, float* y);
+void depthwise_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy,
+                                float* dw);
+
+}  // namespace onnxdp
