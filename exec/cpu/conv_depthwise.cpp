@@ -149,9 +149,10 @@ void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const
 // ---- filter gradient --------------------------------------------------------------------------
 
 // Kernel columns the filter gradient sums at once: KH x BJ sums and KH x BJ vectors of x in
-// registers, and a dy vector (at most 31 of the 32). Fewer passes over the plane ran faster: 5x5
-// windows on 28x28 at 59 GFLOP/s in groups of 3 columns against 45 in groups of 2.
-constexpr int max_columns(int KH) { return KH == 3 ? 4 : KH == 5 ? 3 : 2; }
+// registers, and a dy vector (at most 31 of the 32; 7-row windows take 2 columns, 5-row ones 3).
+// Fewer passes over the plane ran faster: 5x5 windows on 28x28 at 59 GFLOP/s in groups of 3
+// columns against 45 in groups of 2.
+constexpr int max_columns(int KH) { return KH == 5 ? 3 : 2; }
 
 // One image's terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V] (double lanes):
 // `xpad` the image's padded plane, `dpad` its dy rows (pitch dp) with zero rows past the last.
@@ -266,6 +267,9 @@ bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, DepthwisePass
       return false;
   const int64_t KH = g.kernel[0], KW = g.kernel[1];
   const int64_t out_cols = pass == DepthwisePass::transpose ? g.bound[1] : g.iter[1];
+  // 3-row windows' filter gradients stay with oneDNN: 37-39 GFLOP/s on 3x3 over 28x28 in a step
+  // against these loops' 25-33 (9 multiply-adds a dy vector, against 14 or 15 for 5 and 7 rows).
+  if (pass == DepthwisePass::filter_grad && KH == 3) return false;
   return (KH == 3 || KH == 5 || KH == 7) && KW >= 1 && KW <= kMaxKernelCols && out_cols >= kMinOutputCols;
 }
 
@@ -292,7 +296,6 @@ void depthwise_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, co
   const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
   const int64_t C = ch.groups, work = ch.images * C * p.OH * p.OW * p.KH * p.KW;
   split_rows(C, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
-    if (p.KH == 3) filter_channels<3>(p, ch.images, C, x, dy, dw, lo, hi);
     if (p.KH == 5) filter_channels<5>(p, ch.images, C, x, dy, dw, lo, hi);
     if (p.KH == 7) filter_channels<7>(p, ch.images, C, x, dy, dw, lo, hi);
   });

@@ -146,12 +146,12 @@ inline std::vector<Case> engine_cases() {
       {"depthwise 1-D, stride 2, dilation 2, uneven pads (padded planes, one row)", {2, 3, 37}, 3, {5}, {2}, {2}, {3, 1}, 3, true},
       // Depthwise windows by the AVX-512 loops (exec/cpu/conv_depthwise.h) where the CPU has them:
       // tiles of 14, 8 and 4 output rows, whole and masked vectors of columns, kernel columns in
-      // groups, chunks of rows in the filter gradient.
+      // groups, chunks of rows in the filter gradient (of 5- and 7-row windows; oneDNN keeps 3x3's).
       {"depthwise 7x7 on 23x37 (depthwise loops: 14-row tiles, the last one cut to 9 rows, a masked third vector)", {2, 5, 23, 37}, 5, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 5, true},
       {"depthwise 3x3 on 22x16 (depthwise loops: a tile of 14 rows then 8, one whole vector)", {3, 4, 22, 16}, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, false},
       {"depthwise 5x3, uneven pads, 17 output rows (depthwise loops: a 4-row tile cut to 3)", {2, 3, 18, 20}, 3, {5, 3}, {1, 1}, {1, 1}, {2, 0, 1, 2}, 3, true},
       {"depthwise 5x5 on 14x13 (depthwise loops: rows shorter than a vector)", {3, 4, 14, 13}, 4, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 4, true},
-      {"depthwise 3x11 on 16x40 (depthwise loops: kernel columns in groups of 4, 4 and 3)", {1, 2, 16, 40}, 2, {3, 11}, {1, 1}, {1, 1}, {1, 5, 1, 5}, 2, true},
+      {"depthwise 5x11 on 16x40 (depthwise loops: kernel columns in groups of 3, 3, 3 and 2)", {1, 2, 16, 40}, 2, {5, 11}, {1, 1}, {1, 1}, {2, 5, 2, 5}, 2, true},
       {"depthwise 7x5 on 70x18 (depthwise loops: columns in groups of 2, 2 and 1, dy rows in two chunks)", {1, 2, 70, 18}, 2, {7, 5}, {1, 1}, {1, 1}, {3, 2, 3, 2}, 2, false},
       {"one input channel, 8 outputs (product; small planes)", {5, 1, 8, 8}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
       // Small planes (exec/cpu/conv_small.h): the AVX-512 loops where the CPU has them.
