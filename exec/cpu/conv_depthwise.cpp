@@ -154,17 +154,18 @@ void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const
 // columns against 45 in groups of 2.
 constexpr int max_columns(int KH) { return KH == 5 ? 3 : 2; }
 
-// One image's terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V] (double lanes):
-// `xpad` the image's padded plane, `dpad` its dy rows (pitch dp) with zero rows past the last.
-// One vector of columns at a time, dy row h meets padded x rows h + i. The loop over h turns KH
-// rows at a time, so the KH x rows in registers rotate (slot (row - h0) mod KH) and each is
-// loaded once, not KH times, and only dy's own rows are visited (a loop over x's rows with dy's
-// in registers also visited the KH - 1 rows of padding above and below dy: a third of the
-// multiply-adds on 14-row planes). Each lane sums a chunk of at most kDepthwiseChunkTerms rows in
-// float, then adds it in double.
+// A chunk of m images' terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V]
+// (double lanes): image k's padded plane at xpad + k * xs, its dy rows (pitch dp, zero rows past
+// the last) at dpad + k * ds. One vector of columns at a time, dy row h meets padded x rows
+// h + i. The loop over h turns KH rows at a time, so the KH x rows in registers rotate (slot
+// (row - h0) mod KH) and each is loaded once, not KH times, and only dy's own rows are visited (a
+// loop over x's rows with dy's in registers also visited the KH - 1 rows of padding above and
+// below dy: a third of the multiply-adds on 14-row planes). Each lane sums at most
+// kDepthwiseChunkTerms terms in float (rows of one image, or the chunk's whole images where
+// they are small), then adds them in double.
 template <int KH, int BJ>
-ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, const float* dpad, int64_t dp, int64_t j0,
-                                  double* sums) {
+ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs, const float* dpad, int64_t ds,
+                                  int64_t dp, int64_t m, int64_t j0, double* sums) {
   const int64_t nv = vectors(p.OW), steps = (p.OH + KH - 1) / KH * KH;  // dy's rows, in whole turns
   constexpr int64_t per = kDepthwiseChunkTerms / KH * KH;               // rows a chunk, whole turns
   for (int64_t v = 0; v < nv; ++v) {
@@ -176,27 +177,29 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, const float
       for (int i = 0; i < KH; ++i)
 #pragma GCC unroll 8
         for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_setzero_ps();
-      const float* x_at = xpad + h0 * p.pitch + v * V + j0;  // x row h0
+      for (int64_t img = 0; img < m; ++img) {
+        const float* x_at = xpad + img * xs + h0 * p.pitch + v * V + j0;  // x row h0
 #pragma GCC unroll 8
-      for (int k = 0; k + 1 < KH; ++k)
+        for (int k = 0; k + 1 < KH; ++k)
 #pragma GCC unroll 8
-        for (int b = 0; b < BJ; ++b) xr[k][b] = _mm512_maskz_loadu_ps(mask, x_at + k * p.pitch + b);
-      x_at += (KH - 1) * p.pitch;
-      const float* d_at = dpad + h0 * dp + v * V;
-      for (int64_t h = h0; h < std::min(steps, h0 + per); h += KH) {
+          for (int b = 0; b < BJ; ++b) xr[k][b] = _mm512_maskz_loadu_ps(mask, x_at + k * p.pitch + b);
+        x_at += (KH - 1) * p.pitch;
+        const float* d_at = dpad + img * ds + h0 * dp + v * V;
+        for (int64_t h = h0; h < std::min(steps, h0 + per); h += KH) {
 #pragma GCC unroll 8
-        for (int u = 0; u < KH; ++u) {  // dy row h + u; x row h + u + KH - 1 comes in
+          for (int u = 0; u < KH; ++u) {  // dy row h + u; x row h + u + KH - 1 comes in
 #pragma GCC unroll 8
-          for (int b = 0; b < BJ; ++b) xr[(u + KH - 1) % KH][b] = _mm512_maskz_loadu_ps(mask, x_at + b);
-          __m512 d = _mm512_loadu_ps(d_at);
-          __asm__("" : "+v"(d));  // one load for the KH x BJ multiply-adds
+            for (int b = 0; b < BJ; ++b) xr[(u + KH - 1) % KH][b] = _mm512_maskz_loadu_ps(mask, x_at + b);
+            __m512 d = _mm512_loadu_ps(d_at);
+            __asm__("" : "+v"(d));  // one load for the KH x BJ multiply-adds
 #pragma GCC unroll 8
-          for (int i = 0; i < KH; ++i)
+            for (int i = 0; i < KH; ++i)
 #pragma GCC unroll 8
-            for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_fmadd_ps(xr[(u + i) % KH][b], d, acc[i][b]);
-          // The next rows one add further (as in forward_tile).
-          x_at += p.pitch, d_at += dp;
-          __asm__("" : "+r"(x_at), "+r"(d_at));
+              for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_fmadd_ps(xr[(u + i) % KH][b], d, acc[i][b]);
+            // The next rows one add further (as in forward_tile).
+            x_at += p.pitch, d_at += dp;
+            __asm__("" : "+r"(x_at), "+r"(d_at));
+          }
         }
       }
 #pragma GCC unroll 8
@@ -215,10 +218,10 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, const float
 }
 
 template <int KH, int BJ>
-ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, const float* dpad, int64_t dp,
-                                int64_t j0, double* sums) {
-  if (bj == BJ) return filter_columns<KH, BJ>(p, xpad, dpad, dp, j0, sums);
-  if constexpr (BJ > 1) filter_group<KH, BJ - 1>(bj, p, xpad, dpad, dp, j0, sums);
+ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, int64_t xs, const float* dpad,
+                                int64_t ds, int64_t dp, int64_t m, int64_t j0, double* sums) {
+  if (bj == BJ) return filter_columns<KH, BJ>(p, xpad, xs, dpad, ds, dp, m, j0, sums);
+  if constexpr (BJ > 1) filter_group<KH, BJ - 1>(bj, p, xpad, xs, dpad, ds, dp, m, j0, sums);
 }
 
 // Channels [lo, hi): dw [C, KH * KW] from x [N, C, SH * SW] and dy [N, C, OH * OW].
@@ -226,23 +229,29 @@ template <int KH>
 ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const float* x, const float* dy, float* dw,
                                    int64_t lo, int64_t hi) {
   // dy's rows, then zero rows up to the last turn's end.
-  const int64_t dp = vectors(p.OW) * V, drows = p.OH + KH, K = KH * p.KW;
-  float* xpad = scratch(0, p.size());
-  float* dpad = scratch(1, drows * dp);
-  std::fill(xpad, xpad + p.size(), 0.f);
-  std::fill(dpad, dpad + drows * dp, 0.f);
+  const int64_t dp = vectors(p.OW) * V, drows = p.OH + KH, K = KH * p.KW, ds = drows * dp;
+  // Images a chunk: small planes' sums go to double after several images (a 14x14 plane's 14 rows
+  // alone left the conversions and the rotation's start a third of the work).
+  const int64_t steps = (p.OH + KH - 1) / KH * KH, m = std::max<int64_t>(1, kDepthwiseChunkTerms / steps);
+  float* xpad = scratch(0, m * p.size());
+  float* dpad = scratch(1, m * ds);
+  std::fill(xpad, xpad + m * p.size(), 0.f);
+  std::fill(dpad, dpad + m * ds, 0.f);
   std::vector<double> sums(size_t(K * V));
   // The kernel's columns in groups of at most max_columns(KH), as even as they go.
   const int64_t groups = (p.KW + max_columns(KH) - 1) / max_columns(KH);
   for (int64_t c = lo; c < hi; ++c) {
     std::fill(sums.begin(), sums.end(), 0.0);
-    for (int64_t n = 0; n < N; ++n) {
-      fill(p, x + (n * C + c) * p.SH * p.SW, xpad);
-      const float* d = dy + (n * C + c) * p.OH * p.OW;
-      for (int64_t h = 0; h < p.OH; ++h) copy_row(d + h * p.OW, dpad + h * dp, p.OW);
+    for (int64_t n0 = 0; n0 < N; n0 += m) {
+      const int64_t count = std::min(m, N - n0);
+      for (int64_t k = 0; k < count; ++k) {
+        fill(p, x + ((n0 + k) * C + c) * p.SH * p.SW, xpad + k * p.size());
+        const float* d = dy + ((n0 + k) * C + c) * p.OH * p.OW;
+        for (int64_t h = 0; h < p.OH; ++h) copy_row(d + h * p.OW, dpad + k * ds + h * dp, p.OW);
+      }
       for (int64_t g = 0, j0 = 0; g < groups; ++g) {
         const int64_t bj = p.KW / groups + (g < p.KW % groups ? 1 : 0);
-        filter_group<KH, max_columns(KH)>(bj, p, xpad, dpad, dp, j0, sums.data());
+        filter_group<KH, max_columns(KH)>(bj, p, xpad, p.size(), dpad, ds, dp, count, j0, sums.data());
         j0 += bj;
       }
     }
