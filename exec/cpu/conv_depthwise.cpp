@@ -98,12 +98,18 @@ ONNXDP_AVX512 inline void forward_tile(const float* pad, int64_t pitch, int64_t 
     if (o < rows) _mm512_mask_storeu_ps(out + o * OW, mask, acc[o]);
 }
 
+// A block's output lines are fetched for writing as it starts, so they arrive while its first
+// tile computes: 8 x 96 planes of 56x56 at 58-63 GFLOP/s against 52-56 (medians of 12
+// alternating runs); the stores otherwise waited for their lines.
 template <int KH>
 ONNXDP_AVX512 void forward_plane(const Plane& p, const float* pad, const float* w, float bias, float* out) {
   const int64_t nv = vectors(p.OW);
   for (int64_t h0 = 0; h0 < p.OH;) {
     const int64_t left = p.OH - h0;
     const int R = left > 8 ? kMaxTileRows : left > 4 ? 8 : 4;
+    const float* first = out + h0 * p.OW;
+    for (const float* at = first; at < first + std::min<int64_t>(left, R) * p.OW; at += V)
+      _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_ET0);
     for (int64_t v = 0; v < nv; ++v) {
       const float* at = pad + h0 * p.pitch + v * V;
       float* o = out + h0 * p.OW + v * V;
