@@ -282,8 +282,9 @@ bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, DepthwisePass
       return false;
   const int64_t KH = g.kernel[0], KW = g.kernel[1];
   const int64_t out_cols = pass == DepthwisePass::transpose ? g.bound[1] : g.iter[1];
-  // 3-row windows' filter gradients stay with oneDNN: 37-39 GFLOP/s on 3x3 over 28x28 in a step
-  // against these loops' 25-33 (9 multiply-adds a dy vector, against 14 or 15 for 5 and 7 rows).
+  // 3-row windows' filter gradients stay with oneDNN: on 3x3 over 28x28 in a step, 25-30 GFLOP/s
+  // against these loops' 27-33 (9 multiply-adds a dy vector, against 14 or 15 for 5 and 7 rows),
+  // level within this machine's noise (bench/results/2026-12-06-depthwise-loops.md).
   if (pass == DepthwisePass::filter_grad && KH == 3) return false;
   return (KH == 3 || KH == 5 || KH == 7) && KW >= 1 && KW <= kMaxKernelCols && out_cols >= kMinOutputCols;
 }
