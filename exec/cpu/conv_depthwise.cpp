@@ -7,12 +7,13 @@
 
 #include "exec/cpu/avx512.h"
 #include "exec/cpu/clones.h"  // split_rows
+#include "exec/cpu/scratch.h"
 
 namespace onnxdp {
 
 #ifndef ONNXDP_AVX512_LOOPS
 
-bool depthwise_takes(const ConvWindows&, const ConvChannels&, DepthwisePass) { return false; }
+bool depthwise_takes(const ConvWindows&, const ConvChannels&, ConvPass) { return false; }
 void depthwise_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
 void depthwise_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
                               float*) {}
@@ -31,13 +32,6 @@ constexpr int64_t kMinOutputCols = 12;
 
 int64_t vectors(int64_t n) { return (n + V - 1) / V; }
 __mmask16 lanes_before(int64_t n) { return n >= V ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
-
-float* scratch(int which, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[which];
-  if (b.size() < size_t(n)) b.resize(size_t(n));
-  return b.data();
-}
 
 // A plane's window as a correlation: out (oh, ow) = sum over i < KH, j < KW of
 // pad (oh + i, ow + j) x w (i, j), where pad (r, u) is src (r - ph, u - pw) inside the source
@@ -131,7 +125,7 @@ ONNXDP_AVX512 void forward_plane(const Plane& p, const float* pad, const float* 
 template <int KH>
 ONNXDP_AVX512 void forward_planes(const Plane& p, int64_t C, const float* src, const float* w, const float* bias,
                                   float* out, int64_t lo, int64_t hi) {
-  float* pad = scratch(0, p.size());
+  float* pad = scratch<float>(0, p.size());
   std::fill(pad, pad + p.size(), 0.f);
   const int64_t K = p.KH * p.KW;
   for (int64_t t = lo; t < hi; ++t) {
@@ -239,8 +233,8 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
   // Images a chunk: small planes' sums go to double after several images (a 14x14 plane's 14 rows
   // alone left the conversions and the rotation's start a third of the work).
   const int64_t steps = (p.OH + KH - 1) / KH * KH, m = std::max<int64_t>(1, kDepthwiseChunkTerms / steps);
-  float* xpad = scratch(0, m * p.size());
-  float* dpad = scratch(1, m * ds);
+  float* xpad = scratch<float>(0, m * p.size());
+  float* dpad = scratch<float>(1, m * ds);
   std::fill(xpad, xpad + m * p.size(), 0.f);
   std::fill(dpad, dpad + m * ds, 0.f);
   std::vector<double> sums(size_t(K * V));
@@ -272,7 +266,7 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
 
 }  // namespace
 
-bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, DepthwisePass pass) {
+bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass) {
   if (!cpu_has_avx512() || ch.in_blocked || ch.out_blocked || ch.in != 1 || ch.out != 1 || ch.groups < 1 ||
       ch.images < 1 || g.iter.size() != 2)
     return false;
@@ -281,11 +275,11 @@ bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, DepthwisePass
         g.iter[d] < 1 || g.bound[d] < 1)
       return false;
   const int64_t KH = g.kernel[0], KW = g.kernel[1];
-  const int64_t out_cols = pass == DepthwisePass::transpose ? g.bound[1] : g.iter[1];
+  const int64_t out_cols = pass == ConvPass::transpose ? g.bound[1] : g.iter[1];
   // 3-row windows' filter gradients stay with oneDNN: on 3x3 over 28x28 in a step, 25-30 GFLOP/s
   // against these loops' 27-33 (9 multiply-adds a dy vector, against 14 or 15 for 5 and 7 rows),
   // level within this machine's noise (bench/results/2026-12-06-depthwise-loops.md).
-  if (pass == DepthwisePass::filter_grad && KH == 3) return false;
+  if (pass == ConvPass::filter_grad && KH == 3) return false;
   return (KH == 3 || KH == 5 || KH == 7) && KW >= 1 && KW <= kMaxKernelCols && out_cols >= kMinOutputCols;
 }
 

@@ -30,13 +30,11 @@ namespace onnxdp {
 // The filter gradient's chunks: each lane sums at most this many terms in float.
 inline constexpr int64_t kDepthwiseChunkTerms = 64;
 
-enum class DepthwisePass { forward, transpose, filter_grad };
-
 // Whether these loops take a call: an AVX-512F CPU, plain tensors, one input and one output channel
 // per group, a 2-D window of unit strides and dilations with 3, 5 or 7 kernel rows (5 or 7 for the
 // filter gradient), at most 16 kernel columns, padding smaller than the kernel, and the pass's
 // output rows at least 12 columns wide (the filter gradient's: dy's).
-bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, DepthwisePass pass);
+bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass);
 
 // As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), where
 // depthwise_takes says so.

@@ -17,6 +17,7 @@
 #include "exec/cpu/row_sum.h"
 #include "exec/cpu/conv_depthwise.h"
 #include "exec/cpu/conv_small.h"
+#include "exec/cpu/scratch.h"
 
 namespace onnxdp {
 
@@ -117,19 +118,10 @@ Runs tap_runs(const ConvWindows& g) {
   return r;
 }
 
-// A thread's two work buffers (im2col and the product's other operand or result; the padded
-// planes of a task's images), kept between calls: a step's convolutions reuse them instead of
-// allocating, zeroing and faulting in up to a few MB per call. They keep the largest size a call
-// has asked for: a chunk's im2col (about kChunkElements, at least one row of the image) and
-// product, and a task's padded input (its images' channels of one group, slightly larger than
-// the input itself).
-template <class T>
-T* scratch(int which, int64_t elements) {
-  thread_local std::vector<T> buffers[2];
-  std::vector<T>& b = buffers[which];
-  if (b.size() < size_t(elements)) b.resize(size_t(elements));
-  return b.data();
-}
+// The engine's two scratch buffers (exec/cpu/scratch.h) hold im2col and the product's other
+// operand or result, and the padded planes of a task's images: a chunk's im2col (about
+// kChunkElements, at least one row of the image) and product, and a task's padded input (its
+// images' channels of one group, slightly larger than the input itself).
 
 // A chunk: images [n0, n0 + images), iterated rows [q0, q1) of each; its columns (window
 // positions) are image-major, R = images * (q1 - q0) * L.
@@ -811,11 +803,11 @@ void conv_forward(const ConvWindows& g, const ConvChannels& ch, const T* x, cons
                   ValueTag x_tag) {
   if (g.iter_size() == 0 || ch.images == 0 || ch.groups * ch.out == 0) return;
   if constexpr (std::is_same_v<T, float>)  // (before tap_runs, which costs more than a small plane's window)
-    if (depthwise_takes(g, ch, DepthwisePass::forward)) return depthwise_conv_forward(g, ch, x, w, bias, y);
+    if (depthwise_takes(g, ch, ConvPass::forward)) return depthwise_conv_forward(g, ch, x, w, bias, y);
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if constexpr (std::is_same_v<T, float>) {
-    const bool small = small_conv_takes(g, ch, SmallConv::forward);
+    const bool small = small_conv_takes(g, ch, ConvPass::forward);
     if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_forward(g, ch, x, w, bias, y);
     if (!small && dnnl_conv_forward(g, ch, x, w, bias, y, x_tag)) return;
     if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run (or the small-plane loops take)
@@ -888,12 +880,12 @@ void conv_transpose(const ConvWindows& g, const ConvChannels& ch, const T* x, co
                     ValueTag x_tag) {
   if (g.bound_size() == 0 || ch.images == 0 || ch.groups * ch.out == 0) return;
   if constexpr (std::is_same_v<T, float>)  // (before tap_runs, as in conv_forward)
-    if (g.iter_size() > 0 && depthwise_takes(g, ch, DepthwisePass::transpose))
+    if (g.iter_size() > 0 && depthwise_takes(g, ch, ConvPass::transpose))
       return depthwise_conv_transpose(g, ch, x, w, bias, y);
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   if constexpr (std::is_same_v<T, float>) {
-    const bool small = P > 0 && small_conv_takes(g, ch, SmallConv::transpose);
+    const bool small = P > 0 && small_conv_takes(g, ch, ConvPass::transpose);
     if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_transpose(g, ch, x, w, bias, y);
     if (!small && P > 0 && dnnl_conv_transpose(g, ch, x, w, bias, y, x_tag)) return;
     if (ch.in_blocked || ch.out_blocked)  // blocked tensors oneDNN does not run (or the small-plane loops take)
@@ -961,12 +953,12 @@ void conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const T* x, 
   std::fill(dw, dw + wsize, T(0));
   if (g.iter_size() == 0 || ch.images == 0) return;
   if constexpr (std::is_same_v<T, float>)  // (before tap_runs, as in conv_forward)
-    if (depthwise_takes(g, ch, DepthwisePass::filter_grad)) return depthwise_conv_filter_grad(g, ch, x, dy, dw);
+    if (depthwise_takes(g, ch, ConvPass::filter_grad)) return depthwise_conv_filter_grad(g, ch, x, dy, dw);
   const Runs r = tap_runs(g);
   const int64_t P = r.Q * r.L, S = r.bound_size, K = r.K, Cin = ch.groups * ch.in, Cout = ch.groups * ch.out;
   const int64_t CK = ch.in * K, Mg = ch.out;
   if constexpr (std::is_same_v<T, float>) {
-    const bool small = small_conv_takes(g, ch, SmallConv::filter_grad);
+    const bool small = small_conv_takes(g, ch, ConvPass::filter_grad);
     if (small && !ch.in_blocked && !ch.out_blocked) return small_conv_filter_grad(g, ch, x, dy, dw);
     if (!small && dnnl_conv_filter_grad(g, ch, x, dy, dw, x_tag, dy_tag)) return;
     // Blocked tensors oneDNN does not run (or the small-plane loops take): plain copies.

@@ -58,6 +58,10 @@ struct ConvChannels {
   bool in_blocked = false, out_blocked = false;
 };
 
+// Which of the three a call is: own loops that take some shapes (exec/cpu/conv_small.h,
+// exec/cpu/conv_depthwise.h) say so per pass.
+enum class ConvPass { forward, transpose, filter_grad };
+
 // Conv: x [N, G*in, bound..], w [G*out, in, kernel..], bias [G*out] or nullptr -> y [N, G*out, iter..].
 // x_tag names x's contents where the caller knows them (the filter gradient reads x again;
 // exec/cpu/onednn.h shares work between the two).

@@ -11,12 +11,13 @@
 
 #include "exec/cpu/avx512.h"
 #include "exec/cpu/clones.h"  // split_rows
+#include "exec/cpu/scratch.h"
 
 namespace onnxdp {
 
 #ifndef ONNXDP_AVX512_LOOPS
 
-bool small_conv_takes(const ConvWindows&, const ConvChannels&, SmallConv) { return false; }
+bool small_conv_takes(const ConvWindows&, const ConvChannels&, ConvPass) { return false; }
 void small_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
 void small_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
 void small_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*) {}
@@ -114,12 +115,6 @@ std::optional<Views> transpose_views(const ConvWindows& g) {
     }
     return s;
   });
-}
-
-float* scratch_floats(int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
-  return buffer.data();
 }
 
 // The source planes as the loops read them: whole vectors. A plane of a multiple of V positions is
@@ -223,7 +218,7 @@ ONNXDP_AVX512 void forward_block(const Views& s, int64_t C, int64_t M, Planes sr
 ONNXDP_AVX512 void forward_images(const Views& s, int64_t C, int64_t M, const float* x, const float* W,
                                   const float* bias, float* y, int64_t n0, int64_t n1) {
   if (s.runs) return forward_block<true>(s, C, M, {x, s.src_size}, C * s.src_size, W, bias, y, n0, n1);
-  float* copy = scratch_floats(C * s.src_vectors * V);
+  float* copy = scratch<float>(0, C * s.src_vectors * V);
   for (int64_t n = n0; n < n1; ++n)
     forward_block<false>(s, C, M, whole_vectors(s, x + n * C * s.src_size, C, copy), 0, W, bias,
                          y + n * M * s.dst_size, 0, 1);
@@ -333,7 +328,7 @@ ONNXDP_AVX512 void filter_all_rows(const Views& s, int64_t M, int64_t images, Pl
 ONNXDP_AVX512 void filter_chunk(const Views& s, int64_t C, int64_t M, const float* x, const float* dy,
                                 int64_t images, double* out) {
   const int64_t CK = C * s.K, xs = s.src_vectors * V, ds = s.dst_vectors * V;
-  float* xc = scratch_floats(images * (C * xs + M * ds));
+  float* xc = scratch<float>(0, images * (C * xs + M * ds));
   float* dc = xc + images * C * xs;
   // Planes of a whole number of vectors are read in place; others through zero-tailed copies
   // (dy's tails meet the views' zeroed lanes, but 0 x infinity is NaN).
@@ -371,9 +366,9 @@ const Views* views_of(const ConvWindows& g, bool transpose) {
 
 }  // namespace
 
-bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, SmallConv pass) {
+bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass) {
   return cpu_has_avx512() && ch.groups == 1 && ch.images > 0 && ch.in > 0 && ch.out > 0 && ch.out < kSmallPlaneOutputs &&
-         views_of(g, pass == SmallConv::transpose) != nullptr;
+         views_of(g, pass == ConvPass::transpose) != nullptr;
 }
 
 void small_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,

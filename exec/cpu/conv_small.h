@@ -35,12 +35,10 @@ inline constexpr int64_t kSmallPlaneVectors = 4;
 // 16 -> 16 up to 64 -> 64 on 8x8 and 4x4 images) faster than these loops.
 inline constexpr int64_t kSmallPlaneOutputs = 16;
 
-enum class SmallConv { forward, transpose, filter_grad };
-
 // Whether these loops take a call: the CPU, one group, the planes, fewer than kSmallPlaneOutputs
 // output channels. The layout is not asked: the loops read and write plain tensors, and the
 // caller hands them plain copies of blocked ones (so the layout changes no value).
-bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, SmallConv pass);
+bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass);
 
 // As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), on plain tensors,
 // where small_conv_takes says so.

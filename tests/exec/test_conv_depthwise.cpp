@@ -29,10 +29,10 @@ bool avx512() { return __builtin_cpu_supports("avx512f"); }
 TEST_CASE("depthwise loops: they take ConvNeXt's 7x7 and MobileNet's 3x3 at stride 1, the engine and oneDNN the rest") {
   const bool cpu = avx512();
   const ConvWindows g7 = square(56, 56, 7, 1, 3), g3 = square(28, 28, 3, 1, 1);
-  for (DepthwisePass pass : {DepthwisePass::forward, DepthwisePass::transpose, DepthwisePass::filter_grad}) {
+  for (ConvPass pass : {ConvPass::forward, ConvPass::transpose, ConvPass::filter_grad}) {
     CHECK(depthwise_takes(g7, {8, 96, 1, 1}, pass) == cpu);
     // 3x3: forward and input gradient (oneDNN keeps the filter gradient).
-    CHECK(depthwise_takes(g3, {8, 64, 1, 1}, pass) == (cpu && pass != DepthwisePass::filter_grad));
+    CHECK(depthwise_takes(g3, {8, 64, 1, 1}, pass) == (cpu && pass != ConvPass::filter_grad));
     CHECK(depthwise_takes(square(20, 18, 5, 1, 1), {2, 4, 1, 1}, pass) == cpu);
     // A depth multiplier of 2, a grouped window, blocked tensors.
     CHECK_FALSE(depthwise_takes(g3, {8, 64, 1, 2}, pass));
@@ -54,5 +54,5 @@ TEST_CASE("depthwise loops: they take ConvNeXt's 7x7 and MobileNet's 3x3 at stri
   // A 1-D window.
   ConvWindows g1;
   g1.iter = {40}, g1.bound = {40}, g1.kernel = {3}, g1.strides = {1}, g1.dilations = {1}, g1.pad_begin = {1};
-  CHECK_FALSE(depthwise_takes(g1, {8, 64, 1, 1}, DepthwisePass::forward));
+  CHECK_FALSE(depthwise_takes(g1, {8, 64, 1, 1}, ConvPass::forward));
 }
