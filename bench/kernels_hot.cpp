@@ -1,8 +1,9 @@
-// The CPU kernels of issue 25 alone: the convolution engine's three (exec/cpu/conv_gemm.h: oneDNN
-// where it runs them, the im2col engine and the direct loops elsewhere) on resnet's shapes (batch
-// 32, the activations channel-blocked where a step keeps them so), the sample cnn's (batch 256) and
-// ConvNeXt's 7x7 depthwise window (batch 8); and the matrix products of gpt_small's step
-// (exec/cpu/blas.h, as MatMul, Gemm and FusedMatMul call them). Each shape runs twice:
+// The CPU kernels of issue 25 alone: the convolution engine's three (exec/cpu/conv_gemm.h: its own
+// loops, oneDNN, the im2col engine, as each takes them) on resnet's shapes (batch 32, the
+// activations channel-blocked where a step keeps them so), the sample cnn's (batch 256), ConvNeXt's
+// 7x7 depthwise window and bench/depthwise.py's others ("dw"; batch 8); and the matrix products of
+// gpt_small's step (exec/cpu/blas.h, as MatMul, Gemm and FusedMatMul call them). Each shape runs
+// twice:
 //   hot   the same tensors again and again (best of 10 after 2 warm-ups): what the kernel does
 //         when its operands are in cache, as the sgemm figure is measured;
 //   cold  a 64 MB buffer written between calls, so the operands come from memory as they mostly
@@ -74,6 +75,10 @@ int main(int argc, char** argv) {
       {"cnn", 256, 1, 8, 8, 8, 3, 1, 1, 1, false, false, false},
       {"cnn", 256, 8, 4, 4, 16, 3, 1, 1, 1, false, false},
       {"convnext", 8, 96, 56, 56, 96, 7, 1, 3, 96, false, false},  // depthwise
+      // bench/depthwise.py's other windows (batch 8): ConvNeXt's third stage, a 5x5, MobileNet's 3x3.
+      {"dw", 8, 384, 14, 14, 384, 7, 1, 3, 384, false, false},
+      {"dw", 8, 64, 28, 28, 64, 5, 1, 2, 64, false, false},
+      {"dw", 8, 64, 28, 28, 64, 3, 1, 1, 64, false, false},
   };
   const double figure = blas_sgemm_gflops(512);
   std::printf("sgemm figure %.1f GFLOP/s (512^3, one thread)\n", figure);
