@@ -14,7 +14,8 @@ namespace onnxdp {
 #ifndef ONNXDP_AVX512_LOOPS
 
 bool depthwise_takes(const ConvWindows&, const ConvChannels&, ConvPass) { return false; }
-void depthwise_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*, float*) {}
+void depthwise_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
+                            float*) {}
 void depthwise_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
                               float*) {}
 void depthwise_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float*, const float*, float*) {}

@@ -367,8 +367,8 @@ const Views* views_of(const ConvWindows& g, bool transpose) {
 }  // namespace
 
 bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass) {
-  return cpu_has_avx512() && ch.groups == 1 && ch.images > 0 && ch.in > 0 && ch.out > 0 && ch.out < kSmallPlaneOutputs &&
-         views_of(g, pass == ConvPass::transpose) != nullptr;
+  return cpu_has_avx512() && ch.groups == 1 && ch.images > 0 && ch.in > 0 && ch.out > 0 &&
+         ch.out < kSmallPlaneOutputs && views_of(g, pass == ConvPass::transpose) != nullptr;
 }
 
 void small_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,

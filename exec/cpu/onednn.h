@@ -4,8 +4,8 @@
 //
 // Convolutions: the engine of exec/cpu/conv_gemm.h asks here (after the depthwise loops of
 // exec/cpu/conv_depthwise.h, which take plain depthwise windows at stride 1, and the small-plane
-// loops of exec/cpu/conv_small.h, which take small images written to fewer than 16 channels) and does the
-// work itself where these return false (no oneDNN, double precision, a shape oneDNN refuses). oneDNN's JIT
+// loops of exec/cpu/conv_small.h, which take small images written to fewer than 16 channels) and
+// does the work itself where these return false (no oneDNN, double precision, a shape oneDNN refuses). oneDNN's JIT
 // convolutions run in its blocked layouts (channels in blocks of 16 innermost): on this project's
 // ResNet shapes 110-182 GFLOP/s with the reorders from and to onnxdp's plain NCHW tensors counted
 // (one AVX-512 core, sgemm 162), against 45-83 for im2col + OpenBLAS

@@ -1,8 +1,9 @@
 // Which convolutions the AVX-512 depthwise loops take (exec/cpu/conv_depthwise.h): on an AVX-512
 // CPU, ConvNeXt's 7x7 and MobileNet's 3x3 depthwise windows at stride 1 (the 3x3 without its
 // filter gradient); never a strided or dilated window, a depth multiplier, blocked tensors, a 1-D
-// or 3-D window, or rows of fewer than 12 columns. Their values are the engine tests' (tests/ops/conv_reference.h: the
-// "depthwise loops" cases, and the infinity case in tests/ops/test_grad.cpp).
+// or 3-D window, or rows of fewer than 12 columns. Their values are the engine tests'
+// (tests/ops/conv_reference.h: the "depthwise loops" cases, and the infinity case in
+// tests/ops/test_grad.cpp).
 #include <doctest/doctest.h>
 
 #include "exec/cpu/conv_depthwise.h"

@@ -123,7 +123,10 @@ namespace onnxdp::convref {
 // long rows and the depthwise filter gradient over padded planes, 1-D and 3-D. The paths named are
 // the engine's own (float64, and float32 without oneDNN); on an AVX-512 CPU a float32 case with
 // planes of at most 64 positions, one group and fewer than 16 outputs takes the small-plane loops
-// (exec/cpu/conv_small.h) instead, as the cases marked "small planes" are there for.
+// (exec/cpu/conv_small.h) instead, as the cases marked "small planes" are there for, and a float32
+// depthwise 2-D case at stride 1 with rows of 12 or more outputs takes the depthwise loops
+// (exec/cpu/conv_depthwise.h; its filter gradient only for 5 and 7 kernel rows), as the cases
+// marked "depthwise loops" are there for (and "depthwise 5x5 on 13x19" too).
 struct Case {
   const char* path;
   Shape x;
