@@ -67,6 +67,35 @@ ONNXDP_AVX512 inline void prefetch_part(const float* at, int64_t n, int64_t k, i
     _mm_prefetch(reinterpret_cast<const char*>(at + i), _MM_HINT_T1);
 }
 
+// Cache lines of a few ranges fetched towards L2 a few at a time, spread over the work that runs
+// meanwhile. The filter gradient fetched a column group's share of the next chunk's planes in one
+// burst: the loop stalled at those prefetches (a fifth of its time on 56x56 planes), and the copies
+// still waited for their lines. Fed a few lines every turn of the sums: 8 x 96 planes of 56x56
+// at 70-72 GFLOP/s against 63-68 (alternating runs). The forward's tiles ran slower fed so
+// (82 against 83.5 on 56x56) and keep prefetch_part.
+struct LineFeed {
+  static constexpr int kMaxRanges = 32;  // 2 a chunk's image; past 16 images (planes of 4 rows or
+                                         // fewer) the rest are not fetched
+  const char* at[kMaxRanges];
+  int64_t left[kMaxRanges];
+  int n = 0, i = 0;
+  int64_t lines = 0, per = 0;  // lines in all, lines a feed
+  void add(const float* p, int64_t floats) {
+    if (n == kMaxRanges || floats <= 0) return;
+    at[n] = reinterpret_cast<const char*>(p), left[n] = (floats + V - 1) / V;
+    lines += left[n++];
+  }
+  // Every line fetched by about half of `feeds` calls of feed().
+  void spread(int64_t feeds) { per = (2 * lines + feeds - 1) / std::max<int64_t>(1, feeds); }
+  void feed() {
+    for (int64_t q = per; q > 0 && i < n; --q) {
+      _mm_prefetch(at[i], _MM_HINT_T1);
+      at[i] += 64;
+      if (--left[i] == 0) ++i;
+    }
+  }
+};
+
 // ---- forward ----------------------------------------------------------------------------------
 
 // Output rows [0, rows) (rows <= R) of one vector of columns (the lanes in `mask`): `pad` points at
@@ -169,23 +198,24 @@ void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const
 constexpr int max_columns(int KH) { return KH == 5 ? 3 : 2; }
 
 // A chunk of m images' terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V]
-// (double lanes): image k's padded plane at xpad + k * xs, its dy rows (pitch dp, zero rows past
-// the last) at dpad + k * ds. One vector of columns at a time, dy row h meets padded x rows
-// h + i. The loop over h turns KH rows at a time, so the KH x rows in registers rotate (slot
-// (row - h0) mod KH) and each is loaded once, not KH times, and only dy's own rows are visited (a
+// (double lanes): image k's padded plane at xpad + k * xs, its dy rows (pitch dp, zero lanes past
+// the row) at dpad + k * ds. One vector of columns at a time, dy row h meets padded x rows
+// h + i. The loop over h turns KH rows at a time (the last turn stops at dy's last row), so the
+// KH x rows in registers rotate (slot (row - h0) mod KH) and each is loaded once, not KH times,
+// and only dy's own rows are visited (a
 // loop over x's rows with dy's in registers also visited the KH - 1 rows of padding above and
 // below dy: a third of the multiply-adds on 14-row planes). Each lane sums at most
 // kDepthwiseChunkTerms terms in float (rows of one image, or the chunk's whole images where
 // they are small), then adds them in double.
 template <int KH, int BJ>
 ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs, const float* dpad, int64_t ds,
-                                  int64_t dp, int64_t m, int64_t j0, double* sums) {
-  const int64_t nv = vectors(p.OW), steps = (p.OH + KH - 1) / KH * KH;  // dy's rows, in whole turns
-  constexpr int64_t per = kDepthwiseChunkTerms / KH * KH;               // rows a chunk, whole turns
+                                  int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
+  const int64_t nv = vectors(p.OW);
+  constexpr int64_t per = kDepthwiseChunkTerms / KH * KH;  // rows a chunk, whole turns
   for (int64_t v = 0; v < nv; ++v) {
     // x's lanes past the row are cleared: dy's are zero there, but 0 x infinity is NaN.
     const __mmask16 mask = lanes_before(p.OW - v * V);
-    for (int64_t h0 = 0; h0 < steps; h0 += per) {
+    for (int64_t h0 = 0; h0 < p.OH; h0 += per) {
       __m512 acc[KH][BJ], xr[KH][BJ];
 #pragma GCC unroll 8
       for (int i = 0; i < KH; ++i)
@@ -199,9 +229,11 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
           for (int b = 0; b < BJ; ++b) xr[k][b] = _mm512_maskz_loadu_ps(mask, x_at + k * p.pitch + b);
         x_at += (KH - 1) * p.pitch;
         const float* d_at = dpad + img * ds + h0 * dp + v * V;
-        for (int64_t h = h0; h < std::min(steps, h0 + per); h += KH) {
+        for (int64_t h = h0; h < std::min(p.OH, h0 + per); h += KH) {
+          feed.feed();
 #pragma GCC unroll 8
           for (int u = 0; u < KH; ++u) {  // dy row h + u; x row h + u + KH - 1 comes in
+            if (h + u == p.OH) break;       // a short last turn (5x5 on 28x28: 58.5 against 56 GFLOP/s)
 #pragma GCC unroll 8
             for (int b = 0; b < BJ; ++b) xr[(u + KH - 1) % KH][b] = _mm512_maskz_loadu_ps(mask, x_at + b);
             __m512 d = _mm512_loadu_ps(d_at);
@@ -233,20 +265,20 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
 
 template <int KH, int BJ>
 ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, int64_t xs, const float* dpad,
-                                int64_t ds, int64_t dp, int64_t m, int64_t j0, double* sums) {
-  if (bj == BJ) return filter_columns<KH, BJ>(p, xpad, xs, dpad, ds, dp, m, j0, sums);
-  if constexpr (BJ > 1) filter_group<KH, BJ - 1>(bj, p, xpad, xs, dpad, ds, dp, m, j0, sums);
+                                int64_t ds, int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
+  if (bj == BJ) return filter_columns<KH, BJ>(p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
+  if constexpr (BJ > 1) filter_group<KH, BJ - 1>(bj, p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
 }
 
 // Channels [lo, hi): dw [C, KH * KW] from x [N, C, SH * SW] and dy [N, C, OH * OW].
 template <int KH>
 ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const float* x, const float* dy, float* dw,
                                    int64_t lo, int64_t hi) {
-  // dy's rows, then zero rows up to the last turn's end.
-  const int64_t dp = vectors(p.OW) * V, drows = p.OH + KH, K = KH * p.KW, ds = drows * dp;
+  // dy's rows at a pitch of whole vectors (aligned loads: each is read once a column group).
+  const int64_t dp = vectors(p.OW) * V, K = KH * p.KW, ds = p.OH * dp;
   // Images a chunk: small planes' sums go to double after several images (a 14x14 plane's 14 rows
   // alone left the conversions and the rotation's start a third of the work).
-  const int64_t steps = (p.OH + KH - 1) / KH * KH, m = std::max<int64_t>(1, kDepthwiseChunkTerms / steps);
+  const int64_t m = std::max<int64_t>(1, kDepthwiseChunkTerms / p.OH);
   float* xpad = scratch<float>(0, m * p.size());
   float* dpad = scratch<float>(1, m * ds);
   std::fill(xpad, xpad + m * p.size(), 0.f);
@@ -264,25 +296,29 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
         for (int64_t h = 0; h < p.OH; ++h) copy_row(d + h * p.OW, dpad + k * ds + h * dp, p.OW);
       }
       // The next chunk's planes (this channel's next images, or the next channel's first) are
-      // fetched towards L2 a group at a time while this one is summed: 8 x 96 planes of 56x56 at
-      // 49 GFLOP/s against 40, 8 x 384 of 14x14 at 39 against 34 (medians of 10 alternating runs).
+      // fetched towards L2 while this one is summed, a few lines every turn of the sums (LineFeed).
       const int64_t next_n = n0 + count < N ? n0 + count : 0, next_c = n0 + count < N ? c : c + 1;
       const int64_t next_count = next_c < hi ? std::min(m, N - next_n) : 0;
+      LineFeed feed;
+      for (int64_t k = 0; k < next_count; ++k) {
+        feed.add(x + ((next_n + k) * C + next_c) * p.SH * p.SW, p.SH * p.SW);
+        feed.add(dy + ((next_n + k) * C + next_c) * p.OH * p.OW, p.OH * p.OW);
+      }
+      feed.spread(groups * vectors(p.OW) * count * ((p.OH + KH - 1) / KH));
       for (int64_t g = 0, j0 = 0; g < groups; ++g) {
         const int64_t bj = p.KW / groups + (g < p.KW % groups ? 1 : 0);
-        filter_group<KH, max_columns(KH)>(bj, p, xpad, p.size(), dpad, ds, dp, count, j0, sums.data());
+        filter_group<KH, max_columns(KH)>(bj, p, xpad, p.size(), dpad, ds, dp, count, j0, sums.data(), feed);
         j0 += bj;
-        for (int64_t k = 0; k < next_count; ++k) {
-          prefetch_part(x + ((next_n + k) * C + next_c) * p.SH * p.SW, p.SH * p.SW, g, groups);
-          prefetch_part(dy + ((next_n + k) * C + next_c) * p.OH * p.OW, p.OH * p.OW, g, groups);
-        }
       }
     }
-    for (int64_t t = 0; t < K; ++t) {  // the lanes' totals, added pairwise
-      double* a = sums.data() + t * V;
-      for (int64_t w = V / 2; w > 0; w /= 2)
-        for (int64_t l = 0; l < w; ++l) a[l] += a[l + w];
-      dw[c * K + t] = float(a[0]);
+    // The lanes' totals, added pairwise (lane l + w into lane l, w = 8, 4, 2, 1) in vectors: as
+    // scalars these adds took an eighth of the time on 14x14 planes (60 against 65 GFLOP/s).
+    for (int64_t t = 0; t < K; ++t) {
+      const double* a = sums.data() + t * V;
+      const __m512d s8 = _mm512_add_pd(_mm512_loadu_pd(a), _mm512_loadu_pd(a + V / 2));
+      const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+      const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+      dw[c * K + t] = float(_mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2))));
     }
   }
 }
