@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Depthwise convolutions, onnxdp's kernels against PyTorch eager's, one thread.
 
-Each model is one depthwise Conv (ConvNeXt's 7x7, MobileNet's 3x3 at strides 2 and 1, a 5x5) followed by a
+Each model is one depthwise Conv (ConvNeXt's 7x7, MobileNet's 3x3 at strides 2 and 1
+(MobileNetV2's 32 channels on 112x112 among them), a 5x5) followed by a
 mean over the image and a Linear to 10 classes; AdamW, batch 8. Writes model.onnx and data.npz per
 shape to --work, times PyTorch eager's whole step (minimum of 10, after 3 warm-up steps) and its
 convolution ops (torch.profiler), and prints the onnxdp command that profiles the same model:
@@ -22,6 +23,8 @@ SHAPES = [  # name, channels, window, image side, stride
     ("dw7_14", 384, 7, 14, 1),
     ("dw3_28s2", 64, 3, 28, 2),
     ("dw3_28", 64, 3, 28, 1),
+    ("dw3_56", 96, 3, 56, 1),
+    ("dw3_112", 32, 3, 112, 1),
     ("dw5_28", 64, 5, 28, 1),
 ]
 BATCH = 8

@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
       {"dw", 8, 384, 14, 14, 384, 7, 1, 3, 384, false, false},
       {"dw", 8, 64, 28, 28, 64, 5, 1, 2, 64, false, false},
       {"dw", 8, 64, 28, 28, 64, 3, 1, 1, 64, false, false},
+      {"dw", 8, 96, 56, 56, 96, 3, 1, 1, 96, false, false},
+      {"dw", 8, 32, 112, 112, 32, 3, 1, 1, 32, false, false},
   };
   const double figure = blas_sgemm_gflops(512);
   std::printf("sgemm figure %.1f GFLOP/s (512^3, one thread)\n", figure);

@@ -30,6 +30,7 @@ constexpr int64_t kMaxKernelCols = 16;
 // Rows narrower than this leave too much of a vector empty (ConvNeXt's 7x7 planes: 7 of 16 lanes);
 // oneDNN's blocked kernels fill theirs with channels. 14 columns ran 1.8x oneDNN's speed forward.
 constexpr int64_t kMinOutputCols = 12;
+constexpr int64_t kMin3RowFilterCols = 28;  // 3-row filter gradients: see depthwise_takes
 
 int64_t vectors(int64_t n) { return (n + V - 1) / V; }
 __mmask16 lanes_before(int64_t n) { return n >= V ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
@@ -195,7 +196,7 @@ void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const
 // registers, and a dy vector (at most 31 of the 32; 7-row windows take 2 columns, 5-row ones 3).
 // Fewer passes over the plane ran faster: 5x5 windows on 28x28 at 59 GFLOP/s in groups of 3
 // columns against 45 in groups of 2.
-constexpr int max_columns(int KH) { return KH == 5 ? 3 : 2; }
+constexpr int max_columns(int KH) { return KH == 3 ? 5 : KH == 5 ? 3 : 2; }
 
 // A chunk of m images' terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V]
 // (double lanes): image k's padded plane at xpad + k * xs, its dy rows (pitch dp, zero lanes past
@@ -207,7 +208,7 @@ constexpr int max_columns(int KH) { return KH == 5 ? 3 : 2; }
 // below dy: a third of the multiply-adds on 14-row planes). Each lane sums at most
 // kDepthwiseChunkTerms terms in float (rows of one image, or the chunk's whole images where
 // they are small), then adds them in double.
-template <int KH, int BJ>
+template <int KH, int BJ, bool Direct>
 ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs, const float* dpad, int64_t ds,
                                   int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
   const int64_t nv = vectors(p.OW);
@@ -236,7 +237,8 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
             if (h + u == p.OH) break;       // a short last turn (5x5 on 28x28: 58.5 against 56 GFLOP/s)
 #pragma GCC unroll 8
             for (int b = 0; b < BJ; ++b) xr[(u + KH - 1) % KH][b] = _mm512_maskz_loadu_ps(mask, x_at + b);
-            __m512 d = _mm512_loadu_ps(d_at);
+            // dy in place: its lanes past the row are the next row's (the copy's are zero).
+            __m512 d = Direct ? _mm512_maskz_loadu_ps(mask, d_at) : _mm512_loadu_ps(d_at);
             __asm__("" : "+v"(d));  // one load for the KH x BJ multiply-adds
 #pragma GCC unroll 8
             for (int i = 0; i < KH; ++i)
@@ -263,11 +265,11 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
   }
 }
 
-template <int KH, int BJ>
+template <int KH, int BJ, bool Direct>
 ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, int64_t xs, const float* dpad,
                                 int64_t ds, int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
-  if (bj == BJ) return filter_columns<KH, BJ>(p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
-  if constexpr (BJ > 1) filter_group<KH, BJ - 1>(bj, p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
+  if (bj == BJ) return filter_columns<KH, BJ, Direct>(p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
+  if constexpr (BJ > 1) filter_group<KH, BJ - 1, Direct>(bj, p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
 }
 
 // Channels [lo, hi): dw [C, KH * KW] from x [N, C, SH * SW] and dy [N, C, OH * OW].
@@ -293,7 +295,8 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
       for (int64_t k = 0; k < count; ++k) {
         fill(p, x + ((n0 + k) * C + c) * p.SH * p.SW, xpad + k * p.size());
         const float* d = dy + ((n0 + k) * C + c) * p.OH * p.OW;
-        for (int64_t h = 0; h < p.OH; ++h) copy_row(d + h * p.OW, dpad + k * ds + h * dp, p.OW);
+        if (groups > 1)
+          for (int64_t h = 0; h < p.OH; ++h) copy_row(d + h * p.OW, dpad + k * ds + h * dp, p.OW);
       }
       // The next chunk's planes (this channel's next images, or the next channel's first) are
       // fetched towards L2 while this one is summed, a few lines every turn of the sums (LineFeed).
@@ -307,7 +310,12 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
       feed.spread(groups * vectors(p.OW) * count * ((p.OH + KH - 1) / KH));
       for (int64_t g = 0, j0 = 0; g < groups; ++g) {
         const int64_t bj = p.KW / groups + (g < p.KW % groups ? 1 : 0);
-        filter_group<KH, max_columns(KH)>(bj, p, xpad, p.size(), dpad, ds, dp, count, j0, sums.data(), feed);
+        if (groups > 1)
+          filter_group<KH, max_columns(KH), false>(bj, p, xpad, p.size(), dpad, ds, dp, count, j0, sums.data(),
+                                                   feed);
+        else
+          filter_group<KH, max_columns(KH), true>(bj, p, xpad, p.size(), dy + (n0 * C + c) * p.OH * p.OW,
+                                            C * p.OH * p.OW, p.OW, count, j0, sums.data(), feed);
         j0 += bj;
       }
     }
@@ -335,10 +343,12 @@ bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass
       return false;
   const int64_t KH = g.kernel[0], KW = g.kernel[1];
   const int64_t out_cols = pass == ConvPass::transpose ? g.bound[1] : g.iter[1];
-  // 3-row windows' filter gradients stay with oneDNN: on 3x3 over 28x28 in a step, 25-30 GFLOP/s
-  // against these loops' 27-33 (9 multiply-adds a dy vector, against 14 or 15 for 5 and 7 rows),
-  // level within this machine's noise (bench/results/2026-12-06-depthwise-loops.md).
-  if (pass == ConvPass::filter_grad && KH == 3) return false;
+  // 3-row windows' filter gradients on planes narrower than 28 columns stay with oneDNN: with 9
+  // multiply-adds a dy vector (against 25 to 49), the copies and each image's start weigh more;
+  // 14x14 ran at 27 GFLOP/s here against oneDNN's 46. From 28 columns these loops ran level with
+  // oneDNN or ahead: 42 against 47 on 28x28 (level in a step), 40 against 27 on 32x32, 40 against
+  // 14 on 56x56, 48 against 28 on 112x112 (bench/results/2026-12-06-depthwise-loops.md).
+  if (pass == ConvPass::filter_grad && KH == 3 && out_cols < kMin3RowFilterCols) return false;
   return (KH == 3 || KH == 5 || KH == 7) && KW >= 1 && KW <= kMaxKernelCols && out_cols >= kMinOutputCols;
 }
 
@@ -365,6 +375,7 @@ void depthwise_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, co
   const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
   const int64_t C = ch.groups, work = ch.images * C * p.OH * p.OW * p.KH * p.KW;
   split_rows(C, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    if (p.KH == 3) filter_channels<3>(p, ch.images, C, x, dy, dw, lo, hi);
     if (p.KH == 5) filter_channels<5>(p, ch.images, C, x, dy, dw, lo, hi);
     if (p.KH == 7) filter_channels<7>(p, ch.images, C, x, dy, dw, lo, hi);
   });

@@ -1,7 +1,7 @@
 // Float depthwise windows by onnxdp's own AVX-512 loops: one input and one output channel per
-// group (groups = channels), unit strides and dilations, 2-D kernels of 3, 5 or 7 rows (5 or 7 for
-// the filter gradient), output rows of at least 12 columns: ConvNeXt's 7x7 and MobileNet's 3x3
-// windows at stride 1.
+// group (groups = channels), unit strides and dilations, 2-D kernels of 3, 5 or 7 rows, output rows
+// of at least 12 columns (28 for a 3-row window's filter gradient): ConvNeXt's 7x7 and MobileNet's
+// 3x3 windows at stride 1.
 //
 // oneDNN ran ConvNeXt's 7x7 on 56x56 planes (96 channels, plain tensors) at 40-46 % of the sgemm
 // figure forward and backward-data, with its reorders to and from its blocked layout; the engine's
@@ -17,7 +17,8 @@
 // Filter gradient: dw (i, j) is the sum over images and positions of x_pad (h + i, w + j) times
 // dy (h, w). For a few kernel columns at a time and one vector of columns, each dy row is loaded
 // once and meets the KH padded x rows below it, which rotate through registers (each loaded once):
-// KH x BJ sums in registers. Each lane sums at most kDepthwiseChunkTerms terms in float, then adds
+// KH x BJ sums in registers. dy is copied to rows of whole vectors where the kernel's columns take
+// several groups (each group reads it again), and read in place where they take one. Each lane sums at most kDepthwiseChunkTerms terms in float, then adds
 // them in double, chunk by chunk in order; a channel's sums run on one thread, so dw is the same
 // on any number of threads.
 #pragma once
@@ -31,9 +32,9 @@ namespace onnxdp {
 inline constexpr int64_t kDepthwiseChunkTerms = 64;
 
 // Whether these loops take a call: an AVX-512F CPU, plain tensors, one input and one output channel
-// per group, a 2-D window of unit strides and dilations with 3, 5 or 7 kernel rows (5 or 7 for the
-// filter gradient), at most 16 kernel columns, padding smaller than the kernel, and the pass's
-// output rows at least 12 columns wide (the filter gradient's: dy's).
+// per group, a 2-D window of unit strides and dilations with 3, 5 or 7 kernel rows, at most 16
+// kernel columns, padding smaller than the kernel, and the pass's output rows at least 12 columns
+// wide (the filter gradient's: dy's; 28 for a 3-row window's filter gradient).
 bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass);
 
 // As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), where

@@ -1,10 +1,14 @@
 // Which convolutions the AVX-512 depthwise loops take (exec/cpu/conv_depthwise.h): on an AVX-512
-// CPU, ConvNeXt's 7x7 and MobileNet's 3x3 depthwise windows at stride 1 (the 3x3 without its
-// filter gradient); never a strided or dilated window, a depth multiplier, blocked tensors, a 1-D
+// CPU, ConvNeXt's 7x7 and MobileNet's 3x3 depthwise windows at stride 1 (the 3x3's filter
+// gradient on rows of 28 columns or more); never a strided or dilated window, a depth multiplier, blocked tensors, a 1-D
 // or 3-D window, or rows of fewer than 12 columns. Their values are the engine tests'
 // (tests/ops/conv_reference.h: the "depthwise loops" cases, and the infinity case in
 // tests/ops/test_grad.cpp).
 #include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <vector>
 
 #include "exec/cpu/conv_depthwise.h"
 
@@ -25,15 +29,41 @@ ConvWindows square(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t p
 
 bool avx512() { return __builtin_cpu_supports("avx512f"); }
 
+// n floats (a copy of `from`) that end where a page that cannot be read begins: a load of one
+// float past them faults.
+struct Guarded {
+  void* base = nullptr;
+  size_t length = 0;
+  float* data = nullptr;
+  explicit Guarded(const std::vector<float>& from) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE)), bytes = (from.size() * sizeof(float) + page - 1) / page * page;
+    length = bytes + page;
+    base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(base != MAP_FAILED);
+    REQUIRE(mprotect(static_cast<char*>(base) + bytes, page, PROT_NONE) == 0);
+    data = reinterpret_cast<float*>(static_cast<char*>(base) + bytes) - from.size();
+    std::copy(from.begin(), from.end(), data);
+  }
+  ~Guarded() { munmap(base, length); }
+};
+
+std::vector<float> ramp(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = scale * float((i * 7919) % 97 - 48);
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("depthwise loops: they take ConvNeXt's 7x7 and MobileNet's 3x3 at stride 1, the engine and oneDNN the rest") {
   const bool cpu = avx512();
-  const ConvWindows g7 = square(56, 56, 7, 1, 3), g3 = square(28, 28, 3, 1, 1);
+  const ConvWindows g7 = square(56, 56, 7, 1, 3), g3 = square(20, 20, 3, 1, 1);
   for (ConvPass pass : {ConvPass::forward, ConvPass::transpose, ConvPass::filter_grad}) {
     CHECK(depthwise_takes(g7, {8, 96, 1, 1}, pass) == cpu);
-    // 3x3: forward and input gradient (oneDNN keeps the filter gradient).
+    // 3x3: forward and input gradient; the filter gradient from rows of 28 (oneDNN keeps 20x20's).
     CHECK(depthwise_takes(g3, {8, 64, 1, 1}, pass) == (cpu && pass != ConvPass::filter_grad));
+    CHECK(depthwise_takes(square(28, 28, 3, 1, 1), {8, 64, 1, 1}, pass) == cpu);
+    CHECK(depthwise_takes(square(112, 112, 3, 1, 1), {8, 32, 1, 1}, pass) == cpu);
     CHECK(depthwise_takes(square(20, 18, 5, 1, 1), {2, 4, 1, 1}, pass) == cpu);
     // A depth multiplier of 2, a grouped window, blocked tensors.
     CHECK_FALSE(depthwise_takes(g3, {8, 64, 1, 2}, pass));
@@ -56,4 +86,39 @@ TEST_CASE("depthwise loops: they take ConvNeXt's 7x7 and MobileNet's 3x3 at stri
   ConvWindows g1;
   g1.iter = {40}, g1.bound = {40}, g1.kernel = {3}, g1.strides = {1}, g1.dilations = {1}, g1.pad_begin = {1};
   CHECK_FALSE(depthwise_takes(g1, {8, 64, 1, 1}, ConvPass::forward));
+}
+
+// The loops read x and dy in place (their rows' last vectors masked, dy in place in the filter
+// gradient where the kernel's columns make one group): not one float past the tensors' ends, which
+// AddressSanitizer does not check in masked loads. Each pass runs on tensors that end at a page
+// that cannot be read, and gives what it gives on ordinary buffers.
+TEST_CASE("depthwise loops: no read past x's or dy's end") {
+  if (!avx512()) return;  // the loops are AVX-512 only
+  struct Window {
+    int64_t SH, SW, KH, KW, ph, pw, pw_end;
+  };
+  // 3x3 on 10x30: rows of a whole and a masked vector; 7x2 on 15x29 with uneven pads.
+  for (const Window& s : {Window{10, 30, 3, 3, 1, 1, 1}, Window{15, 29, 7, 2, 3, 0, 1}}) {
+    const int64_t N = 2, C = 3, OH = s.SH + 2 * s.ph - s.KH + 1, OW = s.SW + s.pw + s.pw_end - s.KW + 1;
+    ConvWindows g;
+    g.iter = {OH, OW}, g.bound = {s.SH, s.SW}, g.kernel = {s.KH, s.KW};
+    g.strides = {1, 1}, g.dilations = {1, 1}, g.pad_begin = {s.ph, s.pw};
+    const ConvChannels ch{N, C, 1, 1};
+    CAPTURE(s.KH);
+    for (ConvPass pass : {ConvPass::forward, ConvPass::transpose, ConvPass::filter_grad}) REQUIRE(depthwise_takes(g, ch, pass));
+    const std::vector<float> x = ramp(N * C * s.SH * s.SW, 0.01f), dy = ramp(N * C * OH * OW, 0.02f);
+    const std::vector<float> w = ramp(C * s.KH * s.KW, 0.03f);
+    const Guarded gx(x), gdy(dy);
+    std::vector<float> y(dy.size()), y_guarded(dy.size()), dx(x.size()), dx_guarded(x.size());
+    std::vector<float> dw(w.size()), dw_guarded(w.size());
+    depthwise_conv_forward(g, ch, x.data(), w.data(), nullptr, y.data());
+    depthwise_conv_forward(g, ch, gx.data, w.data(), nullptr, y_guarded.data());
+    depthwise_conv_transpose(g, ch, dy.data(), w.data(), nullptr, dx.data());
+    depthwise_conv_transpose(g, ch, gdy.data, w.data(), nullptr, dx_guarded.data());
+    depthwise_conv_filter_grad(g, ch, x.data(), dy.data(), dw.data());
+    depthwise_conv_filter_grad(g, ch, gx.data, gdy.data, dw_guarded.data());
+    CHECK(y == y_guarded);
+    CHECK(dx == dx_guarded);
+    CHECK(dw == dw_guarded);
+  }
 }

@@ -125,7 +125,7 @@ namespace onnxdp::convref {
 // planes of at most 64 positions, one group and fewer than 16 outputs takes the small-plane loops
 // (exec/cpu/conv_small.h) instead, as the cases marked "small planes" are there for, and a float32
 // depthwise 2-D case at stride 1 with rows of 12 or more outputs takes the depthwise loops
-// (exec/cpu/conv_depthwise.h; its filter gradient only for 5 and 7 kernel rows), as the cases
+// (exec/cpu/conv_depthwise.h; a 3-row window's filter gradient only on rows of 28 or more), as the cases
 // marked "depthwise loops" are there for (and "depthwise 5x5 on 13x19" too).
 struct Case {
   const char* path;
@@ -149,13 +149,17 @@ inline std::vector<Case> engine_cases() {
       {"depthwise 1-D, stride 2, dilation 2, uneven pads (padded planes, one row)", {2, 3, 37}, 3, {5}, {2}, {2}, {3, 1}, 3, true},
       // Depthwise windows by the AVX-512 loops (exec/cpu/conv_depthwise.h) where the CPU has them:
       // tiles of 14, 8 and 4 output rows, whole and masked vectors of columns, kernel columns in
-      // groups, chunks of rows in the filter gradient (of 5- and 7-row windows; oneDNN keeps 3x3's).
+      // groups, chunks of rows and of images in the filter gradient, dy read in place where the
+      // kernel's columns make one group (3x3 on rows of 28 or more, 5x3, 7x2), short last turns.
       {"depthwise 7x7 on 23x37 (depthwise loops: 14-row tiles, the last one cut to 9 rows, a masked third vector)", {2, 5, 23, 37}, 5, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 5, true},
       {"depthwise 3x3 on 22x16 (depthwise loops: a tile of 14 rows then 8, one whole vector)", {3, 4, 22, 16}, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, false},
       {"depthwise 5x3, uneven pads, 17 output rows (depthwise loops: a 4-row tile cut to 3)", {2, 3, 18, 20}, 3, {5, 3}, {1, 1}, {1, 1}, {2, 0, 1, 2}, 3, true},
       {"depthwise 5x5 on 14x13 (depthwise loops: rows shorter than a vector)", {3, 4, 14, 13}, 4, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 4, true},
       {"depthwise 5x11 on 16x40 (depthwise loops: kernel columns in groups of 3, 3, 3 and 2)", {1, 2, 16, 40}, 2, {5, 11}, {1, 1}, {1, 1}, {2, 5, 2, 5}, 2, true},
       {"depthwise 7x5 on 70x18 (depthwise loops: columns in groups of 2, 2 and 1, dy rows in two chunks)", {1, 2, 70, 18}, 2, {7, 5}, {1, 1}, {1, 1}, {3, 2, 3, 2}, 2, false},
+      {"depthwise 3x3 on 10x30 (depthwise loops: dy in place, 3 images a chunk, a short last turn, a masked second vector)", {3, 4, 10, 30}, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, true},
+      {"depthwise 3x3 on 70x28 (depthwise loops: dy in place, rows in chunks of 63 and 7)", {1, 2, 70, 28}, 2, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 2, false},
+      {"depthwise 7x2 on 15x29, uneven pads (depthwise loops: one column group, dy in place, a one-row last turn)", {2, 3, 15, 29}, 3, {7, 2}, {1, 1}, {1, 1}, {3, 0, 3, 1}, 3, true},
       {"one input channel, 8 outputs (product; small planes)", {5, 1, 8, 8}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
       // Small planes (exec/cpu/conv_small.h): the AVX-512 loops where the CPU has them.
       {"8 -> 16 on 4x4: the input gradient by the small-plane loops", {3, 8, 4, 4}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
