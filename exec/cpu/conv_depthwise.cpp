@@ -193,23 +193,24 @@ void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const
 // ---- filter gradient --------------------------------------------------------------------------
 
 // Kernel columns the filter gradient sums at once: KH x BJ sums and KH x BJ vectors of x in
-// registers, and a dy vector (at most 31 of the 32; 7-row windows take 2 columns, 5-row ones 3).
+// registers, and a dy vector (at most 31 of the 32; 7-row windows take 2 columns, 5-row ones 3,
+// 3-row ones 5).
 // Fewer passes over the plane ran faster: 5x5 windows on 28x28 at 59 GFLOP/s in groups of 3
 // columns against 45 in groups of 2.
 constexpr int max_columns(int KH) { return KH == 3 ? 5 : KH == 5 ? 3 : 2; }
 
 // A chunk of m images' terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V]
-// (double lanes): image k's padded plane at xpad + k * xs, its dy rows (pitch dp, zero lanes past
-// the row) at dpad + k * ds. One vector of columns at a time, dy row h meets padded x rows
-// h + i. The loop over h turns KH rows at a time (the last turn stops at dy's last row), so the
-// KH x rows in registers rotate (slot (row - h0) mod KH) and each is loaded once, not KH times,
-// and only dy's own rows are visited (a
-// loop over x's rows with dy's in registers also visited the KH - 1 rows of padding above and
-// below dy: a third of the multiply-adds on 14-row planes). Each lane sums at most
+// (double lanes): image k's padded plane at xpad + k * xs, its dy rows (pitch dp) at
+// dy + k * ds: a copy with zero lanes past each row, or (Direct) dy itself, those lanes masked.
+// One vector of columns at a time, dy row h meets padded x rows h + i. The loop over h turns KH
+// rows at a time (the last turn stops at dy's last row), so the KH x rows in registers rotate
+// (slot (row - h0) mod KH) and each is loaded once, not KH times, and only dy's own rows are
+// visited (a loop over x's rows with dy's in registers also visited the KH - 1 rows of padding
+// above and below dy: a third of the multiply-adds on 14-row planes). Each lane sums at most
 // kDepthwiseChunkTerms terms in float (rows of one image, or the chunk's whole images where
 // they are small), then adds them in double.
 template <int KH, int BJ, bool Direct>
-ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs, const float* dpad, int64_t ds,
+ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs, const float* dy, int64_t ds,
                                   int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
   const int64_t nv = vectors(p.OW);
   constexpr int64_t per = kDepthwiseChunkTerms / KH * KH;  // rows a chunk, whole turns
@@ -229,7 +230,7 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
 #pragma GCC unroll 8
           for (int b = 0; b < BJ; ++b) xr[k][b] = _mm512_maskz_loadu_ps(mask, x_at + k * p.pitch + b);
         x_at += (KH - 1) * p.pitch;
-        const float* d_at = dpad + img * ds + h0 * dp + v * V;
+        const float* d_at = dy + img * ds + h0 * dp + v * V;
         for (int64_t h = h0; h < std::min(p.OH, h0 + per); h += KH) {
           feed.feed();
 #pragma GCC unroll 8
@@ -266,10 +267,10 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
 }
 
 template <int KH, int BJ, bool Direct>
-ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, int64_t xs, const float* dpad,
+ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, int64_t xs, const float* dy,
                                 int64_t ds, int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
-  if (bj == BJ) return filter_columns<KH, BJ, Direct>(p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
-  if constexpr (BJ > 1) filter_group<KH, BJ - 1, Direct>(bj, p, xpad, xs, dpad, ds, dp, m, j0, sums, feed);
+  if (bj == BJ) return filter_columns<KH, BJ, Direct>(p, xpad, xs, dy, ds, dp, m, j0, sums, feed);
+  if constexpr (BJ > 1) filter_group<KH, BJ - 1, Direct>(bj, p, xpad, xs, dy, ds, dp, m, j0, sums, feed);
 }
 
 // Channels [lo, hi): dw [C, KH * KW] from x [N, C, SH * SW] and dy [N, C, OH * OW].
@@ -281,13 +282,15 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
   // Images a chunk: small planes' sums go to double after several images (a 14x14 plane's 14 rows
   // alone left the conversions and the rotation's start a third of the work).
   const int64_t m = std::max<int64_t>(1, kDepthwiseChunkTerms / p.OH);
-  float* xpad = scratch<float>(0, m * p.size());
-  float* dpad = scratch<float>(1, m * ds);
-  std::fill(xpad, xpad + m * p.size(), 0.f);
-  std::fill(dpad, dpad + m * ds, 0.f);
-  std::vector<double> sums(size_t(K * V));
-  // The kernel's columns in groups of at most max_columns(KH), as even as they go.
+  // The kernel's columns in groups of at most max_columns(KH), as even as they go. With one group
+  // dy is read once, in place; with several each reads it again, from the copy (in place, with
+  // a line-split load each time, 7x7 on 14x14 ran at 57 GFLOP/s against 66).
   const int64_t groups = (p.KW + max_columns(KH) - 1) / max_columns(KH);
+  float* xpad = scratch<float>(0, m * p.size());
+  float* dpad = groups > 1 ? scratch<float>(1, m * ds) : nullptr;
+  std::fill(xpad, xpad + m * p.size(), 0.f);
+  if (dpad) std::fill(dpad, dpad + m * ds, 0.f);
+  std::vector<double> sums(size_t(K * V));
   for (int64_t c = lo; c < hi; ++c) {
     std::fill(sums.begin(), sums.end(), 0.0);
     for (int64_t n0 = 0; n0 < N; n0 += m) {
@@ -315,7 +318,7 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
                                                    feed);
         else
           filter_group<KH, max_columns(KH), true>(bj, p, xpad, p.size(), dy + (n0 * C + c) * p.OH * p.OW,
-                                            C * p.OH * p.OW, p.OW, count, j0, sums.data(), feed);
+                                                  C * p.OH * p.OW, p.OW, count, j0, sums.data(), feed);
         j0 += bj;
       }
     }

@@ -18,9 +18,9 @@
 // dy (h, w). For a few kernel columns at a time and one vector of columns, each dy row is loaded
 // once and meets the KH padded x rows below it, which rotate through registers (each loaded once):
 // KH x BJ sums in registers. dy is copied to rows of whole vectors where the kernel's columns take
-// several groups (each group reads it again), and read in place where they take one. Each lane sums at most kDepthwiseChunkTerms terms in float, then adds
-// them in double, chunk by chunk in order; a channel's sums run on one thread, so dw is the same
-// on any number of threads.
+// several groups (each group reads it again), and read in place where they take one. Each lane
+// sums at most kDepthwiseChunkTerms terms in float, then adds them in double, chunk by chunk in
+// order; a channel's sums run on one thread, so dw is the same on any number of threads.
 #pragma once
 #include <cstdint>
 

@@ -1,9 +1,9 @@
 // Which convolutions the AVX-512 depthwise loops take (exec/cpu/conv_depthwise.h): on an AVX-512
 // CPU, ConvNeXt's 7x7 and MobileNet's 3x3 depthwise windows at stride 1 (the 3x3's filter
-// gradient on rows of 28 columns or more); never a strided or dilated window, a depth multiplier, blocked tensors, a 1-D
-// or 3-D window, or rows of fewer than 12 columns. Their values are the engine tests'
-// (tests/ops/conv_reference.h: the "depthwise loops" cases, and the infinity case in
-// tests/ops/test_grad.cpp).
+// gradient on rows of 28 columns or more); never a strided or dilated window, a depth multiplier,
+// blocked tensors, a 1-D or 3-D window, or rows of fewer than 12 columns. Their values are the
+// engine tests' (tests/ops/conv_reference.h: the "depthwise loops" cases, and the infinity case in
+// tests/ops/test_grad.cpp); below, that they read nothing past their tensors.
 #include <doctest/doctest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -105,7 +105,8 @@ TEST_CASE("depthwise loops: no read past x's or dy's end") {
     g.strides = {1, 1}, g.dilations = {1, 1}, g.pad_begin = {s.ph, s.pw};
     const ConvChannels ch{N, C, 1, 1};
     CAPTURE(s.KH);
-    for (ConvPass pass : {ConvPass::forward, ConvPass::transpose, ConvPass::filter_grad}) REQUIRE(depthwise_takes(g, ch, pass));
+    for (ConvPass pass : {ConvPass::forward, ConvPass::transpose, ConvPass::filter_grad})
+      REQUIRE(depthwise_takes(g, ch, pass));
     const std::vector<float> x = ramp(N * C * s.SH * s.SW, 0.01f), dy = ramp(N * C * OH * OW, 0.02f);
     const std::vector<float> w = ramp(C * s.KH * s.KW, 0.03f);
     const Guarded gx(x), gdy(dy);
