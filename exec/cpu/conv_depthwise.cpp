@@ -77,22 +77,23 @@ ONNXDP_AVX512 inline void prefetch_part(const float* at, int64_t n, int64_t k, i
 struct LineFeed {
   static constexpr int kMaxRanges = 32;  // 2 a chunk's image; past 16 images (planes of 4 rows or
                                          // fewer) the rest are not fetched
-  const char* at[kMaxRanges];
-  int64_t left[kMaxRanges];
+  const float* at[kMaxRanges];
+  int64_t floats[kMaxRanges];
   int n = 0, i = 0;
+  int64_t next = 0;            // range i's next float to fetch
   int64_t lines = 0, per = 0;  // lines in all, lines a feed
-  void add(const float* p, int64_t floats) {
-    if (n == kMaxRanges || floats <= 0) return;
-    at[n] = reinterpret_cast<const char*>(p), left[n] = (floats + V - 1) / V;
-    lines += left[n++];
+  void add(const float* p, int64_t count) {
+    if (n == kMaxRanges || count <= 0) return;
+    at[n] = p, floats[n++] = count;
+    lines += (count + V - 1) / V;
   }
   // Every line fetched by about half of `feeds` calls of feed().
   void spread(int64_t feeds) { per = (2 * lines + feeds - 1) / std::max<int64_t>(1, feeds); }
   void feed() {
     for (int64_t q = per; q > 0 && i < n; --q) {
-      _mm_prefetch(at[i], _MM_HINT_T1);
-      at[i] += 64;
-      if (--left[i] == 0) ++i;
+      _mm_prefetch(reinterpret_cast<const char*>(at[i] + next), _MM_HINT_T1);
+      next += V;
+      if (next >= floats[i]) ++i, next = 0;
     }
   }
 };

@@ -266,7 +266,8 @@ TEST_CASE("grad ops: a 2-D depthwise ConvGradFilter never multiplies by a column
       Tensor x = pattern({2, 2, 9, 20}, .3, 1, t);
       const Tensor dy = pattern({2, 2, 9, 20}, .7, 1, t);
       const convref::Windows win = {{9, 20}, {9, 20}, {7, 7}, {1, 1}, {1, 1}, {3, 3}};
-      const std::vector<double> want = convref::filter_grad(pattern({2, 2, 9, 20}, .3), pattern({2, 2, 9, 20}, .7), win, 2);
+      const std::vector<double> want =
+          convref::filter_grad(pattern({2, 2, 9, 20}, .3), pattern({2, 2, 9, 20}, .7), win, 2);
       for (int64_t row = 0; row < 2 * 2 * 9; ++row) {
         if (t == DType::f32) x.as<float>()[row * 20 + 19] = INFINITY;
         else x.as<double>()[row * 20 + 19] = INFINITY;
