@@ -5,14 +5,15 @@
 // engine tests' (tests/ops/conv_reference.h: the "depthwise loops" cases, and the infinity case in
 // tests/ops/test_grad.cpp); below, that they read nothing past their tensors.
 #include <doctest/doctest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <vector>
 
 #include "exec/cpu/conv_depthwise.h"
+#include "tests/exec/guarded.h"
 
 using namespace onnxdp;
+using onnxdp::test::Guarded;
+using onnxdp::test::ramp;
 
 namespace {
 
@@ -28,30 +29,6 @@ ConvWindows square(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t p
 }
 
 bool avx512() { return __builtin_cpu_supports("avx512f"); }
-
-// n floats (a copy of `from`) that end where a page that cannot be read begins: a load of one
-// float past them faults.
-struct Guarded {
-  void* base = nullptr;
-  size_t length = 0;
-  float* data = nullptr;
-  explicit Guarded(const std::vector<float>& from) {
-    const size_t page = size_t(sysconf(_SC_PAGESIZE)), bytes = (from.size() * sizeof(float) + page - 1) / page * page;
-    length = bytes + page;
-    base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(base != MAP_FAILED);
-    REQUIRE(mprotect(static_cast<char*>(base) + bytes, page, PROT_NONE) == 0);
-    data = reinterpret_cast<float*>(static_cast<char*>(base) + bytes) - from.size();
-    std::copy(from.begin(), from.end(), data);
-  }
-  ~Guarded() { munmap(base, length); }
-};
-
-std::vector<float> ramp(int64_t n, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = scale * float((i * 7919) % 97 - 48);
-  return v;
-}
 
 }  // namespace
 
