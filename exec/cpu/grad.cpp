@@ -305,9 +305,8 @@ template <class T, bool Masked>
 // at about 1e-16 * ((mu - k) / std)^2, far below float's rounding. A second pass writes dx. Both
 // passes walk the share's rows in memory order (image by image, its channels lo..hi: contiguous),
 // which the hardware prefetches, where a channel's rows alone are short strided runs (an 8x8
-// plane is 256 bytes); each channel's rows are still added in image order. Each row's sums are
-// row_sum_wide's (they vectorize in the x86-64-v3 build; the row is read from the cache after
-// the first: batch_norm_grad_row_sums).
+// plane is 256 bytes); each channel's rows are still added in image order. A row's four sums are
+// row_sum_wide's, taken in one pass (batch_norm_grad_row_sums).
 //
 // With relu_y (Masked), each dy element is first ReluGrad's, dy where relu_y > 0, else 0, read
 // on the fly in both passes: BatchNormalization + Relu backward without ReluGrad's own pass.
