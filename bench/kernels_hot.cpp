@@ -10,17 +10,24 @@
 //         do in a training step (another op wrote them last, megabytes ago).
 // GFLOP/s (2 x multiply-adds, every tap counted, padding included), and hot as a percentage of
 // the sgemm figure --profile prints (exec/profile.h), measured in the same run. One thread.
+// Beside them, each convolution pass's bound: the most GFLOP/s its bytes allow, from the time to
+// read its inputs once and write its output once, hot, by AVX-512 loads and stores (its own
+// buffers; x replaced by one the size of the part the window reads), or the sgemm figure where
+// that is lower. "% bound" is hot over it: a pass far under the figure but near its bound waits
+// for its operands' bytes, not for its multiply-adds (bench/results/2026-12-07-kernels-bound.md).
 // Not part of the default build:
 //   cmake --build build --target kernels_hot && build/kernels_hot [model]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <new>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "exec/cpu/avx512.h"
 #include "exec/cpu/blas.h"
 #include "exec/cpu/conv_gemm.h"
 #include "exec/cpu/threads.h"
@@ -73,6 +80,30 @@ double best_seconds(bool cold, const F& f) {
   return best;
 }
 
+#ifdef ONNXDP_AVX512_LOOPS
+float stream_sink;
+
+// Reads every float of `in` once and writes every float of `out` once: the bytes a pass must move.
+ONNXDP_AVX512 void stream(std::initializer_list<const Floats*> in, Floats& out) {
+  __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (const Floats* v : in) {
+    const float* p = v->data();
+    const size_t n = v->size();
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64)
+      for (int k = 0; k < 4; ++k) s[k] = _mm512_add_ps(s[k], _mm512_load_ps(p + i + 16 * k));
+    for (; i < n; ++i) stream_sink += p[i];
+  }
+  const __m512 c = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+  float* q = out.data();
+  const size_t n = out.size();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_store_ps(q + i, c);
+  for (; i < n; ++i) q[i] = stream_sink;
+  stream_sink += _mm512_reduce_add_ps(c);
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,7 +131,8 @@ int main(int argc, char** argv) {
   };
   const double figure = blas_sgemm_gflops(512);
   std::printf("sgemm figure %.1f GFLOP/s (512^3, one thread)\n", figure);
-  std::printf("%-8s %-26s %-9s %14s %14s %8s\n", "model", "shape", "pass", "hot GFLOP/s", "cold GFLOP/s", "hot %");
+  std::printf("%-8s %-26s %-9s %14s %14s %8s %8s %8s\n", "model", "shape", "pass", "hot GFLOP/s", "cold GFLOP/s",
+              "hot %", "bound", "% bound");
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (const Shape2& s : shapes) {
@@ -124,18 +156,38 @@ int main(int argc, char** argv) {
     char name[64];
     std::snprintf(name, sizeof name, "%lld->%lld %lldx%lld k%lld s%lld%s", (long long)s.c, (long long)s.m,
                   (long long)s.h, (long long)s.w, (long long)s.k, (long long)s.stride, s.groups > 1 ? " dw" : "");
+    // The part of x a window reads at all: a 1x1 window at stride 2 reads a quarter of the
+    // positions, which are a quarter of a blocked tensor's lines (16 channels a line) and half of a
+    // plain one's (every other row, all its lines). The bound streams that many floats of x.
+    const auto read_fraction = [&](int64_t size, int64_t out) {
+      std::vector<char> read(size_t(size), 0);
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t t = 0; t < s.k; ++t)
+          if (const int64_t at = o * s.stride - s.pad + t; at >= 0 && at < size) read[size_t(at)] = 1;
+      return double(std::count(read.begin(), read.end(), 1)) / double(size);
+    };
+    const double x_read = read_fraction(s.h, oh) * (s.x_blocked ? read_fraction(s.w, ow) : 1.0);
+    const Floats x_part(size_t(double(x.size()) * x_read));
     const struct {
       const char* pass;
-      std::function<void()> run;
+      std::function<void()> run, moves;  // the pass, and its operands' bytes alone
     } passes[] = {
-        {"forward", [&] { conv_forward<float>(g, fwd, x.data(), w.data(), nullptr, y.data()); }},
-        {"input", [&] { conv_transpose<float>(g, bwd, y.data(), w.data(), nullptr, dx.data()); }},
-        {"filter", [&] { conv_filter_grad<float>(g, fwd, x.data(), y.data(), dw.data()); }},
+        {"forward", [&] { conv_forward<float>(g, fwd, x.data(), w.data(), nullptr, y.data()); },
+         [&] { stream({&x_part, &w}, y); }},
+        {"input", [&] { conv_transpose<float>(g, bwd, y.data(), w.data(), nullptr, dx.data()); },
+         [&] { stream({&y, &w}, dx); }},
+        {"filter", [&] { conv_filter_grad<float>(g, fwd, x.data(), y.data(), dw.data()); },
+         [&] { stream({&x_part, &y}, dw); }},
     };
     for (const auto& p : passes) {
       if (!s.input_grad && std::string(p.pass) == "input") continue;
       const double hot = flops / best_seconds(false, p.run) * 1e-9, cold = flops / best_seconds(true, p.run) * 1e-9;
-      std::printf("%-8s %-26s %-9s %14.1f %14.1f %7.0f%%\n", s.model, name, p.pass, hot, cold, 100.0 * hot / figure);
+      double bound = figure;
+#ifdef ONNXDP_AVX512_LOOPS
+      if (cpu_has_avx512()) bound = std::min(figure, flops / best_seconds(false, p.moves) * 1e-9);
+#endif
+      std::printf("%-8s %-26s %-9s %14.1f %14.1f %7.0f%% %8.1f %7.0f%%\n", s.model, name, p.pass, hot, cold,
+                  100.0 * hot / figure, bound, 100.0 * hot / bound);
     }
   }
 
