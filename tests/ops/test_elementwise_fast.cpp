@@ -372,11 +372,41 @@ void check_rows(DType dt) {
   INFO("LayerNormalization");
   CHECK(same_bytes(
       run_op(Op::LayerNormalization, {x, scale, bias}, {{"axis", Attr(int64_t(1))}, {"epsilon", Attr(1e-5f)}})[0], want));
+
+  // LayerNormalizationGrad, as its three passes spell it: sum(g) and sum(g * xhat) each
+  // row_sum_wide's sum over the row (300 columns: 18 blocks of 16 and a tail), dscale and dbias
+  // each column's terms added row by row; with g = dy * scale and xhat = (x - mean) * inv.
+  const Tensor dy = filled<T>(dt, {rows, n}, 1.7);
+  Tensor want_dx(dt, x.shape()), want_ds(dt, {n}), want_db(dt, {n});
+  std::vector<double> ds(static_cast<size_t>(n), 0.0), db(static_cast<size_t>(n), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x.as<T>() + r * n, *gr = dy.as<T>() + r * n;
+    const T* sc = scale.as<T>();
+    const double m = row_sum_wide(n, [&](int64_t j) { return double(xr[j]); }) / double(n);
+    const double ss = row_sum_wide(n, [&](int64_t j) { return (double(xr[j]) - m) * (double(xr[j]) - m); });
+    const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
+    const auto xhat = [&](int64_t j) { return (double(xr[j]) - m) * inv; };
+    const double sum_g = row_sum_wide(n, [&](int64_t j) { return double(gr[j]) * double(sc[j]); });
+    const double sum_gx = row_sum_wide(n, [&](int64_t j) { return double(gr[j]) * double(sc[j]) * xhat(j); });
+    for (int64_t j = 0; j < n; ++j) {
+      ds[size_t(j)] += double(gr[j]) * xhat(j);
+      db[size_t(j)] += double(gr[j]);
+      const double g = double(gr[j]) * double(sc[j]);
+      want_dx.as<T>()[r * n + j] = T(inv * (g - sum_g / double(n) - xhat(j) * (sum_gx / double(n))));
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) want_ds.as<T>()[j] = T(ds[size_t(j)]), want_db.as<T>()[j] = T(db[size_t(j)]);
+  INFO("LayerNormalizationGrad");
+  const std::vector<Tensor> grads =
+      run_op(Op::LayerNormalizationGrad, {dy, x, scale}, {{"axis", Attr(int64_t(1))}, {"epsilon", Attr(1e-5f)}}, 3, 3);
+  CHECK(same_bytes(grads[0], want_dx));
+  CHECK(same_bytes(grads[1], want_ds));
+  CHECK(same_bytes(grads[2], want_db));
 }
 
 }  // namespace
 
-TEST_CASE("Softmax, LogSoftmax and LayerNormalization rows equal a plain loop of their arithmetic, bit for bit") {
+TEST_CASE("Softmax, LogSoftmax, LayerNormalization and its gradient rows equal a plain loop of their arithmetic, bit for bit") {
   // Their row loops run as x86-64-v3 clones where the CPU has AVX2 (exec/cpu/clones.h); this loop
   // is built for the baseline only, and spells out the same operations in the same order. float64
   // too: a float result hides most differences in the double arithmetic behind it.
