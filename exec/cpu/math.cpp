@@ -93,6 +93,38 @@ T clip_bound(const KernelCtx& c, int k, T dflt) {
   return *b.as<T>();
 }
 
+// Rows of at most this many terms (attention's rows over short contexts: tiny_lm's 16) run in
+// fixed-width arrays, padded: the vector loops then have no scalar remainder, which ran most of
+// such a row's max, exp and sum one element at a time.
+constexpr int64_t kShortSoftmaxRow = 16;
+
+// One short row (n <= kShortSoftmaxRow) of softmax_rows below, the same values bit for bit: the
+// padding is -inf, which changes no max, and whose exp is +0, which changes no partial sum (they
+// start at +0 and hold no -0: x + -x is +0). A row of -inf alone is NaN either way.
+template <class T, bool Log>
+[[gnu::always_inline]] inline void softmax_short_row(const T* xo, T* yo, int64_t n) {
+  constexpr int W = int(kShortSoftmaxRow);
+  T v[W], m[W], e[W];
+  for (int j = 0; j < W; ++j) v[j] = j < n ? xo[j] : -std::numeric_limits<T>::infinity();
+  for (int j = 0; j < W; ++j) m[j] = v[j];
+  for (int w = W / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) m[j] = m[j + w] > m[j] ? m[j + w] : m[j];
+  const T mx = m[0];
+  for (int j = 0; j < W; ++j) e[j] = fn::m::exp(T(v[j] - mx));
+  double part[4] = {0, 0, 0, 0};  // row_sum's partials: term j into part[j % 4]
+  for (int j = 0; j < W; j += 4)
+    for (int q = 0; q < 4; ++q) part[q] += double(e[j + q]);
+  const double sum = (part[0] + part[1]) + (part[2] + part[3]);
+  if constexpr (Log) {
+    const T ls = T(std::log(sum));
+    for (int j = 0; j < W; ++j) e[j] = (v[j] - mx) - ls;
+  } else {
+    const T inv = T(1.0 / sum);
+    for (int j = 0; j < W; ++j) e[j] *= inv;
+  }
+  for (int64_t j = 0; j < n; ++j) yo[j] = e[j];
+}
+
 // Softmax / LogSoftmax of x viewed as [outer, n, inner] along n, rows lo..hi of the outer dim;
 // max-subtracted so exp never overflows. Masked (MaskedSoftmax, inner 1, not Log): row o reads
 // x[j] as `fill` where mask[row_mask[o] + j] == fill_when, as Softmax of Where's output would; it
@@ -110,6 +142,10 @@ ONNXDP_CPU_CLONES void softmax_rows(const T* x, T* y, int64_t lo, int64_t hi, in
       const int32_t when = fill_when ? 1 : 0;
       for (int64_t j = 0; j < n; ++j) yo[j] = mo[j] == when ? fill : xo[j];
       xo = yo;
+    }
+    if (inner == 1 && n <= kShortSoftmaxRow) {
+      softmax_short_row<T, Log>(xo, yo, n);
+      continue;
     }
     if (inner == 1) {
       // The row's max in 8 lanes (max is exact: any order finds the same value), so it vectorizes.

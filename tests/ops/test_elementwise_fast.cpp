@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <random>
@@ -337,11 +338,21 @@ TEST_CASE("elementwise math equals its functor applied element by element, bit f
 
 namespace {
 
+// Softmax and LogSoftmax over rows of n, against the plain loop; rows of 16 or fewer take the
+// kernel's padded short-row path (exec/cpu/math.cpp), checked with -inf (a masked score) and +inf
+// among them too.
 template <class T>
-void check_rows(DType dt) {
-  INFO("dtype " << std::string(dtype_name(dt)));
-  const Tensor x = filled<T>(dt, {64, 300}, 0.9);
-  const int64_t rows = x.shape()[0], n = x.shape()[1];
+void check_softmax_rows(DType dt, int64_t n) {
+  INFO("dtype " << std::string(dtype_name(dt)) << ", rows of " << n);
+  Tensor x = filled<T>(dt, {64, n}, 0.9);
+  const int64_t rows = x.shape()[0];
+  if (n <= 16) {
+    const T inf = std::numeric_limits<T>::infinity();
+    x.as<T>()[1 * n] = -inf;                                     // row 1: a masked first score
+    x.as<T>()[2 * n + n - 1] = -inf;                             // row 2: a masked last one
+    for (int64_t j = 0; j < n; ++j) x.as<T>()[3 * n + j] = -inf;  // row 3: all masked (NaN)
+    x.as<T>()[4 * n + n / 2] = inf;                              // row 4: +inf (NaN where it is)
+  }
   for (bool log : {false, true}) {
     INFO((log ? "LogSoftmax" : "Softmax"));
     Tensor want(dt, x.shape());
@@ -358,6 +369,14 @@ void check_rows(DType dt) {
     }
     CHECK(same_bytes(run_op(log ? Op::LogSoftmax : Op::Softmax, {x}, {{"axis", Attr(int64_t(1))}})[0], want));
   }
+}
+
+template <class T>
+void check_rows(DType dt) {
+  for (int64_t n : {300, 16, 13, 1}) check_softmax_rows<T>(dt, n);
+  INFO("dtype " << std::string(dtype_name(dt)));
+  const Tensor x = filled<T>(dt, {64, 300}, 0.9);
+  const int64_t rows = x.shape()[0], n = x.shape()[1];
   const Tensor scale = filled<T>(dt, {n}, 2.2), bias = filled<T>(dt, {n}, 3.3);
   Tensor want(dt, x.shape());
   const double eps = double(1e-5f);
