@@ -338,9 +338,9 @@ TEST_CASE("elementwise math equals its functor applied element by element, bit f
 
 namespace {
 
-// Softmax and LogSoftmax over rows of n, against the plain loop; rows of 16 or fewer take the
-// kernel's padded short-row path (exec/cpu/math.cpp), checked with -inf (a masked score) and +inf
-// among them too.
+// Softmax and LogSoftmax over rows of n, and their gradients, against the plain loop; rows of 16
+// or fewer take the forward kernel's padded short-row path (exec/cpu/math.cpp), the forward
+// checked with -inf (a masked score) and +inf among them too.
 template <class T>
 void check_softmax_rows(DType dt, int64_t n) {
   INFO("dtype " << std::string(dtype_name(dt)) << ", rows of " << n);
@@ -368,6 +368,20 @@ void check_softmax_rows(DType dt, int64_t n) {
       for (int64_t j = 0; j < n; ++j) yr[j] = log ? T((xr[j] - mx) - ls) : T(e[size_t(j)] * inv);
     }
     CHECK(same_bytes(run_op(log ? Op::LogSoftmax : Op::Softmax, {x}, {{"axis", Attr(int64_t(1))}})[0], want));
+  }
+  // Their gradients: s = row_sum of dy * y (SoftmaxGrad) or of dy (LogSoftmaxGrad), rounded to T.
+  const Tensor dy = filled<T>(dt, {rows, n}, 2.3), y = filled<T>(dt, {rows, n}, 0.4);
+  for (bool log : {false, true}) {
+    INFO((log ? "LogSoftmaxGrad" : "SoftmaxGrad"));
+    Tensor want(dt, x.shape());
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *g = dy.as<T>() + r * n, *v = y.as<T>() + r * n;
+      const T s = T(row_sum(n, [&](int64_t j) { return log ? double(g[j]) : double(g[j]) * double(v[j]); }));
+      for (int64_t j = 0; j < n; ++j)
+        want.as<T>()[r * n + j] = log ? T(g[j] - fn::m::exp(v[j]) * s) : T(v[j] * T(g[j] - s));
+    }
+    CHECK(same_bytes(
+        run_op(log ? Op::LogSoftmaxGrad : Op::SoftmaxGrad, {dy, y}, {{"axis", Attr(int64_t(1))}}, 1, 2)[0], want));
   }
 }
 
