@@ -100,7 +100,9 @@ constexpr int64_t kShortSoftmaxRow = 16;
 
 // One short row (n <= kShortSoftmaxRow) of softmax_rows below, the same values bit for bit: the
 // padding is -inf, which changes no max, and whose exp is +0, which changes no partial sum (they
-// start at +0 and hold no -0: x + -x is +0). A row of -inf alone is NaN either way.
+// start at +0 and hold no -0: x + -x is +0). A row of -inf alone is NaN either way, as is a row
+// with a NaN (the two may pick different maxima there, so rows with several different NaNs may
+// keep a different one's payload).
 template <class T, bool Log>
 [[gnu::always_inline]] inline void softmax_short_row(const T* xo, T* yo, int64_t n) {
   constexpr int W = int(kShortSoftmaxRow);
