@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -439,7 +439,7 @@ void check_rows(DType dt) {
 
 }  // namespace
 
-TEST_CASE("Softmax, LogSoftmax, LayerNormalization and its gradient rows equal a plain loop of their arithmetic, bit for bit") {
+TEST_CASE("Softmax, LogSoftmax, LayerNormalization and their gradients' rows equal a plain loop of their arithmetic, bit for bit") {
   // Their row loops run as x86-64-v3 clones where the CPU has AVX2 (exec/cpu/clones.h); this loop
   // is built for the baseline only, and spells out the same operations in the same order. float64
   // too: a float result hides most differences in the double arithmetic behind it.
