@@ -113,10 +113,7 @@ template <class T, bool Log>
     for (int j = 0; j < w; ++j) m[j] = m[j + w] > m[j] ? m[j + w] : m[j];
   const T mx = m[0];
   for (int j = 0; j < W; ++j) e[j] = fn::m::exp(T(v[j] - mx));
-  double part[4] = {0, 0, 0, 0};  // row_sum's partials: term j into part[j % 4]
-  for (int j = 0; j < W; j += 4)
-    for (int q = 0; q < 4; ++q) part[q] += double(e[j + q]);
-  const double sum = (part[0] + part[1]) + (part[2] + part[3]);
+  const double sum = row_sum(W, [&](int64_t j) { return double(e[j]); });
   if constexpr (Log) {
     const T ls = T(std::log(sum));
     for (int j = 0; j < W; ++j) e[j] = (v[j] - mx) - ls;
