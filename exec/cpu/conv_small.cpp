@@ -27,8 +27,14 @@ void small_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float
 namespace {
 
 constexpr int64_t V = 16;  // floats a vector
-// The filter gradient's chunks: each lane sums at most this many terms in float.
+// The filter gradient's chunks: each lane sums at most this many terms in float; where a plane is
+// one vector, kChunkTermsOneVector. A chunk ends in a double sum of every tile's lanes (24 to a
+// tile of 8 x 3), which weighs most where an image gives a tile the fewest multiply-adds: one
+// vector of positions (the cnn's 8 -> 16 filter gradient on 4x4 images, 1.2x as fast with 256
+// images a chunk as with 64). Planes of several vectors ran slower with longer chunks (the cnn's
+// 1 -> 8 on 8x8: 16 images a chunk against 32 or 64).
 constexpr int64_t kChunkTerms = 64;
+constexpr int64_t kChunkTermsOneVector = 256;
 
 // Output vector v's view of tap t: lane l is source position a * V + idx[l] (idx 0-15 in vector
 // a, 16-31 in vector b = a + 1), or zero where its bit in mask is clear (padding). Where the lanes
@@ -324,31 +330,34 @@ ONNXDP_AVX512 void filter_all_rows(const Views& s, int64_t M, int64_t images, Pl
   if (M - m0 >= 1) filter_rows<1, Runs>(s, images, x, x_image, dy, dy_image, m0, CK, out);
 }
 
-// One chunk of images: out [M, C * K] = its sums, in double.
-ONNXDP_AVX512 void filter_chunk(const Views& s, int64_t C, int64_t M, const float* x, const float* dy,
-                                int64_t images, double* out) {
-  const int64_t CK = C * s.K, xs = s.src_vectors * V, ds = s.dst_vectors * V;
-  float* xc = scratch<float>(0, images * (C * xs + M * ds));
+// One chunk of images, output channels m0.. m1: rows m0.. m1 of out [M, C * K] = their sums, in
+// double.
+ONNXDP_AVX512 void filter_chunk(const Views& s, int64_t C, int64_t M, int64_t m0, int64_t m1, const float* x,
+                                const float* dy, int64_t images, double* out) {
+  const int64_t CK = C * s.K, xs = s.src_vectors * V, ds = s.dst_vectors * V, rows = m1 - m0;
+  float* xc = scratch<float>(0, images * (C * xs + rows * ds));
   float* dc = xc + images * C * xs;
   // Planes of a whole number of vectors are read in place; others through zero-tailed copies
   // (dy's tails meet the views' zeroed lanes, but 0 x infinity is NaN).
-  Planes xp{x, s.src_size}, dp{dy, s.dst_size};
+  Planes xp{x, s.src_size}, dp{dy + m0 * s.dst_size, s.dst_size};
   int64_t x_image = C * s.src_size, dy_image = M * s.dst_size;
   if (!s.runs && s.src_size % V != 0) {
     for (int64_t n = 0; n < images; ++n) whole_vectors(s, x + n * C * s.src_size, C, xc + n * C * xs);
     xp = {xc, xs}, x_image = C * xs;
   }
   if (s.dst_size % V != 0) {
-    for (int64_t r = 0; r < images * M; ++r) {
-      std::memcpy(dc + r * ds, dy + r * s.dst_size, size_t(s.dst_size) * sizeof(float));
-      std::fill(dc + r * ds + s.dst_size, dc + (r + 1) * ds, 0.f);
-    }
-    dp = {dc, ds}, dy_image = M * ds;
+    for (int64_t n = 0; n < images; ++n)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* to = dc + (n * rows + r) * ds;
+        std::memcpy(to, dy + (n * M + m0 + r) * s.dst_size, size_t(s.dst_size) * sizeof(float));
+        std::fill(to + s.dst_size, to + ds, 0.f);
+      }
+    dp = {dc, ds}, dy_image = rows * ds;
   }
   if (s.runs)
-    filter_all_rows<true>(s, M, images, xp, x_image, dp, dy_image, CK, out);
+    filter_all_rows<true>(s, rows, images, xp, x_image, dp, dy_image, CK, out + m0 * CK);
   else
-    filter_all_rows<false>(s, M, images, xp, x_image, dp, dy_image, CK, out);
+    filter_all_rows<false>(s, rows, images, xp, x_image, dp, dy_image, CK, out + m0 * CK);
 }
 
 // The views of a window, made once per thread and shape (a step calls the same few shapes again
@@ -367,8 +376,12 @@ const Views* views_of(const ConvWindows& g, bool transpose) {
 }  // namespace
 
 bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass) {
-  return cpu_has_avx512() && ch.groups == 1 && ch.images > 0 && ch.in > 0 && ch.out > 0 &&
-         ch.out < kSmallPlaneOutputs && views_of(g, pass == ConvPass::transpose) != nullptr;
+  if (!cpu_has_avx512() || ch.groups != 1 || ch.images <= 0 || ch.in <= 0 || ch.out <= 0 || ch.out > kSmallPlaneOutputs)
+    return false;
+  const Views* v = views_of(g, pass == ConvPass::transpose);
+  if (v == nullptr) return false;
+  return ch.out < kSmallPlaneOutputs || (pass == ConvPass::filter_grad && v->dst_vectors == 1 &&
+                                         ch.in <= kSmallPlaneFilterInputs);
 }
 
 void small_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
@@ -388,20 +401,21 @@ void small_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const fl
   run_forward(s, ch, x, wt.data(), bias, y);
 }
 
-// Chunks of a fixed number of images (each lane sums at most kChunkTerms terms in float), their
-// double sums added in chunk order: the same dw on any number of threads.
+// Chunks of a fixed number of images, their double sums added in chunk order: the same dw on any
+// number of threads. A task is one chunk's sums for a tile of 8 output channels (or the rest).
 void small_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy,
                             float* dw) {
   const Views& s = *views_of(g, false);
-  const int64_t CK = ch.in * s.K, size = ch.out * CK;
-  const int64_t per = std::max<int64_t>(1, kChunkTerms / s.dst_vectors), chunks = (ch.images + per - 1) / per;
+  const int64_t CK = ch.in * s.K, size = ch.out * CK, tiles = (ch.out + 7) / 8;
+  const int64_t per = s.dst_vectors == 1 ? kChunkTermsOneVector : std::max<int64_t>(1, kChunkTerms / s.dst_vectors);
+  const int64_t chunks = (ch.images + per - 1) / per;
   std::vector<double> sums(size_t(chunks * size));
   const int64_t work = ch.images * ch.out * s.dst_size * CK;
-  split_rows(chunks, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
-    for (int64_t k = lo; k < hi; ++k) {
-      const int64_t n0 = k * per;
-      filter_chunk(s, ch.in, ch.out, x + n0 * ch.in * s.src_size, dy + n0 * ch.out * s.dst_size,
-                   std::min(per, ch.images - n0), sums.data() + k * size);
+  split_rows(chunks * tiles, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t k = task / tiles, m0 = task % tiles * 8, n0 = k * per;
+      filter_chunk(s, ch.in, ch.out, m0, std::min(ch.out, m0 + 8), x + n0 * ch.in * s.src_size,
+                   dy + n0 * ch.out * s.dst_size, std::min(per, ch.images - n0), sums.data() + k * size);
     }
   });
   for (int64_t i = 0; i < size; ++i) {

@@ -10,8 +10,9 @@
 // image after image; the views are made in registers as the tile needs them (an im2col in L1 cost
 // a store and a load more per view, and was slower). Conv's input gradient is the same loop over
 // dy in dx's grid, the weights rearranged. The filter gradient sums dy times the views, 8 output
-// channels x 3 taps of sums in registers, in float lanes over a chunk of images (kChunkTerms terms
-// a lane), then in double, chunk by chunk in order (the same sums on any number of threads).
+// channels x 3 taps of sums in registers, in float lanes over a chunk of images (64 terms a lane,
+// 256 where a plane is one vector), then in double, chunk by chunk in order (the same sums on any
+// number of threads); a thread's task is one chunk's sums for 8 output channels.
 //
 // oneDNN ran the shapes these loops take at 19-35 % of the sgemm figure (the cnn's 1 -> 8 window
 // on 8x8 images, forward and filter gradient) and 47-55 % (its 8 -> 16 input gradient on 4x4
@@ -21,7 +22,8 @@
 // Taken for float tensors, one group, every plane (input and output) at most kSmallPlaneVectors
 // vectors, each output vector's view of each tap within two consecutive source vectors (true at
 // unit strides, and at strides where the rows are short), fewer than kSmallPlaneOutputs output
-// channels, on CPUs with AVX-512F. Elsewhere the engine goes on (exec/cpu/conv_gemm.cpp).
+// channels (or the one exception below), on CPUs with AVX-512F. Elsewhere the engine goes on
+// (exec/cpu/conv_gemm.cpp).
 #pragma once
 #include <cstdint>
 
@@ -31,13 +33,18 @@ namespace onnxdp {
 
 inline constexpr int64_t kSmallPlaneVectors = 4;
 // Taken only for fewer output channels than this: oneDNN's kernels hold 16 output channels in a
-// vector, and ran the shapes with 16 or more (the cnn's 8 -> 16 forward and filter gradient,
-// 16 -> 16 up to 64 -> 64 on 8x8 and 4x4 images) faster than these loops.
+// vector, and ran the shapes with 16 or more (the cnn's 8 -> 16 forward, 16 -> 16 up to 64 -> 64
+// on 8x8 and 4x4 images) faster than these loops. One exception: a filter gradient with exactly
+// 16 outputs over planes of one vector from at most kSmallPlaneFilterInputs input channels (the
+// cnn's 8 -> 16 on 4x4 images: 117-123 GFLOP/s here against oneDNN's 95-97, hot; 16 -> 16 level,
+// 64 -> 16 and 16 -> 16 on 8x8 planes slower: bench/results/2026-12-07-small-filter.md).
 inline constexpr int64_t kSmallPlaneOutputs = 16;
+inline constexpr int64_t kSmallPlaneFilterInputs = 8;
 
 // Whether these loops take a call: the CPU, one group, the planes, fewer than kSmallPlaneOutputs
-// output channels. The layout is not asked: the loops read and write plain tensors, and the
-// caller hands them plain copies of blocked ones (so the layout changes no value).
+// output channels (or kSmallPlaneOutputs in the filter gradient's exception above). The layout is
+// not asked: the loops read and write plain tensors, and the caller hands them plain copies of
+// blocked ones (so the layout changes no value).
 bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass);
 
 // As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), on plain tensors,

@@ -163,6 +163,8 @@ inline std::vector<Case> engine_cases() {
       {"one input channel, 8 outputs (product; small planes)", {5, 1, 8, 8}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
       // Small planes (exec/cpu/conv_small.h): the AVX-512 loops where the CPU has them.
       {"8 -> 16 on 4x4: the input gradient by the small-plane loops", {3, 8, 4, 4}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
+      {"8 -> 16 on 4x4, 300 images (small planes: the filter gradient's 16 outputs in two tiles, chunks of 256 and 44 images)", {300, 8, 4, 4}, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, false},
+      {"2 -> 12 on 3x5, 270 images, uneven pads (small planes: tiles of 8 and 4 outputs, chunks of 256 and 14 images)", {270, 2, 3, 5}, 12, {2, 3}, {1, 1}, {1, 1}, {1, 0, 0, 2}, 1, true},
       {"16 -> 8 on 4x4, 2 images a thread's share (small planes)", {5, 16, 4, 4}, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, false},
       {"7x7 planes, 5x5 window, 13 outputs (small planes: 49 positions as runs, dy through whole-vector copies, tiles of 8, 4 and 1 channels)", {3, 3, 7, 7}, 13, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 1, true},
       {"stride 2 on 8x8, uneven pads (small planes: views as permutes; the input gradient a strided transpose)", {2, 4, 8, 8}, 6, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 1}, 1, true},
