@@ -27,14 +27,10 @@ void small_conv_filter_grad(const ConvWindows&, const ConvChannels&, const float
 namespace {
 
 constexpr int64_t V = 16;  // floats a vector
-// The filter gradient's chunks: each lane sums at most this many terms in float; where a plane is
-// one vector, kChunkTermsOneVector. A chunk ends in a double sum of every tile's lanes (24 to a
-// tile of 8 x 3), which weighs most where an image gives a tile the fewest multiply-adds: one
-// vector of positions (the cnn's 8 -> 16 filter gradient on 4x4 images, 1.2x as fast with 256
-// images a chunk as with 64). Planes of several vectors ran slower with longer chunks (the cnn's
-// 1 -> 8 on 8x8: 16 images a chunk against 32 or 64).
-constexpr int64_t kChunkTerms = 64;
-constexpr int64_t kChunkTermsOneVector = 256;
+// The filter gradient's chunks: each lane sums at most this many terms in float. A chunk ends in a
+// double sum of every tile's lanes (24 to a tile of 8 x 3): with 64 terms, a fifth of the cnn's
+// 8 -> 16 filter gradient on 4x4 images (1.2x as fast with 256).
+constexpr int64_t kChunkTerms = 256;
 
 // Output vector v's view of tap t: lane l is source position a * V + idx[l] (idx 0-15 in vector
 // a, 16-31 in vector b = a + 1), or zero where its bit in mask is clear (padding). Where the lanes
@@ -246,9 +242,10 @@ ONNXDP_AVX512 inline double lanes_sum(__m512 a) {
 }
 
 // A chunk's sums for dw [M, C * K] rows m0.. m0 + BM, columns k0.. k0 + BK, over its images at
-// position vector v: dy times the view of x that tap saw, added to sums [BM][BK] (float lanes).
-// One loop: with the loop over v inside as well, GCC stored the sums to the stack every pass.
-template <int BM, int BK, bool Runs>
+// position vector v, views as permutes: dy times the view of x that tap saw, added to sums
+// [BM][BK] (float lanes). One loop: with the loop over v inside as well, GCC stored the sums to
+// the stack every pass (each view's index vector takes a register).
+template <int BM, int BK>
 ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, int64_t v, int64_t images, Planes x,
                                       int64_t x_image, Planes dy, int64_t dy_image, int64_t m0, int64_t k0,
                                       __m512* sums) {
@@ -259,17 +256,13 @@ ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, 
     for (int j = 0; j < BK; ++j) acc[i][j] = sums[i * BK + j];
   __m512i idx[BK];
   __mmask16 mask[BK];
-  int64_t a[BK], b[BK];  // where the run starts, or the two vectors
+  int64_t a[BK], b[BK];  // the two vectors
 #pragma GCC unroll 4
   for (int j = 0; j < BK; ++j) {
     const Pick& pk = picks[(k0 + j) % K * nv + v];
     const int64_t plane = (k0 + j) / K * x.pitch;
     mask[j] = __mmask16(pk.mask);
-    if constexpr (Runs) {
-      a[j] = plane + pk.start;
-    } else {
-      a[j] = plane + pk.a * V, b[j] = plane + pk.b * V, idx[j] = _mm512_loadu_si512(pk.idx);
-    }
+    a[j] = plane + pk.a * V, b[j] = plane + pk.b * V, idx[j] = _mm512_loadu_si512(pk.idx);
   }
   const float* dv = dy.at + m0 * dy.pitch + v * V;
   for (int64_t n = 0; n < images; ++n) {
@@ -277,12 +270,8 @@ ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, 
     const float* dn = dv + n * dy_image;
     __m512 xv[BK];
 #pragma GCC unroll 4
-    for (int j = 0; j < BK; ++j) {
-      if constexpr (Runs)
-        xv[j] = _mm512_maskz_loadu_ps(mask[j], xn + a[j]);
-      else
-        xv[j] = _mm512_maskz_permutex2var_ps(mask[j], _mm512_loadu_ps(xn + a[j]), idx[j], _mm512_loadu_ps(xn + b[j]));
-    }
+    for (int j = 0; j < BK; ++j)
+      xv[j] = _mm512_maskz_permutex2var_ps(mask[j], _mm512_loadu_ps(xn + a[j]), idx[j], _mm512_loadu_ps(xn + b[j]));
 #pragma GCC unroll 8
     for (int i = 0; i < BM; ++i) {
       __m512 d = _mm512_loadu_ps(dn + i * dy.pitch);
@@ -299,15 +288,70 @@ ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, 
     for (int j = 0; j < BK; ++j) sums[i * BK + j] = acc[i][j];
 }
 
+// As filter_tile, views as runs (one masked load each), over all NV position vectors at once:
+// each image's vectors one after another, so a chunk's dy streams through once per tile of taps
+// (with v outside, each vector's pass walked the chunk's images again, and chunks longer than 16
+// images of 8x8 ran slower; the cnn's 1 -> 8 filter gradient: 93-96 -> 121-132 GFLOP/s).
+template <int BM, int BK, int NV>
+ONNXDP_AVX512 inline void filter_tile_runs(const Pick* picks, int64_t K, int64_t images, Planes x, int64_t x_image,
+                                           Planes dy, int64_t dy_image, int64_t m0, int64_t k0, __m512* sums) {
+  __m512 acc[BM][BK];
+#pragma GCC unroll 8
+  for (int i = 0; i < BM; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < BK; ++j) acc[i][j] = _mm512_setzero_ps();
+  __mmask16 mask[NV][BK];
+  int64_t a[NV][BK];
+  for (int v = 0; v < NV; ++v)
+    for (int j = 0; j < BK; ++j) {
+      const Pick& pk = picks[(k0 + j) % K * NV + v];
+      mask[v][j] = __mmask16(pk.mask);
+      a[v][j] = (k0 + j) / K * x.pitch + pk.start;
+    }
+  const float* dv = dy.at + m0 * dy.pitch;
+  for (int64_t n = 0; n < images; ++n) {
+    const float* xn = x.at + n * x_image;
+    const float* dn = dv + n * dy_image;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      __m512 xv[BK];
+#pragma GCC unroll 4
+      for (int j = 0; j < BK; ++j) xv[j] = _mm512_maskz_loadu_ps(mask[v][j], xn + a[v][j]);
+#pragma GCC unroll 8
+      for (int i = 0; i < BM; ++i) {
+        __m512 d = _mm512_loadu_ps(dn + i * dy.pitch + v * V);
+        __asm__("" : "+v"(d));
+#pragma GCC unroll 4
+        for (int j = 0; j < BK; ++j) acc[i][j] = _mm512_fmadd_ps(d, xv[j], acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < BM; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < BK; ++j) sums[i * BK + j] = acc[i][j];
+}
+
 // The chunk's sums for dw rows m0.. m0 + BM, columns k0.. k0 + BK, over all its positions, into
 // `out` [M, CK] in double.
 template <int BM, int BK, bool Runs>
 ONNXDP_AVX512 inline void filter_block(const Views& s, int64_t images, Planes x, int64_t x_image, Planes dy,
                                        int64_t dy_image, int64_t m0, int64_t k0, int64_t CK, double* out) {
   __m512 sums[BM * BK];
-  for (int i = 0; i < BM * BK; ++i) sums[i] = _mm512_setzero_ps();
-  for (int64_t v = 0; v < s.dst_vectors; ++v)
-    filter_tile<BM, BK, Runs>(s.picks.data(), s.K, s.dst_vectors, v, images, x, x_image, dy, dy_image, m0, k0, sums);
+  if constexpr (Runs) {
+    static_assert(kSmallPlaneVectors == 4);
+    const Pick* p = s.picks.data();
+    switch (s.dst_vectors) {
+      case 1: filter_tile_runs<BM, BK, 1>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
+      case 2: filter_tile_runs<BM, BK, 2>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
+      case 3: filter_tile_runs<BM, BK, 3>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
+      default: filter_tile_runs<BM, BK, 4>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
+    }
+  } else {
+    for (int i = 0; i < BM * BK; ++i) sums[i] = _mm512_setzero_ps();
+    for (int64_t v = 0; v < s.dst_vectors; ++v)
+      filter_tile<BM, BK>(s.picks.data(), s.K, s.dst_vectors, v, images, x, x_image, dy, dy_image, m0, k0, sums);
+  }
   for (int i = 0; i < BM; ++i)
     for (int j = 0; j < BK; ++j) out[(m0 + i) * CK + k0 + j] = lanes_sum(sums[i * BK + j]);
 }
@@ -407,7 +451,7 @@ void small_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const 
                             float* dw) {
   const Views& s = *views_of(g, false);
   const int64_t CK = ch.in * s.K, size = ch.out * CK, tiles = (ch.out + 7) / 8;
-  const int64_t per = s.dst_vectors == 1 ? kChunkTermsOneVector : std::max<int64_t>(1, kChunkTerms / s.dst_vectors);
+  const int64_t per = std::max<int64_t>(1, kChunkTerms / s.dst_vectors);
   const int64_t chunks = (ch.images + per - 1) / per;
   std::vector<double> sums(size_t(chunks * size));
   const int64_t work = ch.images * ch.out * s.dst_size * CK;

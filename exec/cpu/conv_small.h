@@ -10,9 +10,10 @@
 // image after image; the views are made in registers as the tile needs them (an im2col in L1 cost
 // a store and a load more per view, and was slower). Conv's input gradient is the same loop over
 // dy in dx's grid, the weights rearranged. The filter gradient sums dy times the views, 8 output
-// channels x 3 taps of sums in registers, in float lanes over a chunk of images (64 terms a lane,
-// 256 where a plane is one vector), then in double, chunk by chunk in order (the same sums on any
-// number of threads); a thread's task is one chunk's sums for 8 output channels.
+// channels x 3 taps of sums in registers, image after image (each image's position vectors in
+// turn where the views are runs), in float lanes over a chunk of images (256 terms a lane), then
+// in double, chunk by chunk in order (the same sums on any number of threads); a thread's task is
+// one chunk's sums for 8 output channels.
 //
 // oneDNN ran the shapes these loops take at 19-35 % of the sgemm figure (the cnn's 1 -> 8 window
 // on 8x8 images, forward and filter gradient) and 47-55 % (its 8 -> 16 input gradient on 4x4
