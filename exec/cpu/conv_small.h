@@ -5,10 +5,11 @@
 // either as a run of the plane (lane l position start + l: unit strides between planes of one
 // size; one masked load, the padding's lanes masked off) or, elsewhere, from source vectors a and
 // a + 1 (one two-source permute, the padding's lanes zeroed by its mask); the picks are made once
-// per shape. A register tile of output channels x position vectors (8 x 2 at most) sums, per
-// input channel and tap, the tap's views times a broadcast weight, one multiply-add a vector,
-// image after image; the views are made in registers as the tile needs them (an im2col in L1 cost
-// a store and a load more per view, and was slower). Conv's input gradient is the same loop over
+// per shape. A register tile of output channels x position vectors (8 x 2 at most; where a plane
+// is one vector and its views are runs, 8 x 3 images) sums, per input channel and tap, the tap's
+// views times a broadcast weight, one multiply-add a vector, image after image; the views are
+// made in registers as the tile needs them (an im2col in L1 cost a store and a load more per
+// view, and was slower). Conv's input gradient is the same loop over
 // dy in dx's grid, the weights rearranged. The filter gradient sums dy times the views, 8 output
 // channels x 3 taps of sums in registers, image after image (each image's position vectors in
 // turn where the views are runs), in float lanes over a chunk of images (256 terms a lane), then
