@@ -12,8 +12,8 @@
 // the sgemm figure --profile prints (exec/profile.h), measured in the same run. One thread.
 // Beside them, each convolution pass's bound: the most GFLOP/s its bytes allow, from the time to
 // read its inputs once and write its output once, hot, by AVX-512 loads and stores (its own
-// buffers; x replaced by one the size of the part the window reads), or the sgemm figure where
-// that is lower. "% bound" is hot over it: a pass far under the figure but near its bound waits
+// buffers; of x only the lines the window reads, where they lie), or the sgemm figure where that
+// is lower. "% bound" is hot over it: a pass far under the figure but near its bound waits
 // for its operands' bytes, not for its multiply-adds (bench/results/2026-12-07-kernels-bound.md).
 // Not part of the default build:
 //   cmake --build build --target kernels_hot && build/kernels_hot [model]
@@ -83,9 +83,14 @@ double best_seconds(bool cold, const F& f) {
 #ifdef ONNXDP_AVX512_LOOPS
 float stream_sink;
 
-// Reads every float of `in` once and writes every float of `out` once: the bytes a pass must move.
-ONNXDP_AVX512 void stream(std::initializer_list<const Floats*> in, Floats& out) {
+// Reads every float of `in` once, and the 64-byte lines of x at `lines` (offsets in floats) where
+// they lie, and writes every float of `out` once: the bytes a pass must move.
+ONNXDP_AVX512 void stream(std::initializer_list<const Floats*> in, Floats& out, const Floats* x = nullptr,
+                          const std::vector<int64_t>* lines = nullptr) {
   __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  if (x != nullptr)
+    for (size_t i = 0; i < lines->size(); ++i)
+      s[i % 4] = _mm512_add_ps(s[i % 4], _mm512_load_ps(x->data() + (*lines)[i]));
   for (const Floats* v : in) {
     const float* p = v->data();
     const size_t n = v->size();
@@ -156,28 +161,38 @@ int main(int argc, char** argv) {
     char name[64];
     std::snprintf(name, sizeof name, "%lld->%lld %lldx%lld k%lld s%lld%s", (long long)s.c, (long long)s.m,
                   (long long)s.h, (long long)s.w, (long long)s.k, (long long)s.stride, s.groups > 1 ? " dw" : "");
-    // The part of x a window reads at all: a 1x1 window at stride 2 reads a quarter of the
-    // positions, which are a quarter of a blocked tensor's lines (16 channels a line) and half of a
-    // plain one's (every other row, all its lines). The bound streams that many floats of x.
-    const auto read_fraction = [&](int64_t size, int64_t out) {
+    // The lines of x a window reads at all, where they lie: a 1x1 window at stride 2 reads a
+    // quarter of the positions, which are a quarter of a blocked tensor's lines (16 channels a
+    // line) and half of a plain one's (every other row, all its lines). (A compacted copy of that
+    // part, which fits L2 where x does not, read resnet's 16 -> 32 projection as bound by the
+    // figure; in place, its lines come from L3: 2026-12-07-small-filter.md.)
+    const auto rows_read = [&](int64_t size, int64_t out) {
       std::vector<char> read(size_t(size), 0);
       for (int64_t o = 0; o < out; ++o)
         for (int64_t t = 0; t < s.k; ++t)
           if (const int64_t at = o * s.stride - s.pad + t; at >= 0 && at < size) read[size_t(at)] = 1;
-      return double(std::count(read.begin(), read.end(), 1)) / double(size);
+      return read;
     };
-    const double x_read = read_fraction(s.h, oh) * (s.x_blocked ? read_fraction(s.w, ow) : 1.0);
-    const Floats x_part(size_t(double(x.size()) * x_read));
+    const std::vector<char> hr = rows_read(s.h, oh), wr = rows_read(s.w, ow);
+    std::vector<int64_t> x_lines;
+    for (int64_t i = 0; i < int64_t(x.size()); i += 16) {  // line i / 16: its first float's position
+      bool read = false;
+      for (int64_t f = i; f < i + 16 && !read; ++f) {
+        const int64_t pos = s.x_blocked ? f / 16 % (s.h * s.w) : f % (s.h * s.w);
+        read = hr[size_t(pos / s.w)] && wr[size_t(pos % s.w)];
+      }
+      if (read) x_lines.push_back(i);
+    }
     const struct {
       const char* pass;
       std::function<void()> run, moves;  // the pass, and its operands' bytes alone
     } passes[] = {
         {"forward", [&] { conv_forward<float>(g, fwd, x.data(), w.data(), nullptr, y.data()); },
-         [&] { stream({&x_part, &w}, y); }},
+         [&] { stream({&w}, y, &x, &x_lines); }},
         {"input", [&] { conv_transpose<float>(g, bwd, y.data(), w.data(), nullptr, dx.data()); },
          [&] { stream({&y, &w}, dx); }},
         {"filter", [&] { conv_filter_grad<float>(g, fwd, x.data(), y.data(), dw.data()); },
-         [&] { stream({&x_part, &y}, dw); }},
+         [&] { stream({&y}, dw, &x, &x_lines); }},
     };
     for (const auto& p : passes) {
       if (!s.input_grad && std::string(p.pass) == "input") continue;
