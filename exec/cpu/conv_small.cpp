@@ -479,8 +479,8 @@ bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pas
     return false;
   const Views* v = views_of(g, pass == ConvPass::transpose);
   if (v == nullptr) return false;
-  return ch.out < kSmallPlaneOutputs || (pass == ConvPass::filter_grad && v->dst_vectors == 1 &&
-                                         ch.in <= kSmallPlaneFilterInputs);
+  return ch.out < kSmallPlaneOutputs ||
+         (pass != ConvPass::transpose && v->dst_size == V && ch.in <= kSmallPlaneWideInputs);
 }
 
 void small_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,

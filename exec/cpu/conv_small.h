@@ -35,16 +35,17 @@ namespace onnxdp {
 
 inline constexpr int64_t kSmallPlaneVectors = 4;
 // Taken only for fewer output channels than this: oneDNN's kernels hold 16 output channels in a
-// vector, and ran the shapes with 16 or more (the cnn's 8 -> 16 forward, 16 -> 16 up to 64 -> 64
-// on 8x8 and 4x4 images) faster than these loops. One exception: a filter gradient with exactly
-// 16 outputs over planes of one vector from at most kSmallPlaneFilterInputs input channels (the
-// cnn's 8 -> 16 on 4x4 images: 117-123 GFLOP/s here against oneDNN's 95-97, hot; 16 -> 16 level,
-// 64 -> 16 and 16 -> 16 on 8x8 planes slower: bench/results/2026-12-07-small-filter.md).
+// vector, and ran most shapes with 16 or more faster than these loops (16 -> 16 up to 64 -> 64 on
+// 8x8 planes, 8 -> 16 on 3x3). One exception: 16 outputs from at most kSmallPlaneWideInputs input
+// channels over output planes of exactly one vector, forward and filter gradient (the cnn's
+// 8 -> 16 on 4x4 images: forward 152-165 GFLOP/s here against oneDNN's 146-156 hot, 96-102 ->
+// 119-131 in a step; filter gradient 117-133 against 94-98; 1 -> 16, 3 -> 16, 4 -> 16 on 4x4 1.1-2.5x
+// oneDNN's; 16 -> 16 level, 64 -> 16 slower; bench/results/2026-12-07-small-filter.md).
 inline constexpr int64_t kSmallPlaneOutputs = 16;
-inline constexpr int64_t kSmallPlaneFilterInputs = 8;
+inline constexpr int64_t kSmallPlaneWideInputs = 8;
 
 // Whether these loops take a call: the CPU, one group, the planes, fewer than kSmallPlaneOutputs
-// output channels (or kSmallPlaneOutputs in the filter gradient's exception above). The layout is
+// output channels (or kSmallPlaneOutputs in the exception above). The layout is
 // not asked: the loops read and write plain tensors, and the caller hands them plain copies of
 // blocked ones (so the layout changes no value).
 bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass);

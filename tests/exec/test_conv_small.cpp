@@ -1,9 +1,9 @@
 // Which convolutions the small-plane loops take (exec/cpu/conv_small.h): on an AVX-512 CPU the
-// sample cnn's first layer (forward and filter gradient, 8 outputs) and its second layer's input
-// and filter gradients (8 outputs on 4x4 images; 16 from 8 channels); never another shape with 16
-// or more output channels, more than kSmallPlaneVectors vectors of positions, or groups. Their
-// values are the engine tests' (tests/ops/conv_reference.h: the "small planes" cases); below, that
-// they read nothing past their tensors.
+// sample cnn's first layer (forward and filter gradient, 8 outputs) and its second layer's three
+// passes (8 -> 16 on 4x4 images); never another shape with 16 or more output channels, more than
+// kSmallPlaneVectors vectors of positions, or groups. Their values are the engine tests'
+// (tests/ops/conv_reference.h: the "small planes" cases); below, that they read nothing past their
+// tensors.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -32,18 +32,20 @@ bool avx512() { return __builtin_cpu_supports("avx512f"); }
 
 }  // namespace
 
-TEST_CASE("small planes: the loops take the cnn's 1 -> 8 window and 8 -> 16 input gradient, oneDNN the rest") {
+TEST_CASE("small planes: the loops take the cnn's two windows, oneDNN the rest") {
   const ConvWindows g8 = square(8, 8, 3, 1, 1), g4 = square(4, 4, 3, 1, 1);
   const bool cpu = avx512();
   CHECK(small_conv_takes(g8, {256, 1, 1, 8}, ConvPass::forward) == cpu);
   CHECK(small_conv_takes(g8, {256, 1, 1, 8}, ConvPass::filter_grad) == cpu);
   CHECK(small_conv_takes(g4, {256, 1, 16, 8}, ConvPass::transpose) == cpu);  // 8 -> 16's input gradient
-  // 16 output channels: oneDNN's vector of channels is full; but the filter gradient over planes
-  // of one vector from at most kSmallPlaneFilterInputs channels (the cnn's 8 -> 16).
-  CHECK_FALSE(small_conv_takes(g4, {256, 1, 8, 16}, ConvPass::forward));
+  // 16 output channels: oneDNN's vector of channels is full; but the forward pass and filter
+  // gradient over output planes of exactly one vector from at most kSmallPlaneWideInputs channels
+  // (the cnn's 8 -> 16).
+  CHECK(small_conv_takes(g4, {256, 1, 8, 16}, ConvPass::forward) == cpu);
   CHECK(small_conv_takes(g4, {256, 1, 8, 16}, ConvPass::filter_grad) == cpu);
   CHECK_FALSE(small_conv_takes(g4, {256, 1, 16, 16}, ConvPass::filter_grad));  // 16 inputs
   CHECK_FALSE(small_conv_takes(g8, {256, 1, 8, 16}, ConvPass::filter_grad));   // 8x8: four vectors
+  CHECK_FALSE(small_conv_takes(square(3, 3, 3, 1, 1), {256, 1, 8, 16}, ConvPass::forward));  // 9 of 16 lanes
   CHECK_FALSE(small_conv_takes(g4, {256, 1, 8, 17}, ConvPass::filter_grad));
   CHECK_FALSE(small_conv_takes(square(8, 8, 3, 1, 1), {32, 1, 64, 64}, ConvPass::forward));
   // Planes of more than kSmallPlaneVectors vectors (9x9 = 81 positions), groups.
