@@ -39,7 +39,7 @@ inline constexpr int64_t kSmallPlaneVectors = 4;
 // 8x8 planes, 8 -> 16 on 3x3). One exception: 16 outputs from at most kSmallPlaneWideInputs input
 // channels over output planes of exactly one vector, forward and filter gradient (the cnn's
 // 8 -> 16 on 4x4 images: forward 152-165 GFLOP/s here against oneDNN's 146-156 hot, 96-102 ->
-// 119-131 in a step; filter gradient 117-133 against 94-98; 1 -> 16, 3 -> 16, 4 -> 16 on 4x4 1.1-2.5x
+// 119-131 in a step; filter gradient 117-133 against 94-98; 1 -> 16, 3 -> 16, 4 -> 16 on 4x4 1.2-2.4x
 // oneDNN's; 16 -> 16 level, 64 -> 16 slower; bench/results/2026-12-07-small-filter.md).
 inline constexpr int64_t kSmallPlaneOutputs = 16;
 inline constexpr int64_t kSmallPlaneWideInputs = 8;
