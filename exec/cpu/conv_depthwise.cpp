@@ -201,9 +201,10 @@ void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const
 constexpr int max_columns(int KH) { return KH == 3 ? 5 : KH == 5 ? 3 : 2; }
 
 // A chunk of m images' terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V]
-// (double lanes): image k's padded plane at xpad + k * xs, its dy rows (pitch dp) at
-// dy + k * ds: a copy with zero lanes past each row, or (Direct) dy itself, those lanes masked.
-// One vector of columns at a time, dy row h meets padded x rows h + i. The loop over h turns KH
+// (double lanes): image k's plane of x at x + k * xs (read in place: padded row r is source row
+// r - ph, zero outside the plane; its columns likewise, as masked-off lanes), its dy rows (pitch
+// dp) at dy + k * ds: a copy with zero lanes past each row, or (Direct) dy itself, those lanes
+// masked. One vector of columns at a time, dy row h meets padded x rows h + i. The loop over h turns KH
 // rows at a time (the last turn stops at dy's last row), so the KH x rows in registers rotate
 // (slot (row - h0) mod KH) and each is loaded once, not KH times, and only dy's own rows are
 // visited (a loop over x's rows with dy's in registers also visited the KH - 1 rows of padding
@@ -211,13 +212,20 @@ constexpr int max_columns(int KH) { return KH == 3 ? 5 : KH == 5 ? 3 : 2; }
 // kDepthwiseChunkTerms terms in float (rows of one image, or the chunk's whole images where
 // they are small), then adds them in double.
 template <int KH, int BJ, bool Direct>
-ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs, const float* dy, int64_t ds,
+ONNXDP_AVX512 void filter_columns(const Plane& p, const float* x, int64_t xs, const float* dy, int64_t ds,
                                   int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
   const int64_t nv = vectors(p.OW);
   constexpr int64_t per = kDepthwiseChunkTerms / KH * KH;  // rows a chunk, whole turns
   for (int64_t v = 0; v < nv; ++v) {
-    // x's lanes past the row are cleared: dy's are zero there, but 0 x infinity is NaN.
+    // dy's lanes within the row; x's within the row and inside the source row (its padding reads
+    // as zero, and x's lanes past the output row are cleared: dy's are zero there, but 0 x
+    // infinity is NaN).
     const __mmask16 mask = lanes_before(p.OW - v * V);
+    __mmask16 xm[BJ];
+    for (int b = 0; b < BJ; ++b) {
+      const int64_t start = v * V + j0 + b - p.pw, lo = std::max<int64_t>(0, -start), hi = std::min(V, p.SW - start);
+      xm[b] = hi > lo ? __mmask16(mask & lanes_before(hi) & ~lanes_before(lo)) : __mmask16(0);
+    }
     for (int64_t h0 = 0; h0 < p.OH; h0 += per) {
       __m512 acc[KH][BJ], xr[KH][BJ];
 #pragma GCC unroll 8
@@ -225,20 +233,25 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
 #pragma GCC unroll 8
         for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_setzero_ps();
       for (int64_t img = 0; img < m; ++img) {
-        const float* x_at = xpad + img * xs + h0 * p.pitch + v * V + j0;  // x row h0
+        // Padded row r of x is source row r - ph (zero outside the plane), read in place.
+        const float* xi = x + img * xs + v * V + j0 - p.pw;
+        int64_t r = h0;
+        const float* x_at = xi + (r - p.ph) * p.SW;
 #pragma GCC unroll 8
-        for (int k = 0; k + 1 < KH; ++k)
+        for (int k = 0; k + 1 < KH; ++k, ++r, x_at += p.SW)
 #pragma GCC unroll 8
-          for (int b = 0; b < BJ; ++b) xr[k][b] = _mm512_maskz_loadu_ps(mask, x_at + k * p.pitch + b);
-        x_at += (KH - 1) * p.pitch;
+          for (int b = 0; b < BJ; ++b)
+            xr[k][b] = r >= p.ph && r < p.ph + p.SH ? _mm512_maskz_loadu_ps(xm[b], x_at + b) : _mm512_setzero_ps();
         const float* d_at = dy + img * ds + h0 * dp + v * V;
         for (int64_t h = h0; h < std::min(p.OH, h0 + per); h += KH) {
           feed.feed();
 #pragma GCC unroll 8
           for (int u = 0; u < KH; ++u) {  // dy row h + u; x row h + u + KH - 1 comes in
             if (h + u == p.OH) break;       // a short last turn (5x5 on 28x28: 58.5 against 56 GFLOP/s)
+            const bool inside = r >= p.ph && r < p.ph + p.SH;
 #pragma GCC unroll 8
-            for (int b = 0; b < BJ; ++b) xr[(u + KH - 1) % KH][b] = _mm512_maskz_loadu_ps(mask, x_at + b);
+            for (int b = 0; b < BJ; ++b)
+              xr[(u + KH - 1) % KH][b] = inside ? _mm512_maskz_loadu_ps(xm[b], x_at + b) : _mm512_setzero_ps();
             // dy in place: its lanes past the row are the next row's (the copy's are zero).
             __m512 d = Direct ? _mm512_maskz_loadu_ps(mask, d_at) : _mm512_loadu_ps(d_at);
             __asm__("" : "+v"(d));  // one load for the KH x BJ multiply-adds
@@ -247,7 +260,7 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
 #pragma GCC unroll 8
               for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_fmadd_ps(xr[(u + i) % KH][b], d, acc[i][b]);
             // The next rows one add further (as in forward_tile).
-            x_at += p.pitch, d_at += dp;
+            ++r, x_at += p.SW, d_at += dp;
             __asm__("" : "+r"(x_at), "+r"(d_at));
           }
         }
@@ -268,10 +281,10 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* xpad, int64_t xs,
 }
 
 template <int KH, int BJ, bool Direct>
-ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* xpad, int64_t xs, const float* dy,
+ONNXDP_AVX512 void filter_group(int64_t bj, const Plane& p, const float* x, int64_t xs, const float* dy,
                                 int64_t ds, int64_t dp, int64_t m, int64_t j0, double* sums, LineFeed& feed) {
-  if (bj == BJ) return filter_columns<KH, BJ, Direct>(p, xpad, xs, dy, ds, dp, m, j0, sums, feed);
-  if constexpr (BJ > 1) filter_group<KH, BJ - 1, Direct>(bj, p, xpad, xs, dy, ds, dp, m, j0, sums, feed);
+  if (bj == BJ) return filter_columns<KH, BJ, Direct>(p, x, xs, dy, ds, dp, m, j0, sums, feed);
+  if constexpr (BJ > 1) filter_group<KH, BJ - 1, Direct>(bj, p, x, xs, dy, ds, dp, m, j0, sums, feed);
 }
 
 // Channels [lo, hi): dw [C, KH * KW] from x [N, C, SH * SW] and dy [N, C, OH * OW].
@@ -287,21 +300,18 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
   // dy is read once, in place; with several each reads it again, from the copy (in place, with
   // a line-split load each time, 7x7 on 14x14 ran at 57 GFLOP/s against 66).
   const int64_t groups = (p.KW + max_columns(KH) - 1) / max_columns(KH);
-  float* xpad = scratch<float>(0, m * p.size());
   float* dpad = groups > 1 ? scratch<float>(1, m * ds) : nullptr;
-  std::fill(xpad, xpad + m * p.size(), 0.f);
   if (dpad) std::fill(dpad, dpad + m * ds, 0.f);
   std::vector<double> sums(size_t(K * V));
   for (int64_t c = lo; c < hi; ++c) {
     std::fill(sums.begin(), sums.end(), 0.0);
     for (int64_t n0 = 0; n0 < N; n0 += m) {
       const int64_t count = std::min(m, N - n0);
-      for (int64_t k = 0; k < count; ++k) {
-        fill(p, x + ((n0 + k) * C + c) * p.SH * p.SW, xpad + k * p.size());
-        const float* d = dy + ((n0 + k) * C + c) * p.OH * p.OW;
-        if (groups > 1)
+      if (groups > 1)
+        for (int64_t k = 0; k < count; ++k) {
+          const float* d = dy + ((n0 + k) * C + c) * p.OH * p.OW;
           for (int64_t h = 0; h < p.OH; ++h) copy_row(d + h * p.OW, dpad + k * ds + h * dp, p.OW);
-      }
+        }
       // The next chunk's planes (this channel's next images, or the next channel's first) are
       // fetched towards L2 while this one is summed, a few lines every turn of the sums (LineFeed).
       const int64_t next_n = n0 + count < N ? n0 + count : 0, next_c = n0 + count < N ? c : c + 1;
@@ -312,13 +322,14 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
         feed.add(dy + ((next_n + k) * C + next_c) * p.OH * p.OW, p.OH * p.OW);
       }
       feed.spread(groups * vectors(p.OW) * count * ((p.OH + KH - 1) / KH));
+      const float* xc = x + (n0 * C + c) * p.SH * p.SW;  // image n0's plane; the chunk's C planes apart
       for (int64_t g = 0, j0 = 0; g < groups; ++g) {
         const int64_t bj = p.KW / groups + (g < p.KW % groups ? 1 : 0);
         if (groups > 1)
-          filter_group<KH, max_columns(KH), false>(bj, p, xpad, p.size(), dpad, ds, dp, count, j0, sums.data(),
-                                                   feed);
+          filter_group<KH, max_columns(KH), false>(bj, p, xc, C * p.SH * p.SW, dpad, ds, dp, count, j0,
+                                                   sums.data(), feed);
         else
-          filter_group<KH, max_columns(KH), true>(bj, p, xpad, p.size(), dy + (n0 * C + c) * p.OH * p.OW,
+          filter_group<KH, max_columns(KH), true>(bj, p, xc, C * p.SH * p.SW, dy + (n0 * C + c) * p.OH * p.OW,
                                                   C * p.OH * p.OW, p.OW, count, j0, sums.data(), feed);
         j0 += bj;
       }

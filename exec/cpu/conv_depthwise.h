@@ -17,10 +17,14 @@
 // Filter gradient: dw (i, j) is the sum over images and positions of x_pad (h + i, w + j) times
 // dy (h, w). For a few kernel columns at a time and one vector of columns, each dy row is loaded
 // once and meets the KH padded x rows below it, which rotate through registers (each loaded once):
-// KH x BJ sums in registers. dy is copied to rows of whole vectors where the kernel's columns take
-// several groups (each group reads it again), and read in place where they take one. Each lane
-// sums at most kDepthwiseChunkTerms terms in float, then adds them in double, chunk by chunk in
-// order; a channel's sums run on one thread, so dw is the same on any number of threads.
+// KH x BJ sums in registers. x is read where it lies, its padding as masked-off lanes and rows not
+// loaded (a zero-padded copy of each plane, as the forward makes, took a tenth to a quarter of the
+// time: 7x7 on 14x14 66-74 -> 82-88 GFLOP/s without it, 3x3 on 112x112 31-33 -> 41-42;
+// bench/results/2026-12-07-depthwise-in-place.md). dy is copied to rows of whole vectors where the
+// kernel's columns take several groups (each group reads it again), and read in place where they
+// take one. Each lane sums at most kDepthwiseChunkTerms terms in float, then adds them in double,
+// chunk by chunk in order; a channel's sums run on one thread, so dw is the same on any number of
+// threads.
 #pragma once
 #include <cstdint>
 
