@@ -194,11 +194,12 @@ ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv,
 
 // As forward_tile where the views are runs of planes read in place: one vector v of BN images
 // [n0, n0 + BN) at a time, so each tap's pick is read once for BN views, and each broadcast weight
-// serves BN of them. (Its multiply-adds spelled out as forward_tile's are: through a shared
-// inline helper both ran 3-5 % slower.) Taken where a plane is one vector (forward_tile's tile is then 8 x 1): the
+// serves BN of them. Taken where a plane is one vector (forward_tile's tile is then 8 x 1): the
 // cnn's 8 -> 16 input gradient on 4x4 images 112-114 -> 156-161 GFLOP/s hot, 98-102 -> 129-140
 // in a step. On 8x8 planes (4 vectors, the 1 -> 8 forward) level hot and slower in a step (58-71
-// -> 45-47): its views there are as cheap, and the tiles' stores jump between rows.
+// -> 45-47): its views there are as cheap, and the tiles' stores jump between rows. (The
+// multiply-adds are spelled out as in forward_tile: through a shared inline helper both ran 3-5 %
+// slower.)
 template <int BM, int BN>
 ONNXDP_AVX512 inline void forward_tile_images(const Pick* picks, int64_t K, int64_t nv, int64_t C, Planes src,
                                               int64_t x_image, const float* W, const float* bias, int64_t m0,

@@ -67,8 +67,8 @@ TEST_CASE("depthwise loops: they take ConvNeXt's 7x7 and MobileNet's 3x3 at stri
 
 // The loops read x and dy in place (their rows' last vectors masked; in the filter gradient x
 // always, its padding masked, and dy where the kernel's columns make one group): not one float
-// past the tensors' ends, which AddressSanitizer does not check in masked loads. Each pass runs on tensors that end at a page
-// that cannot be read, and gives what it gives on ordinary buffers.
+// past the tensors' ends, which AddressSanitizer does not check in masked loads. Each pass runs
+// on tensors that end at a page that cannot be read, and gives what it gives on ordinary buffers.
 TEST_CASE("depthwise loops: no read past x's or dy's end") {
   if (!avx512()) return;  // the loops are AVX-512 only
   struct Window {
