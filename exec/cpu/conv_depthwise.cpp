@@ -61,11 +61,11 @@ ONNXDP_AVX512 inline void fill(const Plane& p, const float* src, float* pad) {
   for (int64_t i = 0; i < n; ++i) copy_row(src + i * p.SW, pad + (i + p.ph) * p.pitch + p.pw, cols);
 }
 
-// Part k of `parts` of the cache lines of [at, at + n floats) towards L2.
+// Part k of `parts` of the cache lines of [at, at + n floats) towards L1.
 ONNXDP_AVX512 inline void prefetch_part(const float* at, int64_t n, int64_t k, int64_t parts) {
   const int64_t per = (n + parts * V - 1) / (parts * V) * V;
   for (int64_t i = k * per; i < std::min(n, (k + 1) * per); i += V)
-    _mm_prefetch(reinterpret_cast<const char*>(at + i), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(at + i), _MM_HINT_T0);
 }
 
 // Cache lines of a few ranges fetched towards L2 a few at a time, spread over the work that runs
@@ -73,7 +73,7 @@ ONNXDP_AVX512 inline void prefetch_part(const float* at, int64_t n, int64_t k, i
 // burst: the loop stalled at those prefetches (a fifth of its time on 56x56 planes), and the copies
 // still waited for their lines. Fed a few lines every turn of the sums: 8 x 96 planes of 56x56
 // at 70-72 GFLOP/s against 63-68 (alternating runs). The forward's tiles ran slower fed so
-// (82 against 83.5 on 56x56) and keep prefetch_part.
+// (82 against 83.5 on 56x56) and fetch the next plane a tile's share at a time (forward_plane).
 struct LineFeed {
   static constexpr int kMaxRanges = 32;  // 2 a chunk's image; past 16 images (planes of 4 rows or
                                          // fewer) the rest are not fetched
@@ -131,24 +131,24 @@ ONNXDP_AVX512 inline void forward_tile(const float* pad, int64_t pitch, int64_t 
     if (o < rows) _mm512_mask_storeu_ps(out + o * OW, mask, acc[o]);
 }
 
-// A block's output lines are fetched for writing as it starts, so they arrive while its first
-// tile computes: 8 x 96 planes of 56x56 at 58-63 GFLOP/s against 52-56 (medians of 12
-// alternating runs); the stores otherwise waited for their lines. Planes of several blocks also
-// fetch the next plane (`next`, or nullptr) towards L2, a block's share at a time: 72 against 62
-// (medians of 10); on 14x14 planes (one block) fetching it whole at the start ran slower.
+// The next plane (`next`, or nullptr) is fetched towards L1 while this one is computed, an even
+// share of its lines before each tile, so that the plane's fill finds it there. On the Intel VM
+// of bench/results/2026-12-07-depthwise-fetch.md (48 KB L1), 8 x 96 planes of 56x56 (7x7) ran at
+// 121-134 GFLOP/s against 108-114 with the earlier fetches (the next plane towards L2 a block's
+// share at a time, from planes of two blocks on, and each block's output lines fetched for
+// writing as it started: on this machine the latter alone cost 5-10 %; on the AMD VM of
+// 2026-12-06-depthwise-loops.md it had gained 10 %), 5x5 on 28x28 105-116 against 90-106, 3x3 on
+// 112x112 43 against 36, 7x7 on 14x14 level.
 template <int KH>
 ONNXDP_AVX512 void forward_plane(const Plane& p, const float* pad, const float* w, float bias, float* out,
                                  const float* next) {
-  const int64_t nv = vectors(p.OW), blocks = (p.OH + kMaxTileRows - 1) / kMaxTileRows;
-  int64_t block = 0;
+  const int64_t nv = vectors(p.OW), tiles = nv * ((p.OH + kMaxTileRows - 1) / kMaxTileRows);
+  int64_t tile = 0;
   for (int64_t h0 = 0; h0 < p.OH;) {
-    if (next && blocks > 1) prefetch_part(next, p.SH * p.SW, block++, blocks);
     const int64_t left = p.OH - h0;
     const int R = left > 8 ? kMaxTileRows : left > 4 ? 8 : 4;
-    const float* first = out + h0 * p.OW;
-    for (const float* at = first; at < first + std::min<int64_t>(left, R) * p.OW; at += V)
-      _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_ET0);
     for (int64_t v = 0; v < nv; ++v) {
+      if (next) prefetch_part(next, p.SH * p.SW, tile++, tiles);
       const float* at = pad + h0 * p.pitch + v * V;
       float* o = out + h0 * p.OW + v * V;
       const int64_t rows = std::min<int64_t>(left, R);
@@ -200,6 +200,34 @@ void run_forward(const Plane& p, const ConvChannels& ch, const float* src, const
 // columns against 45 in groups of 2.
 constexpr int max_columns(int KH) { return KH == 3 ? 5 : KH == 5 ? 3 : 2; }
 
+// One turn of filter_columns: dy rows h + u, u < rows (<= KH), each meeting the KH x rows in
+// registers while x row h + u + KH - 1 comes in (in slot (u + KH - 1) mod KH). Checked: the
+// incoming row may lie outside x's plane (then zero) and the turn may stop short of KH rows.
+template <int KH, int BJ, bool Direct, bool Checked>
+ONNXDP_AVX512 __attribute__((always_inline)) inline void filter_turn(__m512 (&acc)[KH][BJ], __m512 (&xr)[KH][BJ],
+                                                                     const __mmask16 (&xm)[BJ], __mmask16 mask,
+                                                                     const float*& x_at, const float*& d_at, int64_t& r,
+                                                                     const Plane& p, int64_t dp, int64_t rows) {
+#pragma GCC unroll 8
+  for (int u = 0; u < KH; ++u) {
+    if (Checked && u == rows) break;  // a short last turn (5x5 on 28x28: 58.5 against 56 GFLOP/s)
+    const bool inside = !Checked || (r >= p.ph && r < p.ph + p.SH);
+#pragma GCC unroll 8
+    for (int b = 0; b < BJ; ++b)
+      xr[(u + KH - 1) % KH][b] = inside ? _mm512_maskz_loadu_ps(xm[b], x_at + b) : _mm512_setzero_ps();
+    // dy in place: its lanes past the row are the next row's (the copy's are zero).
+    __m512 d = Direct ? _mm512_maskz_loadu_ps(mask, d_at) : _mm512_loadu_ps(d_at);
+    __asm__("" : "+v"(d));  // one load for the KH x BJ multiply-adds
+#pragma GCC unroll 8
+    for (int i = 0; i < KH; ++i)
+#pragma GCC unroll 8
+      for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_fmadd_ps(xr[(u + i) % KH][b], d, acc[i][b]);
+    // The next rows one add further (as in forward_tile).
+    ++r, x_at += p.SW, d_at += dp;
+    __asm__("" : "+r"(x_at), "+r"(d_at));
+  }
+}
+
 // A chunk of m images' terms of dw (i, j0 + b), i < KH, b < BJ, added to sums [KH * KW, V]
 // (double lanes): image k's plane of x at x + k * xs (read in place: padded row r is source row
 // r - ph, zero outside the plane; its columns likewise, as masked-off lanes), its dy rows (pitch
@@ -243,26 +271,15 @@ ONNXDP_AVX512 void filter_columns(const Plane& p, const float* x, int64_t xs, co
           for (int b = 0; b < BJ; ++b)
             xr[k][b] = r >= p.ph && r < p.ph + p.SH ? _mm512_maskz_loadu_ps(xm[b], x_at + b) : _mm512_setzero_ps();
         const float* d_at = dy + img * ds + h0 * dp + v * V;
-        for (int64_t h = h0; h < std::min(p.OH, h0 + per); h += KH) {
+        const int64_t h_end = std::min(p.OH, h0 + per);
+        for (int64_t h = h0; h < h_end; h += KH) {
           feed.feed();
-#pragma GCC unroll 8
-          for (int u = 0; u < KH; ++u) {  // dy row h + u; x row h + u + KH - 1 comes in
-            if (h + u == p.OH) break;       // a short last turn (5x5 on 28x28: 58.5 against 56 GFLOP/s)
-            const bool inside = r >= p.ph && r < p.ph + p.SH;
-#pragma GCC unroll 8
-            for (int b = 0; b < BJ; ++b)
-              xr[(u + KH - 1) % KH][b] = inside ? _mm512_maskz_loadu_ps(xm[b], x_at + b) : _mm512_setzero_ps();
-            // dy in place: its lanes past the row are the next row's (the copy's are zero).
-            __m512 d = Direct ? _mm512_maskz_loadu_ps(mask, d_at) : _mm512_loadu_ps(d_at);
-            __asm__("" : "+v"(d));  // one load for the KH x BJ multiply-adds
-#pragma GCC unroll 8
-            for (int i = 0; i < KH; ++i)
-#pragma GCC unroll 8
-              for (int b = 0; b < BJ; ++b) acc[i][b] = _mm512_fmadd_ps(xr[(u + i) % KH][b], d, acc[i][b]);
-            // The next rows one add further (as in forward_tile).
-            ++r, x_at += p.SW, d_at += dp;
-            __asm__("" : "+r"(x_at), "+r"(d_at));
-          }
+          // A whole turn whose incoming x rows all lie inside the plane needs no checks (most
+          // turns; the checks' compares and branches had outnumbered the multiply-adds there).
+          if (h + KH <= h_end && r >= p.ph && r + KH <= p.ph + p.SH)
+            filter_turn<KH, BJ, Direct, false>(acc, xr, xm, mask, x_at, d_at, r, p, dp, KH);
+          else
+            filter_turn<KH, BJ, Direct, true>(acc, xr, xm, mask, x_at, d_at, r, p, dp, h_end - h);
         }
       }
 #pragma GCC unroll 8
