@@ -101,8 +101,13 @@ struct LineFeed {
 // ---- forward ----------------------------------------------------------------------------------
 
 // Output rows [0, rows) (rows <= R) of one vector of columns (the lanes in `mask`): `pad` points at
-// the tile's first padded row and column, `w` [KH, KW] the channel's weights.
-template <int KH, int R>
+// the tile's first padded row and column, `w` [KH, KW] the channel's weights. Paired: the vector
+// holds two row blocks' last columns, at most 8 (a 56-column row's last vector holds 8): lanes 0-7
+// are rows [0, R) of the columns at `pad`, lanes 8-15 the same columns of rows [R, 2R) (`mask`'s
+// low 8 lanes say which columns), so the block pair's last columns take one tile, not two half-empty
+// ones: 8 x 96 planes of 56x56 (7x7) at 115-123 GFLOP/s against 110-114, one plane of 8
+// channels in L2 138-141 against 128 (bench/results/2026-12-07-depthwise-fetch.md).
+template <int KH, int R, bool Paired = false>
 ONNXDP_AVX512 inline void forward_tile(const float* pad, int64_t pitch, int64_t KW, const float* w, float bias,
                                        int64_t rows, __mmask16 mask, float* out, int64_t OW) {
   __m512 acc[R];
@@ -115,7 +120,9 @@ ONNXDP_AVX512 inline void forward_tile(const float* pad, int64_t pitch, int64_t 
     const float* row = pad + j;
 #pragma GCC unroll 32
     for (int r = 0; r < R + KH - 1; ++r) {
-      __m512 xv = _mm512_loadu_ps(row);
+      __m512 xv = Paired ? _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(row))),
+                                                               _mm256_castps_pd(_mm256_loadu_ps(row + R * pitch)), 1))
+                         : _mm512_loadu_ps(row);
       __asm__("" : "+v"(xv));  // one load for the row's KH multiply-adds (GCC may fold it into each)
       // The next row one add further: GCC otherwise keeps every row's address in a register of
       // its own, and with 20 rows moves them in and out of vector registers.
@@ -128,7 +135,10 @@ ONNXDP_AVX512 inline void forward_tile(const float* pad, int64_t pitch, int64_t 
   }
 #pragma GCC unroll 16
   for (int o = 0; o < R; ++o)
-    if (o < rows) _mm512_mask_storeu_ps(out + o * OW, mask, acc[o]);
+    if (o < rows) {
+      _mm512_mask_storeu_ps(out + o * OW, Paired ? __mmask16(mask & 0xFF) : mask, acc[o]);
+      if (Paired) _mm512_mask_storeu_ps(out + (R + o) * OW - V / 2, __mmask16((mask & 0xFF) << 8), acc[o]);
+    }
 }
 
 // The next plane (`next`, or nullptr) is fetched towards L1 while this one is computed, an even
@@ -143,7 +153,10 @@ template <int KH>
 ONNXDP_AVX512 void forward_plane(const Plane& p, const float* pad, const float* w, float bias, float* out,
                                  const float* next) {
   const int64_t nv = vectors(p.OW), tiles = nv * ((p.OH + kMaxTileRows - 1) / kMaxTileRows);
+  // Rows whose last vector holds at most 8 columns take it for two row blocks at once.
+  const bool pair_tails = p.OW - (nv - 1) * V <= V / 2;
   int64_t tile = 0;
+  bool tail_done = false;  // this block's last columns went with the block above
   for (int64_t h0 = 0; h0 < p.OH;) {
     const int64_t left = p.OH - h0;
     const int R = left > 8 ? kMaxTileRows : left > 4 ? 8 : 4;
@@ -153,7 +166,10 @@ ONNXDP_AVX512 void forward_plane(const Plane& p, const float* pad, const float* 
       float* o = out + h0 * p.OW + v * V;
       const int64_t rows = std::min<int64_t>(left, R);
       const __mmask16 mask = lanes_before(p.OW - v * V);
-      if (R == kMaxTileRows)
+      if (pair_tails && v == nv - 1 && (tail_done || left >= 2 * kMaxTileRows)) {
+        if (!tail_done) forward_tile<KH, kMaxTileRows, true>(at, p.pitch, p.KW, w, bias, rows, mask, o, p.OW);
+        tail_done = !tail_done;
+      } else if (R == kMaxTileRows)
         forward_tile<KH, kMaxTileRows>(at, p.pitch, p.KW, w, bias, rows, mask, o, p.OW);
       else if (R == 8)
         forward_tile<KH, 8>(at, p.pitch, p.KW, w, bias, rows, mask, o, p.OW);

@@ -156,7 +156,7 @@ inline std::vector<Case> engine_cases() {
       {"depthwise 5x3, uneven pads, 17 output rows (depthwise loops: a 4-row tile cut to 3)", {2, 3, 18, 20}, 3, {5, 3}, {1, 1}, {1, 1}, {2, 0, 1, 2}, 3, true},
       {"depthwise 5x5 on 14x13 (depthwise loops: rows shorter than a vector)", {3, 4, 14, 13}, 4, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 4, true},
       {"depthwise 5x11 on 16x40 (depthwise loops: kernel columns in groups of 3, 3, 3 and 2)", {1, 2, 16, 40}, 2, {5, 11}, {1, 1}, {1, 1}, {2, 5, 2, 5}, 2, true},
-      {"depthwise 7x5 on 70x18 (depthwise loops: columns in groups of 2, 2 and 1, dy rows in two chunks)", {1, 2, 70, 18}, 2, {7, 5}, {1, 1}, {1, 1}, {3, 2, 3, 2}, 2, false},
+      {"depthwise 7x5 on 70x18 (depthwise loops: columns in groups of 2, 2 and 1, dy rows in two chunks; the second vector's 2 columns of two row blocks in one tile)", {1, 2, 70, 18}, 2, {7, 5}, {1, 1}, {1, 1}, {3, 2, 3, 2}, 2, false},
       {"depthwise 3x3 on 10x30 (depthwise loops: dy in place, 3 images a chunk, a short last turn, a masked second vector)", {3, 4, 10, 30}, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, true},
       {"depthwise 3x3 on 70x28 (depthwise loops: dy in place, rows in chunks of 63 and 7)", {1, 2, 70, 28}, 2, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 2, false},
       {"depthwise 7x2 on 15x29, uneven pads (depthwise loops: one column group, dy in place, a one-row last turn)", {2, 3, 15, 29}, 3, {7, 2}, {1, 1}, {1, 1}, {3, 0, 3, 1}, 3, true},
