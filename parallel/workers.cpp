@@ -333,6 +333,16 @@ std::string exit_text(int status) {
 
 }  // namespace
 
+int worker_to_name(const std::vector<std::pair<int, int>>& ended) {
+  int named = -1;
+  for (size_t i = 0; i < ended.size(); ++i) {
+    const int status = ended[i].second;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (named < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(ended[size_t(named)].second))) named = int(i);
+  }
+  return named;
+}
+
 int run_worker_processes(int n, const std::vector<std::string>& argv, double grace_s) {
   if (n < 2) fail("worker processes: expected at least 2, got {}", n);
   if (argv.empty()) fail("worker processes: no command line");
@@ -418,26 +428,39 @@ int run_worker_processes(int n, const std::vector<std::string>& argv, double gra
       for (int k = 0; k < n; ++k)
         if (!done[size_t(k)]) ::kill(pids[size_t(k)], sig);
     }
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      int k = 0;
-      while (k < n && pids[size_t(k)] != pid) ++k;
-      if (k == n) continue;
-      done[size_t(k)] = true;
-      --running;
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && first_failed < 0) {
-        first_failed = k;
-        first_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (first_status == 0) first_status = 1;
-        std::fprintf(stderr, "onnxdp: worker %d of %d (pid %d) %s%s\n", k, n, int(pid), exit_text(status).c_str(),
-                     running ? "; stopping the other workers" : "");
-        deadline = std::chrono::steady_clock::now() +
-                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(grace_s));
+    // Every worker that has ended since the last look; the first failure among them is named by
+    // worker_to_name. One that is no signal waits 50 ms more for a killed worker before it is.
+    std::vector<std::pair<int, int>> ended;
+    pid_t pid = 0;
+    const auto reap = [&] {
+      int status = 0;
+      while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+        int k = 0;
+        while (k < n && pids[size_t(k)] != pid) ++k;
+        if (k == n) continue;
+        done[size_t(k)] = true;
+        --running;
+        ended.emplace_back(k, status);
       }
-      continue;
+    };
+    reap();
+    int named = worker_to_name(ended);
+    if (named >= 0 && first_failed < 0 && !WIFSIGNALED(ended[size_t(named)].second) && running > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      reap();
+      named = worker_to_name(ended);
     }
+    if (named >= 0 && first_failed < 0) {
+      const int cause = ended[size_t(named)].first, cause_status = ended[size_t(named)].second;
+      first_failed = cause;
+      first_status = WIFEXITED(cause_status) ? WEXITSTATUS(cause_status) : 128 + WTERMSIG(cause_status);
+      if (first_status == 0) first_status = 1;
+      std::fprintf(stderr, "onnxdp: worker %d of %d (pid %d) %s%s\n", cause, n, int(pids[size_t(cause)]),
+                   exit_text(cause_status).c_str(), running ? "; stopping the other workers" : "");
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(grace_s));
+    }
+    if (!ended.empty()) continue;
     if (pid < 0 && errno != EINTR) break;  // no children left
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline && !termed) {

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <chrono>
@@ -160,4 +162,17 @@ TEST_CASE("worker sockets: a worker that is gone or silent ends its peers' calls
 TEST_CASE("worker sockets: the communicator refuses a wrong set of sockets") {
   CHECK_THROWS_WITH_AS(make_worker_communicator(0, 3, {}, CommOptions{}),
                        doctest::Contains("expected 2 socket(s) to the other workers, got 0"), Error);
+}
+
+TEST_CASE("worker processes: of workers that ended together, the one killed by a signal is named") {
+  const int exit0 = W_EXITCODE(0, 0), exit1 = W_EXITCODE(1, 0), exit3 = W_EXITCODE(3, 0), killed = W_EXITCODE(0, SIGKILL);
+  CHECK(worker_to_name({}) == -1);
+  CHECK(worker_to_name({{0, exit0}, {1, exit0}}) == -1);
+  // Worker 0 ended on its own when worker 1 was killed; waitpid gives worker 0 first.
+  CHECK(worker_to_name({{0, exit1}, {1, killed}}) == 1);
+  CHECK(worker_to_name({{1, killed}, {0, exit1}}) == 0);  // an index into the list, not a worker
+  // No signal: the first failure in waitpid's order; a clean exit is never named.
+  CHECK(worker_to_name({{0, exit0}, {2, exit3}, {1, exit1}}) == 1);
+  // Two killed: the first of them.
+  CHECK(worker_to_name({{0, exit1}, {2, killed}, {1, W_EXITCODE(0, SIGTERM)}}) == 1);
 }
