@@ -22,17 +22,16 @@ namespace onnxdp {
 
 // Starts n workers running argv (argv[0] is replaced by this executable) and waits for them all.
 // Returns 0 when every worker exited 0, else the first failure's exit status (128 + signal for a
-// worker killed by a signal; of failures seen together, the one worker_to_name names), having said
-// on stderr which worker failed and how. grace_s: how long
-// the other workers may take to end on their own (they see the failed worker's sockets close)
-// before they are sent SIGTERM, then SIGKILL.
+// worker killed by a signal; of failures seen together, the one worker_to_name names), having
+// said on stderr which worker failed and how. grace_s: how long the other workers may take to end
+// on their own (they see the failed worker's sockets close) before they are sent SIGTERM, then
+// SIGKILL.
 int run_worker_processes(int n, const std::vector<std::string>& argv, double grace_s = 15.0);
 
 // Of workers that ended between two looks of run_worker_processes, as (worker, wait status) in
 // the order waitpid gave them, the one its report names: the first killed by a signal, else the
 // first that failed; -1 when all exited 0. (A worker whose peer is killed ends on its own with
-// status 1 within milliseconds, and waitpid gives the lower worker first: the killed one is the
-// cause.)
+// status 1 within milliseconds, and waitpid may give it first: the killed one is the cause.)
 int worker_to_name(const std::vector<std::pair<int, int>>& ended);
 
 // The world of a worker started by run_worker_processes: one replica per worker (local_replicas
