@@ -145,15 +145,16 @@ ONNXDP_AVX512 inline __m512 view(const Pick& pk, const float* plane) {
                                       _mm512_loadu_si512(pk.idx), _mm512_loadu_ps(plane + pk.b * V));
 }
 
-// y [n, M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV of images [n0, n1) = W [M, C * K] x the
-// taps' views of the image's C planes (+ bias). A tap's BV views are made once, then serve BM
-// output channels.
+// y [n, M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV of images [n0, n1) = W x the taps' views
+// of the image's C planes (+ bias), W tap-major ([C * K, M]: a tap's BM weights side by side, one
+// address register for all of them; with W [M, C * K] each row took one, and the loop ran out of
+// them: the cnn's 1 -> 8 forward 117-122 -> 126-130 GFLOP/s, its 8 -> 16 input gradient 154-163 ->
+// 165-175). A tap's BV views are made once, then serve BM output channels.
 template <int BM, int BV, bool Runs>
-ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv, int64_t C, Planes src,
+ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv, int64_t C, int64_t M, Planes src,
                                        int64_t x_image, const float* W, const float* bias, int64_t m0, int64_t v0,
                                        float* y, int64_t y_image, int64_t P, int64_t n0, int64_t n1) {
-  const int64_t CK = C * K;
-  const float* wm = W + m0 * CK;
+  const float* wm = W + m0;
   for (int64_t n = n0; n < n1; ++n) {
     __m512 acc[BM][BV];
 #pragma GCC unroll 8
@@ -166,10 +167,10 @@ ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv,
         __m512 x[BV];
 #pragma GCC unroll 4
         for (int j = 0; j < BV; ++j) x[j] = view<Runs>(picks[t * nv + v0 + j], plane);
-        const int64_t k = c * K + t;
+        const float* wk = wm + (c * K + t) * M;
 #pragma GCC unroll 8
         for (int i = 0; i < BM; ++i) {
-          const __m512 w = _mm512_set1_ps(wm[i * CK + k]);
+          const __m512 w = _mm512_set1_ps(wk[i]);
 #pragma GCC unroll 4
           for (int j = 0; j < BV; ++j) acc[i][j] = _mm512_fmadd_ps(w, x[j], acc[i][j]);
         }
@@ -201,11 +202,11 @@ ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv,
 // multiply-adds are spelled out as in forward_tile: through a shared inline helper both ran 3-5 %
 // slower.)
 template <int BM, int BN>
-ONNXDP_AVX512 inline void forward_tile_images(const Pick* picks, int64_t K, int64_t nv, int64_t C, Planes src,
-                                              int64_t x_image, const float* W, const float* bias, int64_t m0,
-                                              int64_t v, float* y, int64_t y_image, int64_t P, int64_t n0) {
-  const int64_t CK = C * K;
-  const float* wm = W + m0 * CK;
+ONNXDP_AVX512 inline void forward_tile_images(const Pick* picks, int64_t K, int64_t nv, int64_t C, int64_t M,
+                                              Planes src, int64_t x_image, const float* W, const float* bias,
+                                              int64_t m0, int64_t v, float* y, int64_t y_image, int64_t P,
+                                              int64_t n0) {
+  const float* wm = W + m0;
   __m512 acc[BM][BN];
 #pragma GCC unroll 8
   for (int i = 0; i < BM; ++i)
@@ -220,10 +221,10 @@ ONNXDP_AVX512 inline void forward_tile_images(const Pick* picks, int64_t K, int6
       __m512 x[BN];
 #pragma GCC unroll 4
       for (int j = 0; j < BN; ++j) x[j] = _mm512_maskz_loadu_ps(mask, at + j * x_image);
-      const int64_t k = c * K + t;
+      const float* wk = wm + (c * K + t) * M;
 #pragma GCC unroll 8
       for (int i = 0; i < BM; ++i) {
-        const __m512 w = _mm512_set1_ps(wm[i * CK + k]);
+        const __m512 w = _mm512_set1_ps(wk[i]);
 #pragma GCC unroll 4
         for (int j = 0; j < BN; ++j) acc[i][j] = _mm512_fmadd_ps(w, x[j], acc[i][j]);
       }
@@ -250,18 +251,19 @@ ONNXDP_AVX512 inline void forward_rows(const Views& s, int64_t C, int64_t M, Pla
   if (Runs && nv == 1) {
     const Pick* p = s.picks.data();
     int64_t n = n0;
-    for (; n + 3 <= n1; n += 3) forward_tile_images<BM, 3>(p, s.K, 1, C, src, x_image, W, bias, m0, 0, y, M * P, P, n);
-    for (; n < n1; ++n) forward_tile_images<BM, 1>(p, s.K, 1, C, src, x_image, W, bias, m0, 0, y, M * P, P, n);
+    for (; n + 3 <= n1; n += 3) forward_tile_images<BM, 3>(p, s.K, 1, C, M, src, x_image, W, bias, m0, 0, y, M * P, P, n);
+    for (; n < n1; ++n) forward_tile_images<BM, 1>(p, s.K, 1, C, M, src, x_image, W, bias, m0, 0, y, M * P, P, n);
     return;
   }
   int64_t v0 = 0;
   for (; v0 + 2 <= nv; v0 += 2)
-    forward_tile<BM, 2, Runs>(s.picks.data(), s.K, nv, C, src, x_image, W, bias, m0, v0, y, M * P, P, n0, n1);
+    forward_tile<BM, 2, Runs>(s.picks.data(), s.K, nv, C, M, src, x_image, W, bias, m0, v0, y, M * P, P, n0, n1);
   if (v0 < nv)
-    forward_tile<BM, 1, Runs>(s.picks.data(), s.K, nv, C, src, x_image, W, bias, m0, v0, y, M * P, P, n0, n1);
+    forward_tile<BM, 1, Runs>(s.picks.data(), s.K, nv, C, M, src, x_image, W, bias, m0, v0, y, M * P, P, n0, n1);
 }
 
-// Images [n0, n1) of src (x_image apart): y [n, M, dst] = W [M, C * K] x views of their planes.
+// Images [n0, n1) of src (x_image apart): y [n, M, dst] = W x views of their planes (W tap-major,
+// [C * K, M]).
 template <bool Runs>
 ONNXDP_AVX512 void forward_block(const Views& s, int64_t C, int64_t M, Planes src, int64_t x_image, const float* W,
                                  const float* bias, float* y, int64_t n0, int64_t n1) {
@@ -272,7 +274,7 @@ ONNXDP_AVX512 void forward_block(const Views& s, int64_t C, int64_t M, Planes sr
   if (M - m0 >= 1) forward_rows<1, Runs>(s, C, M, src, x_image, W, bias, m0, y, n0, n1);
 }
 
-// Images [n0, n1): y [n, M, dst] = W [M, C * K] x views of x [n, C, src] (+ bias). Planes of runs
+// Images [n0, n1): y [n, M, dst] = W [C * K, M] x views of x [n, C, src] (+ bias). Planes of runs
 // are read where they are, the rest one image at a time through whole-vector copies.
 ONNXDP_AVX512 void forward_images(const Views& s, int64_t C, int64_t M, const float* x, const float* W,
                                   const float* bias, float* y, int64_t n0, int64_t n1) {
@@ -283,6 +285,7 @@ ONNXDP_AVX512 void forward_images(const Views& s, int64_t C, int64_t M, const fl
                          y + n * M * s.dst_size, 0, 1);
 }
 
+// W tap-major: [C * K, M].
 void run_forward(const Views& s, const ConvChannels& ch, const float* x, const float* W, const float* bias,
                  float* y) {
   const int64_t work = ch.images * ch.out * s.dst_size * ch.in * s.K;
@@ -298,10 +301,13 @@ ONNXDP_AVX512 inline double lanes_sum(__m512 a) {
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
-// acc [i][j] += dy row i (at d, rows `pitch` apart) times view j, i < BM, j < BK.
-template <int BM, int BK>
+// acc [i][j] += dy row i (at d, rows `pitch` apart) times view j, i < BM, j < BK. Pitch: the
+// rows' pitch known when compiled (dy's rows one vector each: then one address register for all
+// of them, not one a row: the cnn's 8 -> 16 filter gradient 121-125 -> 127-135 GFLOP/s).
+template <int BM, int BK, int64_t Pitch = 0>
 ONNXDP_AVX512 __attribute__((always_inline)) inline void add_products(__m512 (&acc)[BM][BK], const float* d,
-                                                                      int64_t pitch, const __m512 (&xv)[BK]) {
+                                                                      int64_t row_pitch, const __m512 (&xv)[BK]) {
+  const int64_t pitch = Pitch ? Pitch : row_pitch;
 #pragma GCC unroll 8
   for (int i = 0; i < BM; ++i) {
     __m512 dv = _mm512_loadu_ps(d + i * pitch);
@@ -356,7 +362,7 @@ ONNXDP_AVX512 inline void filter_tile(const Pick* picks, int64_t K, int64_t nv, 
 // each image's vectors one after another, so a chunk's dy streams through once per tile of taps
 // (with v outside, each vector's pass walked the chunk's images again, and chunks longer than 16
 // images of 8x8 ran slower; the cnn's 1 -> 8 filter gradient: 93-96 -> 121-132 GFLOP/s).
-template <int BM, int BK, int NV>
+template <int BM, int BK, int NV, int64_t Pitch = 0>
 ONNXDP_AVX512 inline void filter_tile_runs(const Pick* picks, int64_t K, int64_t images, Planes x, int64_t x_image,
                                            Planes dy, int64_t dy_image, int64_t m0, int64_t k0, __m512* sums) {
   __m512 acc[BM][BK];
@@ -381,7 +387,7 @@ ONNXDP_AVX512 inline void filter_tile_runs(const Pick* picks, int64_t K, int64_t
       __m512 xv[BK];
 #pragma GCC unroll 4
       for (int j = 0; j < BK; ++j) xv[j] = _mm512_maskz_loadu_ps(mask[v][j], xn + a[v][j]);
-      add_products<BM, BK>(acc, dn + v * V, dy.pitch, xv);
+      add_products<BM, BK, Pitch>(acc, dn + v * V, dy.pitch, xv);
     }
   }
 #pragma GCC unroll 8
@@ -400,7 +406,10 @@ ONNXDP_AVX512 inline void filter_block(const Views& s, int64_t images, Planes x,
     static_assert(kSmallPlaneVectors == 4);
     const Pick* p = s.picks.data();
     switch (s.dst_vectors) {
-      case 1: filter_tile_runs<BM, BK, 1>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
+      case 1:  // one-vector planes: dy's rows are whole vectors side by side
+        if (dy.pitch == V) filter_tile_runs<BM, BK, 1, V>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums);
+        else filter_tile_runs<BM, BK, 1>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums);
+        break;
       case 2: filter_tile_runs<BM, BK, 2>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
       case 3: filter_tile_runs<BM, BK, 3>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
       default: filter_tile_runs<BM, BK, 4>(p, s.K, images, x, x_image, dy, dy_image, m0, k0, sums); break;
@@ -486,20 +495,26 @@ bool small_conv_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pas
          (pass != ConvPass::transpose && v->dst_size == V && ch.in <= kSmallPlaneWideInputs);
 }
 
+// The weights [out, in, K] tap-major, [in * K, out].
 void small_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
                         const float* bias, float* y) {
-  run_forward(*views_of(g, false), ch, x, w, bias, y);
+  const Views& s = *views_of(g, false);
+  const int64_t CK = ch.in * s.K;
+  std::vector<float> wt(size_t(ch.out * CK));
+  for (int64_t m = 0; m < ch.out; ++m)
+    for (int64_t k = 0; k < CK; ++k) wt[size_t(k * ch.out + m)] = w[m * CK + k];
+  run_forward(s, ch, x, wt.data(), bias, y);
 }
 
 // Conv's input gradient (and ConvTranspose): the same loops, over views of x in the output's
-// grid, with the weights [in, out, K] rearranged as [out, in * K].
+// grid, with the weights [in, out, K] rearranged tap-major as [in * K, out].
 void small_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
                           const float* bias, float* y) {
   const Views& s = *views_of(g, true);
   std::vector<float> wt(size_t(ch.out * ch.in * s.K));
   for (int64_t c = 0; c < ch.in; ++c)
     for (int64_t m = 0; m < ch.out; ++m)
-      std::copy_n(w + (c * ch.out + m) * s.K, s.K, wt.begin() + (m * ch.in + c) * s.K);
+      for (int64_t t = 0; t < s.K; ++t) wt[size_t((c * s.K + t) * ch.out + m)] = w[(c * ch.out + m) * s.K + t];
   run_forward(s, ch, x, wt.data(), bias, y);
 }
 
