@@ -82,9 +82,9 @@ double best_seconds(bool cold, const F& f) {
 }
 
 // A pass's hot GFLOP/s beside the sgemm figure taken just before it, three times; the round
-// whose ratio is the median. On a shared VM the figure alone moves 10-25 % within minutes (135-177
-// GFLOP/s in one hour of 2026-12-07), so one figure at the start measured later rows against
-// another machine state (bench/results/2026-12-07-kernels-status.md).
+// whose ratio is the median. On a shared VM the figure alone moves within minutes (109-205 GFLOP/s
+// within one run of 2026-12-07), so one figure at the start measured later rows against another
+// machine state (bench/results/2026-12-07-row-figure.md).
 struct Hot {
   double gflops, figure;
 };

@@ -148,8 +148,9 @@ ONNXDP_AVX512 inline __m512 view(const Pick& pk, const float* plane) {
 // y [n, M, P] rows m0.. m0 + BM, vectors v0.. v0 + BV of images [n0, n1) = W x the taps' views
 // of the image's C planes (+ bias), W tap-major ([C * K, M]: a tap's BM weights side by side, one
 // address register for all of them; with W [M, C * K] each row took one, and the loop ran out of
-// them: the cnn's 1 -> 8 forward 117-122 -> 126-130 GFLOP/s, its 8 -> 16 input gradient 154-163 ->
-// 165-175). A tap's BV views are made once, then serve BM output channels.
+// them: the cnn's 1 -> 8 forward 112-122 -> 117-130 GFLOP/s, its 8 -> 16 input gradient 149-163 ->
+// 161-175; bench/results/2026-12-07-row-figure.md). A tap's BV views are made once, then serve BM
+// output channels.
 template <int BM, int BV, bool Runs>
 ONNXDP_AVX512 inline void forward_tile(const Pick* picks, int64_t K, int64_t nv, int64_t C, int64_t M, Planes src,
                                        int64_t x_image, const float* W, const float* bias, int64_t m0, int64_t v0,
