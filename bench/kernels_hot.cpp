@@ -1,9 +1,9 @@
 // The CPU kernels of issue 25 alone: the convolution engine's three (exec/cpu/conv_gemm.h: its own
 // loops, oneDNN, the im2col engine, as each takes them) on resnet's shapes (batch 32, the
 // activations channel-blocked where a step keeps them so), the sample cnn's (batch 256), ConvNeXt's
-// 7x7 depthwise window and bench/depthwise.py's others ("dw"; batch 8); and the matrix products of
-// gpt_small's step (exec/cpu/blas.h, as MatMul, Gemm and FusedMatMul call them). Each shape runs
-// twice:
+// 7x7 depthwise window and bench/depthwise.py's others ("dw"; batch 8; "dw-blk" the same windows
+// blocked); and the matrix products of gpt_small's step (exec/cpu/blas.h, as MatMul, Gemm and
+// FusedMatMul call them). Each shape runs twice:
 //   hot   the same tensors again and again (best of 10 after 2 warm-ups): what the kernel does
 //         when its operands are in cache, as the sgemm figure is measured;
 //   cold  a 64 MB buffer written between calls, so the operands come from memory as they mostly
@@ -154,6 +154,14 @@ int main(int argc, char** argv) {
       {"dw", 8, 64, 28, 28, 64, 3, 1, 1, 64, false, false},
       {"dw", 8, 96, 56, 56, 96, 3, 1, 1, 96, false, false},
       {"dw", 8, 32, 112, 112, 32, 3, 1, 1, 32, false, false},
+      // The same windows blocked (graph/passes/block_channels.h keeps a depthwise window so where
+      // its neighbours are convolutions, BatchNormalizations, Relus and Adds: MobileNet's blocks).
+      {"dw-blk", 8, 96, 56, 56, 96, 7, 1, 3, 96, true, true},
+      {"dw-blk", 8, 384, 14, 14, 384, 7, 1, 3, 384, true, true},
+      {"dw-blk", 8, 64, 28, 28, 64, 5, 1, 2, 64, true, true},
+      {"dw-blk", 8, 64, 28, 28, 64, 3, 1, 1, 64, true, true},
+      {"dw-blk", 8, 96, 56, 56, 96, 3, 1, 1, 96, true, true},
+      {"dw-blk", 8, 32, 112, 112, 32, 3, 1, 1, 32, true, true},
   };
   std::printf("sgemm figure %.1f GFLOP/s at the start (512^3, one thread); each row's taken beside it\n",
               blas_sgemm_gflops(512));

@@ -8,6 +8,7 @@
 #include "exec/cpu/avx512.h"
 #include "exec/cpu/clones.h"  // split_rows
 #include "exec/cpu/scratch.h"
+#include "graph/passes/block_channels.h"
 
 namespace onnxdp {
 
@@ -379,12 +380,225 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
   }
 }
 
+// ---- the channel-blocked layout ---------------------------------------------------------------
+
+// x [N, C / 16, H, W, 16] (exec/cpu/blocked.h): a position's 16 channels are one vector, and a
+// depthwise window multiplies whole vectors, every lane a channel of its own. No lane is empty,
+// every load is of whole lines (where the tensor's start is aligned), and the plane's borders are loop bounds, not a padded copy.
+struct BlockedPlane {
+  int64_t SH, SW, OH, OW, KH, KW, ph, pw;
+};
+
+// Weights [C, K] (channel c's tap t at c * K + t) -> [C / 16, K, 16]; turned: tap K - 1 - t.
+std::vector<float> block_weights(const float* w, int64_t C, int64_t K, bool turned) {
+  std::vector<float> b(size_t(C * K));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t t = 0; t < K; ++t) b[size_t(((c / V) * K + t) * V + c % V)] = w[c * K + (turned ? K - 1 - t : t)];
+  return b;
+}
+
+// One kernel row's taps into P outputs of a row: acc[p] += x (q0 + p + j) w (j), j < KW, x being
+// the input row (W vectors), zero outside it. Each input vector is loaded once and meets the KW
+// outputs it reaches (KW multiply-adds a load), the row's KW weight vectors held in registers.
+template <int KW, int P>
+ONNXDP_AVX512 __attribute__((always_inline)) inline void blocked_row_taps(const float* x, int64_t W, int64_t q0,
+                                                                          const float* w, __m512 (&acc)[P]) {
+  __m512 wv[KW];
+#pragma GCC unroll 8
+  for (int j = 0; j < KW; ++j) wv[j] = _mm512_loadu_ps(w + j * V);
+#pragma GCC unroll 32
+  for (int q = 0; q < P + KW - 1; ++q) {
+    const int64_t c = q0 + q;
+    if (c < 0 || c >= W) continue;
+    __m512 xv = _mm512_loadu_ps(x + c * V);
+    __asm__("" : "+v"(xv));  // one load for the KW multiply-adds
+#pragma GCC unroll 8
+    for (int j = 0; j < KW; ++j)
+      if (q - j >= 0 && q - j < P) acc[q - j] = _mm512_fmadd_ps(xv, wv[j], acc[q - j]);
+  }
+}
+
+// One channel block's plane: y (oh, ow) = bias + sum over i < KH, j < KW of x (oh + i - ph, ow + j - pw) w (i, j),
+// in tiles of P outputs of a row (the last tile's extra outputs computed, not stored).
+template <int KW>
+ONNXDP_AVX512 void blocked_forward_plane(const BlockedPlane& p, const float* x, const float* w, const float* b, float* y) {
+  constexpr int P = 14;  // 14 sums, KW weights and the input vector: at most 22 registers
+  const __m512 bias = b ? _mm512_loadu_ps(b) : _mm512_setzero_ps();
+  for (int64_t oh = 0; oh < p.OH; ++oh)
+    for (int64_t ow0 = 0; ow0 < p.OW; ow0 += P) {
+      __m512 acc[P];
+#pragma GCC unroll 16
+      for (int q = 0; q < P; ++q) acc[q] = bias;
+      for (int64_t i = 0; i < p.KH; ++i)
+        if (const int64_t ih = oh + i - p.ph; ih >= 0 && ih < p.SH)
+          blocked_row_taps<KW, P>(x + ih * p.SW * V, p.SW, ow0 - p.pw, w + i * KW * V, acc);
+      const int64_t n = std::min<int64_t>(P, p.OW - ow0);
+      float* out = y + (oh * p.OW + ow0) * V;
+#pragma GCC unroll 16
+      for (int q = 0; q < P; ++q)
+        if (q < n) _mm512_storeu_ps(out + q * V, acc[q]);
+    }
+}
+
+// Blocked x [N, C, SH, SW] -> blocked y [N, C, OH, OW] with blocked weights wb [C / 16, K, 16].
+void run_blocked_forward(const BlockedPlane& p, const ConvChannels& ch, const float* x, const float* wb,
+                         const float* bias, float* y) {
+  const int64_t CB = ch.groups / V, K = p.KH * p.KW, planes = ch.images * CB;
+  split_rows(planes, planes * p.OH * p.OW * V * K > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t cb = t % CB;
+      const float* b = bias ? bias + cb * V : nullptr;
+      const float* xp = x + t * p.SH * p.SW * V;
+      float* yp = y + t * p.OH * p.OW * V;
+      const float* wp = wb + cb * K * V;
+      if (p.KW == 3) blocked_forward_plane<3>(p, xp, wp, b, yp);
+      if (p.KW == 5) blocked_forward_plane<5>(p, xp, wp, b, yp);
+      if (p.KW == 7) blocked_forward_plane<7>(p, xp, wp, b, yp);
+    }
+  });
+}
+
+// Kernel rows a pass of the filter gradient sums at once (Rows x KW sums in registers, two dy
+// vectors, an x vector): a 3-row window's all in one pass over the planes, 5 columns 3 rows (3 + 2),
+// 7 columns 2 (2 + 2 + 2 + 1). More rows a pass ran slower on this machine (5x5 on 28x28 with all
+// five: 77-89 GFLOP/s against 100-124; 7x7 with three: 85-89 against 102-120 on 14x14).
+constexpr int max_rows(int KW) { return KW == 3 ? 8 : KW == 5 ? 3 : 2; }
+
+// Outputs [ow0, ow1) of dy's row d against Rows rows of x (x[r]; a row outside the plane is a row
+// of zeros): acc[r][j] += x_r (ow + j - pw) dy (ow). Checked: some taps fall outside x's row (its
+// ends), one output at a time (two at a time there, each load checked, ran no faster). Else two
+// at a time: each x vector loaded once meets both dy vectors (KW + 1 loads for 2 KW multiply-adds
+// a row).
+template <int KW, int Rows, bool Checked>
+ONNXDP_AVX512 __attribute__((always_inline)) inline void blocked_filter_segment(__m512 (&acc)[Rows][KW],
+                                                                                const float* const (&x)[Rows],
+                                                                                const float* d, int64_t ow0, int64_t ow1,
+                                                                                int64_t pw, int64_t W) {
+  int64_t ow = ow0;
+  if (!Checked)
+    for (; ow + 2 <= ow1; ow += 2) {
+      __m512 d0 = _mm512_loadu_ps(d + ow * V), d1 = _mm512_loadu_ps(d + (ow + 1) * V);
+      __asm__("" : "+v"(d0), "+v"(d1));
+#pragma GCC unroll 8
+      for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 8
+        for (int q = 0; q <= KW; ++q) {
+          __m512 xv = _mm512_loadu_ps(x[r] + (ow + q - pw) * V);
+          __asm__("" : "+v"(xv));
+          if (q < KW) acc[r][q] = _mm512_fmadd_ps(xv, d0, acc[r][q]);
+          if (q >= 1) acc[r][q - 1] = _mm512_fmadd_ps(xv, d1, acc[r][q - 1]);
+        }
+    }
+  for (; ow < ow1; ++ow) {
+    __m512 dv = _mm512_loadu_ps(d + ow * V);
+    __asm__("" : "+v"(dv));
+#pragma GCC unroll 8
+    for (int j = 0; j < KW; ++j) {
+      const int64_t c = ow + j - pw;
+      if (Checked && (c < 0 || c >= W)) continue;
+#pragma GCC unroll 8
+      for (int r = 0; r < Rows; ++r) acc[r][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x[r] + c * V), dv, acc[r][j]);
+    }
+  }
+}
+
+// The float sums acc[r][j] added to sums (r * KW + j) [16] (double), and cleared.
+template <int KW, int Rows>
+ONNXDP_AVX512 inline void blocked_flush(__m512 (&acc)[Rows][KW], double* sums) {
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < KW; ++j) {
+      double* s = sums + (r * KW + j) * V;
+      const __m512 a = acc[r][j];
+      _mm512_storeu_pd(s, _mm512_add_pd(_mm512_loadu_pd(s), _mm512_cvtps_pd(_mm512_castps512_ps256(a))));
+      const __m256 up = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+      _mm512_storeu_pd(s + V / 2, _mm512_add_pd(_mm512_loadu_pd(s + V / 2), _mm512_cvtps_pd(up)));
+      acc[r][j] = _mm512_setzero_ps();
+    }
+}
+
+// Kernel rows [i0, i0 + Rows) of one channel block's dw, from one image's planes xp and dp, added
+// to sums [K, 16] (double): each lane sums at most kDepthwiseChunkTerms terms in float (whole rows
+// of dy where they are short, or parts of one), then adds them in double, in order.
+template <int KW, int Rows>
+ONNXDP_AVX512 void blocked_filter_rows(const BlockedPlane& p, const float* xp, const float* dp, const float* zeros,
+                                       int64_t i0, double* sums) {
+  // The columns whose taps all fall inside x's row.
+  const int64_t lo = std::min(p.OW, p.pw), hi = std::max(lo, std::min(p.OW, p.SW - KW + 1 + p.pw));
+  __m512 acc[Rows][KW];
+  int64_t terms = 0;
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < KW; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t oh = 0; oh < p.OH; ++oh) {
+    const int64_t ih = oh + i0 - p.ph;
+    if (ih + Rows <= 0 || ih >= p.SH) continue;  // every row outside the plane
+    const float* xr[Rows];
+    for (int r = 0; r < Rows; ++r) xr[r] = ih + r >= 0 && ih + r < p.SH ? xp + (ih + r) * p.SW * V : zeros;
+    const float* d = dp + oh * p.OW * V;
+    for (int64_t s0 = 0; s0 < p.OW; s0 += kDepthwiseChunkTerms) {
+      const int64_t s1 = std::min(p.OW, s0 + kDepthwiseChunkTerms), a = std::clamp(lo, s0, s1),
+                    b = std::clamp(hi, s0, s1);
+      if (terms + (s1 - s0) > kDepthwiseChunkTerms) blocked_flush<KW, Rows>(acc, sums + i0 * KW * V), terms = 0;
+      blocked_filter_segment<KW, Rows, true>(acc, xr, d, s0, a, p.pw, p.SW);
+      blocked_filter_segment<KW, Rows, false>(acc, xr, d, a, b, p.pw, p.SW);
+      blocked_filter_segment<KW, Rows, true>(acc, xr, d, b, s1, p.pw, p.SW);
+      terms += s1 - s0;
+    }
+  }
+  blocked_flush<KW, Rows>(acc, sums + i0 * KW * V);
+}
+
+// Kernel rows [i0, i0 + rows) by the instance of blocked_filter_rows with Rows = rows.
+template <int KW, int Rows = max_rows(KW)>
+ONNXDP_AVX512 void blocked_filter_pass(int64_t rows, const BlockedPlane& p, const float* xp, const float* dp,
+                                       const float* zeros, int64_t i0, double* sums) {
+  if (rows == Rows) return blocked_filter_rows<KW, Rows>(p, xp, dp, zeros, i0, sums);
+  if constexpr (Rows > 1) blocked_filter_pass<KW, Rows - 1>(rows, p, xp, dp, zeros, i0, sums);
+}
+
+// One channel block's dw, image by image (its planes stay in cache across the passes).
+template <int KW>
+ONNXDP_AVX512 void blocked_filter_block(const BlockedPlane& p, int64_t N, int64_t CB, int64_t cb, const float* x,
+                                        const float* dy, const float* zeros, double* sums) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xp = x + (n * CB + cb) * p.SH * p.SW * V;
+    const float* dp = dy + (n * CB + cb) * p.OH * p.OW * V;
+    for (int64_t i0 = 0; i0 < p.KH; i0 += max_rows(KW))
+      blocked_filter_pass<KW>(std::min<int64_t>(max_rows(KW), p.KH - i0), p, xp, dp, zeros, i0, sums);
+  }
+}
+
+// dw [C, K] from blocked x and dy; a channel block's sums on one thread, so dw is the same on any
+// number of threads.
+void run_blocked_filter_grad(const BlockedPlane& p, const ConvChannels& ch, const float* x, const float* dy,
+                             float* dw) {
+  const int64_t CB = ch.groups / V, K = p.KH * p.KW;
+  split_rows(CB, ch.images * ch.groups * p.OH * p.OW * K > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
+    std::vector<float> zeros(size_t(p.SW * V), 0.f);
+    std::vector<double> sums(size_t(K * V));
+    for (int64_t cb = lo; cb < hi; ++cb) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      if (p.KW == 3) blocked_filter_block<3>(p, ch.images, CB, cb, x, dy, zeros.data(), sums.data());
+      if (p.KW == 5) blocked_filter_block<5>(p, ch.images, CB, cb, x, dy, zeros.data(), sums.data());
+      if (p.KW == 7) blocked_filter_block<7>(p, ch.images, CB, cb, x, dy, zeros.data(), sums.data());
+      for (int64_t t = 0; t < K; ++t)
+        for (int64_t l = 0; l < V; ++l) dw[(cb * V + l) * K + t] = float(sums[size_t(t * V + l)]);
+    }
+  });
+}
+
 }  // namespace
 
 bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass) {
-  if (!cpu_has_avx512() || ch.in_blocked || ch.out_blocked || ch.in != 1 || ch.out != 1 || ch.groups < 1 ||
-      ch.images < 1 || g.iter.size() != 2)
+  if (!cpu_has_avx512() || ch.in != 1 || ch.out != 1 || ch.groups < 1 || ch.images < 1 || g.iter.size() != 2 ||
+      g.iter[0] < 1 || g.iter[1] < 1 || g.bound[0] < 1 || g.bound[1] < 1)
     return false;
+  if (ch.in_blocked || ch.out_blocked)
+    return ch.in_blocked && ch.out_blocked && ch.groups % V == 0 &&
+           blocked_depthwise_window(g.kernel, g.strides, g.dilations, g.pad_begin);
   for (size_t d = 0; d < 2; ++d)
     if (g.strides[d] != 1 || g.dilations[d] != 1 || g.pad_begin[d] < 0 || g.pad_begin[d] >= g.kernel[d] ||
         g.iter[d] < 1 || g.bound[d] < 1)
@@ -402,6 +616,10 @@ bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass
 
 void depthwise_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
                             const float* bias, float* y) {
+  if (ch.in_blocked) {
+    const BlockedPlane p{g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]};
+    return run_blocked_forward(p, ch, x, block_weights(w, ch.groups, p.KH * p.KW, false).data(), bias, y);
+  }
   const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
   run_forward(p, ch, x, w, bias, y);
 }
@@ -411,6 +629,10 @@ void depthwise_conv_forward(const ConvWindows& g, const ConvChannels& ch, const 
 void depthwise_conv_transpose(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
                               const float* bias, float* y) {
   const int64_t KH = g.kernel[0], KW = g.kernel[1], K = KH * KW;
+  if (ch.in_blocked) {
+    const BlockedPlane p{g.iter[0], g.iter[1], g.bound[0], g.bound[1], KH, KW, KH - 1 - g.pad_begin[0], KW - 1 - g.pad_begin[1]};
+    return run_blocked_forward(p, ch, x, block_weights(w, ch.groups, K, true).data(), bias, y);
+  }
   const Plane p(g.iter[0], g.iter[1], g.bound[0], g.bound[1], KH, KW, KH - 1 - g.pad_begin[0], KW - 1 - g.pad_begin[1]);
   std::vector<float> turned(size_t(ch.groups * K));
   for (int64_t c = 0; c < ch.groups; ++c)
@@ -420,6 +642,10 @@ void depthwise_conv_transpose(const ConvWindows& g, const ConvChannels& ch, cons
 
 void depthwise_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy,
                                 float* dw) {
+  if (ch.in_blocked) {
+    const BlockedPlane p{g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]};
+    return run_blocked_filter_grad(p, ch, x, dy, dw);
+  }
   const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
   const int64_t C = ch.groups, work = ch.images * C * p.OH * p.OW * p.KH * p.KW;
   split_rows(C, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {

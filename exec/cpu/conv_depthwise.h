@@ -25,6 +25,15 @@
 // take one. Each lane sums at most kDepthwiseChunkTerms terms in float, then adds them in double,
 // chunk by chunk in order; a channel's sums run on one thread, so dw is the same on any number of
 // threads.
+//
+// Blocked (both x and y, or x and dy, in exec/cpu/blocked.h's layout, where
+// graph/passes/block_channels.h keeps a depthwise window's neighbours so): every lane a channel,
+// a position's 16 channels one vector. Forward: tiles of 14 outputs of a row, each input vector
+// loaded once for the KW taps that reach it; the plane's borders are loop bounds (no padded
+// copy, no masks). Filter gradient: a few kernel rows' taps a pass (all of a 3x3's), two dy
+// vectors at a time meeting each x vector once, float sums of at most kDepthwiseChunkTerms terms
+// added in double, one thread a channel block. Any row length, 3, 5 or 7 kernel columns, at most
+// 16 rows, the channels a multiple of 16.
 #pragma once
 #include <cstdint>
 
@@ -35,10 +44,11 @@ namespace onnxdp {
 // The filter gradient's chunks: each lane sums at most this many terms in float.
 inline constexpr int64_t kDepthwiseChunkTerms = 64;
 
-// Whether these loops take a call: an AVX-512F CPU, plain tensors, one input and one output channel
-// per group, a 2-D window of unit strides and dilations with 3, 5 or 7 kernel rows, at most 16
-// kernel columns, padding smaller than the kernel, and the pass's output rows at least 12 columns
-// wide (the filter gradient's: dy's; 28 for a 3-row window's filter gradient).
+// Whether these loops take a call: an AVX-512F CPU, one input and one output channel per group, a
+// 2-D window of unit strides and dilations, padding smaller than the kernel, and either plain
+// tensors with 3, 5 or 7 kernel rows, at most 16 kernel columns and the pass's output rows at
+// least 12 columns wide (the filter gradient's: dy's; 28 for a 3-row window's filter gradient), or
+// both sides blocked (blocked_depthwise_window, channels a multiple of 16).
 bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass);
 
 // As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), where

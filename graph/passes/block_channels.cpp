@@ -26,13 +26,37 @@ bool same_shapes(const Graph& g, const Node& n) {
   return true;
 }
 
+// A depthwise node (Conv, ConvTranspose, ConvGradFilter) whose window the blocked loops take:
+// x and the other activation (y, or the filter gradient's dy) of one channel count, the group.
+// Explicit pads only (the gradients' nodes have them; an imported auto_pad stays plain).
+bool blocked_depthwise(const Graph& g, const Node& n) {
+  const Shape& x = g.value(n.inputs[0]).shape;
+  const ValueId other = n.op == Op::ConvGradFilter ? n.inputs[1] : n.outputs[0];
+  const std::string auto_pad = n.has("auto_pad") ? n.s("auto_pad") : "NOTSET";
+  if (x.size() != 4 || n.inputs.size() < 2 || other == kNoValue || x[1] != n.i("group") ||
+      g.value(other).shape.size() != 4 || g.value(other).shape[1] != x[1] || auto_pad != "NOTSET" ||
+      n.has("output_shape"))
+    return false;
+  std::vector<int64_t> kernel;
+  if (n.has("kernel_shape")) kernel = n.ints("kernel_shape");
+  else if (n.op != Op::ConvGradFilter) kernel.assign(g.value(n.inputs[1]).shape.begin() + 2, g.value(n.inputs[1]).shape.end());
+  const std::vector<int64_t> pads = n.ints_or("pads", std::vector<int64_t>(4, 0));
+  if (kernel.size() != 2 || pads.size() != 4) return false;
+  return blocked_depthwise_window(kernel, n.ints_or("strides", {1, 1}), n.ints_or("dilations", {1, 1}),
+                                  {pads[0], pads[1]});
+}
+
 Role role(const Graph& g, const Node& n, bool input, int k) {
   switch (n.op) {
+    // Of one group: oneDNN runs either layout on each side. Depthwise: the blocked loops take both
+    // sides blocked or neither.
     case Op::Conv:
     case Op::ConvTranspose:
-      return n.i("group") == 1 && k == 0 ? Role::free : Role::refuses;
+      if (k != 0) return Role::refuses;
+      return n.i("group") == 1 ? Role::free : blocked_depthwise(g, n) ? Role::tied : Role::refuses;
     case Op::ConvGradFilter:
-      return n.i("group") == 1 && input ? Role::free : Role::refuses;
+      if (!input) return Role::refuses;
+      return n.i("group") == 1 ? Role::free : blocked_depthwise(g, n) ? Role::tied : Role::refuses;
     case Op::BatchNormalization:
       return k == 0 ? Role::tied : Role::refuses;
     case Op::BatchNormalizationGrad:
@@ -57,6 +81,14 @@ struct Groups {
 };
 
 }  // namespace
+
+bool blocked_depthwise_window(const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                              const std::vector<int64_t>& dilations, const std::vector<int64_t>& pad_begin) {
+  if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2 || pad_begin.size() != 2) return false;
+  for (size_t d = 0; d < 2; ++d)
+    if (strides[d] != 1 || dilations[d] != 1 || pad_begin[d] < 0 || pad_begin[d] >= kernel[d]) return false;
+  return kernel[0] >= 1 && kernel[0] <= 16 && (kernel[1] == 3 || kernel[1] == 5 || kernel[1] == 7);
+}
 
 bool blocked_input(const Node& n, int k) { return listed(n, kBlockedInputs, k); }
 bool blocked_output(const Node& n, int k) { return listed(n, kBlockedOutputs, k); }

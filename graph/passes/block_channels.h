@@ -15,11 +15,16 @@
 //     not a graph output nor a value kept for after the run (`keep`);
 //   - is read and written only by the ops above, or as the activation of Conv, ConvTranspose or
 //     ConvGradFilter of one group, which oneDNN runs in this layout (a Conv may read one layout and
-//     write the other).
+//     write the other), or of a depthwise window that exec/cpu/conv_depthwise.h's blocked loops
+//     take (blocked_depthwise_window; both its activations tied, blocked or plain together).
 // A group with any other reader (a pool, a Reshape, the data-parallel BatchNormalization's
 // ordinary ops) stays plain. Running on the finished graph (after the fusions), the pass changes
-// no value: each kernel computes what it computes on plain tensors, bit for bit
-// (tests/graph/test_block_channels.cpp).
+// no value but the depthwise windows': each other kernel computes what it computes on plain
+// tensors, bit for bit; the blocked depthwise loops sum each channel's taps in another order than
+// the plain ones, within float rounding (tests/graph/test_block_channels.cpp). Blocked, a
+// MobileNet-style depthwise window runs with every lane of a vector a channel: on this repo's
+// Intel VM 1.3-1.6x the plain loops' speed forward and 1.2-1.6x in the filter gradient
+// (bench/results/2026-12-07-blocked-depthwise.md).
 #pragma once
 #include <vector>
 
@@ -33,6 +38,13 @@ inline constexpr const char* kBlockedOutputs = "blocked_outputs";
 // Whether node n reads its input k / writes its output k in the blocked layout.
 bool blocked_input(const Node& n, int k);
 bool blocked_output(const Node& n, int k);
+
+// Whether a depthwise window (one input and one output channel a group, the channels a multiple
+// of 16) runs in the blocked layout: exec/cpu/conv_depthwise.h's blocked loops take it. 2-D, unit
+// strides and dilations, 3, 5 or 7 kernel columns and at most 16 rows, each side's leading padding
+// smaller than the kernel.
+bool blocked_depthwise_window(const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                              const std::vector<int64_t>& dilations, const std::vector<int64_t>& pad_begin);
 
 // Marks the groups above; returns how many values it blocked.
 int block_channels(Graph& g, const std::vector<ValueId>& keep = {});

@@ -1,12 +1,17 @@
 // Which convolutions the AVX-512 depthwise loops take (exec/cpu/conv_depthwise.h): on an AVX-512
 // CPU, ConvNeXt's 7x7 and MobileNet's 3x3 depthwise windows at stride 1 (the 3x3's filter
 // gradient on rows of 28 columns or more); never a strided or dilated window, a depth multiplier,
-// blocked tensors, a 1-D or 3-D window, or rows of fewer than 12 columns. Their values are the
-// engine tests' (tests/ops/conv_reference.h: the "depthwise loops" cases, and the infinity case in
-// tests/ops/test_grad.cpp); below, that they read nothing past their tensors.
+// one side blocked and the other not, a 1-D or 3-D window, or plain rows of fewer than 12 columns.
+// The plain loops' values are the engine tests' (tests/ops/conv_reference.h: the "depthwise loops"
+// cases, and the infinity case in tests/ops/test_grad.cpp); the blocked loops' are checked below
+// against a loop in double. Below too: that they read nothing past their tensors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <vector>
+
+#include "exec/cpu/blocked.h"
+#include "exec/cpu/threads.h"
 
 #include "exec/cpu/conv_depthwise.h"
 #include "tests/exec/guarded.h"
@@ -45,7 +50,14 @@ TEST_CASE("depthwise loops: they take ConvNeXt's 7x7 and MobileNet's 3x3 at stri
     // A depth multiplier of 2, a grouped window, blocked tensors.
     CHECK_FALSE(depthwise_takes(g3, {8, 64, 1, 2}, pass));
     CHECK_FALSE(depthwise_takes(g3, {8, 16, 4, 4}, pass));
-    CHECK_FALSE(depthwise_takes(g3, {8, 64, 1, 1, true, true}, pass));
+    CHECK_FALSE(depthwise_takes(g3, {8, 64, 1, 1, true, false}, pass));
+    CHECK_FALSE(depthwise_takes(g3, {8, 64, 1, 1, false, true}, pass));
+    // Blocked on both sides: channels a multiple of 16, 3, 5 or 7 kernel columns, any row length.
+    CHECK(depthwise_takes(g3, {8, 64, 1, 1, true, true}, pass) == cpu);
+    CHECK(depthwise_takes(square(6, 6, 7, 1, 3), {32, 16, 1, 1, true, true}, pass) == cpu);
+    CHECK_FALSE(depthwise_takes(square(6, 6, 7, 1, 3), {32, 24, 1, 1, true, true}, pass));
+    CHECK_FALSE(depthwise_takes(square(56, 28, 3, 2, 1), {8, 64, 1, 1, true, true}, pass));
+    CHECK_FALSE(depthwise_takes(square(28, 28, 9, 1, 4), {8, 64, 1, 1, true, true}, pass));
     // Strides, dilations, kernels of other heights, padding as wide as the kernel.
     CHECK_FALSE(depthwise_takes(square(56, 28, 3, 2, 1), {8, 64, 1, 1}, pass));
     CHECK_FALSE(depthwise_takes(square(28, 24, 3, 1, 0, 2), {8, 64, 1, 1}, pass));
@@ -99,4 +111,95 @@ TEST_CASE("depthwise loops: no read past x's or dy's end") {
     CHECK(dx == dx_guarded);
     CHECK(dw == dw_guarded);
   }
+}
+
+namespace {
+
+struct BlockedCase {
+  int64_t N, C, SH, SW, KH, KW, ph, pw, pe_h, pe_w;
+};
+
+// The three passes of a depthwise window on plain [N, C, H, W] tensors, in double.
+struct Naive {
+  const BlockedCase& s;
+  int64_t OH, OW;
+  explicit Naive(const BlockedCase& c)
+      : s(c), OH(c.SH + c.ph + c.pe_h - c.KH + 1), OW(c.SW + c.pw + c.pe_w - c.KW + 1) {}
+  // f(n, c, oh, ow, ih, iw, tap) for every tap inside the plane.
+  template <class F>
+  void taps(const F& f) const {
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t c = 0; c < s.C; ++c)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow)
+            for (int64_t i = 0; i < s.KH; ++i)
+              for (int64_t j = 0; j < s.KW; ++j) {
+                const int64_t ih = oh + i - s.ph, iw = ow + j - s.pw;
+                if (ih >= 0 && ih < s.SH && iw >= 0 && iw < s.SW)
+                  f(((n * s.C + c) * OH + oh) * OW + ow, ((n * s.C + c) * s.SH + ih) * s.SW + iw, c * s.KH * s.KW + i * s.KW + j, c);
+              }
+  }
+};
+
+void check_near(const std::vector<float>& got, const std::vector<double>& want, double tolerance) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]) / (1.0 + std::abs(want[i])));
+  CHECK(worst < tolerance);
+}
+
+}  // namespace
+
+// The blocked loops (both sides in exec/cpu/blocked.h's layout) against a loop in double, on
+// tiles cut short (rows of 13 and 70 outputs against tiles of 14), windows mostly padding (7x7 on
+// 6x6), one-row kernels, uneven pads and a dy row longer than one float sum's terms (70 > 64), on 1
+// and 2 threads, and on tensors that end at a page that cannot be read.
+TEST_CASE("depthwise loops, blocked layout: forward, input and filter gradients against a loop in double") {
+  if (!avx512()) return;
+  const int threads_before = cpu_threads();
+  for (const BlockedCase& s : {BlockedCase{2, 32, 9, 13, 3, 3, 1, 1, 1, 1}, BlockedCase{1, 16, 15, 29, 7, 5, 3, 2, 2, 1},
+                               BlockedCase{2, 16, 6, 6, 7, 7, 3, 3, 3, 3}, BlockedCase{1, 16, 4, 70, 1, 3, 0, 1, 0, 1},
+                               BlockedCase{3, 16, 12, 20, 5, 7, 0, 6, 4, 0}}) {
+    CAPTURE(s.SH);
+    CAPTURE(s.SW);
+    CAPTURE(s.KH);
+    CAPTURE(s.KW);
+    const Naive ref(s);
+    ConvWindows g;
+    g.iter = {ref.OH, ref.OW}, g.bound = {s.SH, s.SW}, g.kernel = {s.KH, s.KW};
+    g.strides = {1, 1}, g.dilations = {1, 1}, g.pad_begin = {s.ph, s.pw};
+    const ConvChannels ch{s.N, s.C, 1, 1, true, true};
+    for (ConvPass pass : {ConvPass::forward, ConvPass::transpose, ConvPass::filter_grad})
+      REQUIRE(depthwise_takes(g, ch, pass));
+    const int64_t X = s.N * s.C * s.SH * s.SW, Y = s.N * s.C * ref.OH * ref.OW, S = s.SH * s.SW, P = ref.OH * ref.OW;
+    const std::vector<float> x = ramp(X, 0.01f), dy = ramp(Y, 0.02f), w = ramp(s.C * s.KH * s.KW, 0.03f),
+                             bias = ramp(s.C, 0.5f);
+    std::vector<double> y_want(static_cast<size_t>(Y)), dx_want(static_cast<size_t>(X)), dw_want(w.size());
+    for (int64_t i = 0; i < Y; ++i) y_want[size_t(i)] = bias[size_t(i / P % s.C)];
+    for (int64_t i = 0; i < X; ++i) dx_want[size_t(i)] = bias[size_t(i / S % s.C)];
+    ref.taps([&](int64_t o, int64_t in, int64_t t, int64_t) {
+      y_want[size_t(o)] += double(x[size_t(in)]) * w[size_t(t)];
+      dx_want[size_t(in)] += double(dy[size_t(o)]) * w[size_t(t)];
+      dw_want[size_t(t)] += double(x[size_t(in)]) * dy[size_t(o)];
+    });
+    std::vector<float> xb(x.size()), dyb(dy.size());
+    plain_to_blocked(x.data(), xb.data(), s.N, s.C, S);
+    plain_to_blocked(dy.data(), dyb.data(), s.N, s.C, P);
+    const Guarded gx(xb), gdy(dyb);
+    for (int threads : {1, 2}) {
+      CAPTURE(threads);
+      set_cpu_threads(threads);
+      std::vector<float> yb(dy.size()), y(dy.size()), dxb(x.size()), dx(x.size()), dw(w.size());
+      depthwise_conv_forward(g, ch, gx.data, w.data(), bias.data(), yb.data());
+      blocked_to_plain(yb.data(), y.data(), s.N, s.C, P);
+      check_near(y, y_want, 1e-5);
+      depthwise_conv_transpose(g, ch, gdy.data, w.data(), bias.data(), dxb.data());
+      blocked_to_plain(dxb.data(), dx.data(), s.N, s.C, S);
+      check_near(dx, dx_want, 1e-5);
+      depthwise_conv_filter_grad(g, ch, gx.data, gdy.data, dw.data());
+      check_near(dw, dw_want, 1e-5);
+    }
+  }
+  set_cpu_threads(threads_before);
 }
