@@ -3,7 +3,12 @@
 
 Each model is one depthwise Conv (ConvNeXt's 7x7, MobileNet's 3x3 at strides 2 and 1
 (MobileNetV2's 32 channels on 112x112 among them), a 5x5) followed by a
-mean over the image and a Linear to 10 classes; AdamW, batch 8. Writes model.onnx and data.npz per
+mean over the image and a Linear to 10 classes; AdamW, batch 8. The "mbv2_*" models are two
+MobileNetV2 inverted residual blocks instead (1x1 expansion to 6x the channels, BatchNorm, ReLU6,
+the depthwise window, BatchNorm, ReLU6, 1x1 projection, BatchNorm, the residual Add): there onnxdp
+keeps the activations in its channel-blocked layout around the depthwise windows
+(graph/passes/block_channels.h), where the single-Conv models read theirs from the data (plain).
+Writes model.onnx and data.npz per
 shape to --work, times PyTorch eager's whole step (minimum of 10, after 3 warm-up steps) and its
 convolution ops (torch.profiler), and prints the onnxdp command that profiles the same model:
 its `--profile` table gives Conv and ConvGradFilter per shape. Informational, never a test.
@@ -27,7 +32,12 @@ SHAPES = [  # name, channels, window, image side, stride
     ("dw3_112", 32, 3, 112, 1),
     ("dw5_28", 64, 5, 28, 1),
 ]
+BLOCKS = [  # name, channels, window, image side: two inverted residual blocks of 6x expansion
+    ("mbv2_3x3_28", 32, 3, 28),
+    ("mbv2_5x5_14", 64, 5, 14),
+]
 BATCH = 8
+SHAPES_BY_NAME = [(s[0], s) for s in SHAPES]
 
 
 class Depthwise(nn.Module):
@@ -40,19 +50,51 @@ class Depthwise(nn.Module):
         return self.fc(self.dw(x).mean(dim=(2, 3)))
 
 
+class InvertedResidual(nn.Module):
+    def __init__(self, channels, window):
+        super().__init__()
+        wide = 6 * channels
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, wide, 1, bias=False), nn.BatchNorm2d(wide), nn.ReLU6(),
+            nn.Conv2d(wide, wide, window, padding=window // 2, groups=wide, bias=False), nn.BatchNorm2d(wide),
+            nn.ReLU6(), nn.Conv2d(wide, channels, 1, bias=False), nn.BatchNorm2d(channels))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class Blocks(nn.Module):
+    def __init__(self, channels, window):
+        super().__init__()
+        self.blocks = nn.Sequential(InvertedResidual(channels, window), InvertedResidual(channels, window))
+        self.fc = nn.Linear(channels, 10)
+
+    def forward(self, x):
+        return self.fc(self.blocks(x).mean(dim=(2, 3)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, help="folder for the models and data")
+    ap.add_argument("--only", nargs="*", help="these models alone (names as listed in SHAPES and BLOCKS)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    for name, c, k, side, stride in SHAPES:
+    models = [(name, c, k, side, lambda c=c, k=k, s=stride: Depthwise(c, k, s)) for name, c, k, side, stride in SHAPES]
+    models += [(name, c, k, side, lambda c=c, k=k: Blocks(c, k)) for name, c, k, side in BLOCKS]
+    for name, c, k, side, make in models:
+        if args.only and name not in args.only:
+            continue
         d = os.path.join(args.work, name)
         os.makedirs(d, exist_ok=True)
         torch.manual_seed(0)
-        m = Depthwise(c, k, stride)
+        m = make()
         x = torch.randn(BATCH, c, side, side)
+        # The blocks as docs/EXPORTING.md's recipe for BatchNorm models (their BatchNorms kept).
+        training = {} if name in dict(SHAPES_BY_NAME) else {
+            "training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False, "opset_version": 17}
         torch.onnx.export(m, (x,), os.path.join(d, "model.onnx"), input_names=["x"], output_names=["y"],
-                          dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, dynamo=False)
+                          dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, dynamo=False, **training)
+        m.train()
         rng = np.random.default_rng(0)
         np.savez(os.path.join(d, "data.npz"), x=rng.standard_normal((8 * BATCH, c, side, side)).astype(np.float32),
                  label=rng.integers(0, 10, 8 * BATCH).astype(np.int64))

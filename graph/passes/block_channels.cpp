@@ -19,11 +19,37 @@ bool listed(const Node& n, const char* attr, int k) {
 // that slot is tied to the node's other tied slots (same layout) rather than free.
 enum class Role { refuses, free, tied };
 
-bool same_shapes(const Graph& g, const Node& n) {
+// Ops whose every output element is computed from the same element of each operand (or from a
+// scalar): they run in any layout, as long as their full-size operands and outputs share it.
+bool elementwise(Op op) {
+  switch (op) {
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Min: case Op::Max:
+    case Op::Sqrt: case Op::Exp: case Op::Log: case Op::Neg: case Op::Abs: case Op::Reciprocal:
+    case Op::Relu: case Op::LeakyRelu: case Op::Sigmoid: case Op::Tanh: case Op::Erf: case Op::Gelu:
+    case Op::Softplus: case Op::HardSigmoid: case Op::HardSwish: case Op::Elu: case Op::Selu:
+    case Op::Celu: case Op::Mish: case Op::Softsign: case Op::Sign: case Op::Clip: case Op::Equal:
+    case Op::Less: case Op::Greater: case Op::Not: case Op::LessOrEqual: case Op::GreaterOrEqual:
+    case Op::And: case Op::Or: case Op::Xor: case Op::Where: case Op::IsNaN: case Op::IsInf:
+    case Op::Identity: case Op::ReluGrad: case Op::GeluGrad:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// An elementwise node's slot: tied where the value has the output's shape, free where it is a
+// scalar (numel 1, the same in any layout); any other broadcast rules the node out.
+Role elementwise_role(const Graph& g, const Node& n, ValueId v) {
   const Shape& s = g.value(n.outputs[0]).shape;
-  for (ValueId v : n.inputs)
-    if (v == kNoValue || g.value(v).shape != s) return false;
-  return true;
+  const auto scalar = [&](ValueId u) {
+    int64_t numel = 1;
+    for (int64_t d : g.value(u).shape) numel *= d;
+    return numel == 1;
+  };
+  if (n.outputs.size() != 1) return Role::refuses;  // GeluGrad's bias gradient
+  for (ValueId u : n.inputs)
+    if (u != kNoValue && g.value(u).shape != s && !scalar(u)) return Role::refuses;
+  return g.value(v).shape == s ? Role::tied : Role::free;
 }
 
 // A depthwise node (Conv, ConvTranspose, ConvGradFilter) whose window the blocked loops take:
@@ -61,12 +87,9 @@ Role role(const Graph& g, const Node& n, bool input, int k) {
       return k == 0 ? Role::tied : Role::refuses;
     case Op::BatchNormalizationGrad:
       return (input ? k != 2 : k == 0) ? Role::tied : Role::refuses;
-    case Op::Add:
-    case Op::Relu:
-    case Op::ReluGrad:
-      return n.outputs.size() == 1 && same_shapes(g, n) ? Role::tied : Role::refuses;
     default:
-      return Role::refuses;
+      return elementwise(n.op) ? elementwise_role(g, n, input ? n.inputs[size_t(k)] : n.outputs[size_t(k)])
+                               : Role::refuses;
   }
 }
 
@@ -98,7 +121,9 @@ int block_channels(Graph& g, const std::vector<ValueId>& keep) {
   std::vector<bool> ok(values, false);
   for (size_t v = 0; v < values; ++v) {
     const Value& x = g.value(ValueId(v));
-    ok[v] = x.kind == ValueKind::activation && x.producer >= 0 && x.dtype == DType::f32 && x.shape.size() >= 3 &&
+    // bool: the masks elementwise gradients compute (a Clip's, x < min), which no convolution reads.
+    ok[v] = x.kind == ValueKind::activation && x.producer >= 0 && (x.dtype == DType::f32 || x.dtype == DType::boolean) &&
+            x.shape.size() >= 3 &&
             x.shape.size() <= 5 && x.shape[1] > 0 && x.shape[1] % 16 == 0;
   }
   for (ValueId v : g.outputs) ok[size_t(v)] = false;
@@ -132,7 +157,7 @@ int block_channels(Graph& g, const std::vector<ValueId>& keep) {
   }
   if (count == 0) return 0;
   for (Node& n : g.nodes) {
-    if (n.op == Op::Add || n.op == Op::Relu || n.op == Op::ReluGrad) continue;  // any layout, one for all
+    if (elementwise(n.op)) continue;  // any layout, one for all
     std::vector<int64_t> ins, outs;
     for (size_t k = 0; k < n.inputs.size(); ++k)
       if (n.inputs[k] != kNoValue && blocked[size_t(n.inputs[k])]) ins.push_back(int64_t(k));

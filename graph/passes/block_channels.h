@@ -9,10 +9,13 @@
 // them), and its CPU kernel reads the layout there. The value keeps its plain shape and size.
 //
 // Which values: the pass ties values that must share a layout into groups (a BatchNormalization's
-// x and y; its gradient's dy, x, relu_y and dx; an elementwise Add, Relu or ReluGrad's inputs and
-// output, all of one shape), and a group is blocked when every value in it
-//   - is a float32 activation of rank 3 to 5 whose channels (dim 1) are a positive multiple of 16,
-//     not a graph output nor a value kept for after the run (`keep`);
+// x and y; its gradient's dy, x, relu_y and dx; an elementwise op's output and its operands of the
+// output's shape, such as Add, Relu, ReluGrad, Clip, Sigmoid, Mul or Where, whose other operands
+// are scalars: those ops compute element by element in any layout), and a group is blocked when
+// every value in it
+//   - is a float32 (or bool: an elementwise gradient's mask) activation of rank 3 to 5 whose
+//     channels (dim 1) are a positive multiple of 16, not a graph output nor a value kept for after
+//     the run (`keep`);
 //   - is read and written only by the ops above, or as the activation of Conv, ConvTranspose or
 //     ConvGradFilter of one group, which oneDNN runs in this layout (a Conv may read one layout and
 //     write the other), or of a depthwise window that exec/cpu/conv_depthwise.h's blocked loops

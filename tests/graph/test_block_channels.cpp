@@ -144,15 +144,16 @@ TEST_CASE("block_channels: what rules a group out") {
         n.attrs["group"] = Attr(int64_t(16));
         g.value(n.inputs[1]).shape = {16, 1, 3, 3};
       }
-    CHECK(block_channels(g) == 0);  // c4/y goes to a Neg
+    CHECK(block_channels(g) == 0);  // c4/y goes to a Neg whose y is a graph output
   }
 }
 
 namespace {
 
 // x [2, 32, 9, 11] -> 1x1 Conv -> BatchNormalization (training) -> Relu -> r -> a depthwise 3x3
-// Conv (32 groups) -> Relu -> e -> the depthwise ConvTranspose (Conv's input gradient) -> Relu ->
-// u; outputs: ConvGradFilter (r, u) (the depthwise filter gradient) and a 1x1 Conv of u.
+// Conv (32 groups) -> SiLU (Sigmoid, Mul) -> e -> the depthwise ConvTranspose (Conv's input
+// gradient) -> Clip between two scalars (ReLU6's form) -> u; outputs: ConvGradFilter (r, u) (the
+// depthwise filter gradient) and a 1x1 Conv of u.
 Graph depthwise_block(int64_t stride) {
   Graph g;
   const ValueId x = add_input(g, "x", {2, 32, 9, 11}), w1 = add_input(g, "w1", {32, 32, 1, 1}),
@@ -161,14 +162,15 @@ Graph depthwise_block(int64_t stride) {
                                               {"kernel_shape", Attr(std::vector<int64_t>{3, 3})},
                                               {"pads", Attr(std::vector<int64_t>{1, 1, 1, 1})},
                                               {"strides", Attr(std::vector<int64_t>{stride, stride})}};
-  const auto relu = [&](const std::string& name, ValueId v) {
-    return out(g, g.add_node(Op::Relu, name, {v}, {name + "/y"}));
-  };
-  const ValueId r = relu("relu1", batch_norm(g, "bn1", conv(g, "c1", x, w1, 1), 32, true));
-  const ValueId e = relu("relu2", out(g, g.add_node(Op::Conv, "dw", {r, wd}, {"dw/y"}, window)));
+  const ValueId r =
+      out(g, g.add_node(Op::Relu, "relu1", {batch_norm(g, "bn1", conv(g, "c1", x, w1, 1), 32, true)}, {"relu1/y"}));
+  const ValueId d = out(g, g.add_node(Op::Conv, "dw", {r, wd}, {"dw/y"}, window));
+  const ValueId e = out(g, g.add_node(Op::Mul, "silu", {d, out(g, g.add_node(Op::Sigmoid, "sig", {d}, {"sig/y"}))},
+                                      {"silu/y"}));
   std::map<std::string, Attr> transposed = window;
   if (stride > 1) transposed["output_padding"] = Attr(std::vector<int64_t>{0, 0});
-  const ValueId u = relu("relu3", out(g, g.add_node(Op::ConvTranspose, "dwt", {e, wd}, {"dwt/y"}, transposed)));
+  const ValueId t = out(g, g.add_node(Op::ConvTranspose, "dwt", {e, wd}, {"dwt/y"}, transposed));
+  const ValueId u = out(g, g.add_node(Op::Clip, "clip", {t, add_input(g, "lo", {}), add_input(g, "hi", {})}, {"clip/y"}));
   g.outputs = {out(g, g.add_node(Op::ConvGradFilter, "dwf", {r, stride == 1 ? u : e}, {"dwf/y"}, window)),
                conv(g, "c2", u, w2, 1)};
   for (const Node& n : g.nodes)
@@ -180,8 +182,8 @@ Graph depthwise_block(int64_t stride) {
 
 TEST_CASE("block_channels: depthwise windows the blocked loops take join the blocked layout, values as the plain layout's") {
   Graph g = depthwise_block(1);
-  // c1/y, bn1/y, relu1/y, dw/y, relu2/y, dwt/y, relu3/y.
-  CHECK(block_channels(g) == 7);
+  // c1/y, bn1/y, relu1/y, dw/y, sig/y, silu/y, dwt/y, clip/y.
+  CHECK(block_channels(g) == 8);
   verify(g);
   const auto by = onnxdp::test::by_name(g);
   using V = std::vector<int64_t>;
@@ -197,7 +199,9 @@ TEST_CASE("block_channels: depthwise windows the blocked loops take join the blo
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     set_cpu_threads(threads);
-    const std::map<std::string, Tensor> y = check_same_outputs(plain_copy(g), g, random_feeds(g, 5), 1e-4);
+    std::map<std::string, Tensor> feeds = random_feeds(g, 5);
+    feeds.at("lo").as<float>()[0] = -0.5f, feeds.at("hi").as<float>()[0] = 0.5f;  // some of t clipped
+    const std::map<std::string, Tensor> y = check_same_outputs(plain_copy(g), g, feeds, 1e-4);
     double sum = 0;
     for (double v : y.at("dwf/y").to_f64()) sum += v * v;
     CHECK(sum > 0);
