@@ -16,6 +16,7 @@
 #include "graph/passes/fuse_epilogues.h"
 #include "graph/passes/fuse_attention.h"
 #include "graph/passes/fuse_bias_grad.h"
+#include "graph/passes/fuse_clip_grad.h"
 #include "graph/passes/fuse_masked_softmax.h"
 #include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/fuse_gelu.h"
@@ -253,6 +254,8 @@ const std::vector<Pass>& compile_passes() {
       {"fuse_relu_grad", train, [](Compilation& x) { fuse_relu_grad(x.c.g, x.read_after()); }},
       {"fuse_bias_grad", [](const CompileOptions& o) { return train(o) && o.cpu; },
        [](Compilation& x) { fuse_bias_grad(x.c.g, x.read_after()); }},
+      {"fuse_clip_grad", [](const CompileOptions& o) { return train(o) && o.cpu; },
+       [](Compilation& x) { fuse_clip_grad(x.c.g, x.read_after()); }},
       {"fuse_masked_softmax", [](const CompileOptions& o) { return o.cpu; },
        [](Compilation& x) { fuse_masked_softmax(x.c.g, x.read_after()); }},
       {"fold_transposes", [](const CompileOptions&) { return true; },

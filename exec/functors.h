@@ -244,6 +244,13 @@ struct GeluGrad {
 struct ReluGrad {
   template <class T> ONNXDP_HD T operator()(T dy, T y) const { return y <= T(0) ? T(0) : dy; }
 };
+// Clip's gradient: dy where lo <= x <= hi, else 0 (x < lo and x > hi false for a NaN x: dy), as
+// Where (x < lo, 0, Where (x > hi, 0, dy)) gives it.
+template <class T>
+struct ClipGrad {
+  T lo, hi;
+  ONNXDP_HD T operator()(T dy, T x) const { return x < lo || x > hi ? T(0) : dy; }
+};
 // tanh form: with u = sqrt(2/pi) (x + 0.044715 x^3), t = tanh(u),
 // d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 struct GeluTanhGrad {

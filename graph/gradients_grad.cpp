@@ -17,6 +17,7 @@ void grad_SoftmaxCrossEntropyLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_NegativeLogLikelihoodLossGrad(GradCtx& c) { gradient_missing(c); }
 void grad_GeluGrad(GradCtx& c) { gradient_missing(c); }
 void grad_ReluGrad(GradCtx& c) { gradient_missing(c); }
+void grad_ClipGrad(GradCtx& c) { gradient_missing(c); }
 void grad_SoftmaxGrad(GradCtx& c) { gradient_missing(c); }
 void grad_FusedAttentionGrad(GradCtx& c) { gradient_missing(c); }
 void grad_LogSoftmaxGrad(GradCtx& c) { gradient_missing(c); }

@@ -223,6 +223,11 @@
   /* ReluGrad (dy, y) -> dx = dy where y > 0, else 0, y Relu's output: PyTorch's                */ \
   /* threshold_backward (y <= 0 ? 0 : dy, so a NaN y passes dy), one pass (exec/functors.h).   */ \
   X(ReluGrad,                   grad,       2, 2, 1, 1, "")                                         \
+  /* ClipGrad (dy, x, min?, max?) -> dx = dy where min <= x <= max (an absent bound: no limit  */ \
+  /* there), else 0: Clip's gradient as its rule writes it (Where (x < min, 0, ..), Where (x >   */ \
+  /* max, 0, ..): PyTorch's clamp_backward, a NaN x passes dy) in one pass; bounds as Clip's    */ \
+  /* (graph/passes/fuse_clip_grad.h; CPU only).                                                 */ \
+  X(ClipGrad,                   grad,       2, 4, 1, 1, "")                                         \
   /* SoftmaxGrad (dy, y, mask?) -> dx = y * (dy - sum(dy * y, axis)), y Softmax's output;      */ \
   /* LogSoftmaxGrad (dy, y) -> dx = dy - exp(y) * sum(dy, axis), y LogSoftmax's output. One    */ \
   /* pass for the sums, one for dx. SoftmaxGrad's mask (bool, broadcast to y; the last axis     */ \
@@ -268,7 +273,7 @@
 
 // The number of rows: adding an op means adding its row and updating this count, which makes the
 // compiler point at every table derived from the rows.
-#define ONNXDP_OP_COUNT 118
+#define ONNXDP_OP_COUNT 119
 
 // Composite ops: ONNX ops onnxdp imports as a few rows of the table above, so their shape rules,
 // gradients and kernels (CPU and CUDA) are those rows'. import_<Op> in importer/ops_<C>.cpp gets

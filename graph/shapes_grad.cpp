@@ -309,6 +309,20 @@ void shape_GeluGrad(ShapeCtx& c) {
 // dy, y (Relu's output) of one float dtype (16-bit too) and shape -> dx like y.
 void shape_ReluGrad(ShapeCtx& c) { shape_activation_grad(c, "y"); }
 
+// dy, x (Clip's input) of one float dtype (16-bit too) and shape -> dx like x; the bounds (inputs 2
+// and 3, each optional) one element of x's dtype or float32, as Clip's.
+void shape_ClipGrad(ShapeCtx& c) {
+  for (int k = 2; k <= 3; ++k) {
+    if (!c.has(k)) continue;
+    if (shape_numel(c.shape(k)) != 1)
+      c.fail("input {} ('{}', the {} bound) has shape {}; it must be a scalar", k, c.in(k).name,
+             k == 2 ? "min" : "max", shape_str(c.shape(k)));
+    if (c.dtype(k) != c.dtype(1) && c.dtype(k) != DType::f32)
+      c.fail("input {} ('{}') is {}, input 1 is {}", k, c.in(k).name, dtype_name(c.dtype(k)), dtype_name(c.dtype(1)));
+  }
+  shape_activation_grad(c, "x");
+}
+
 // dy, y of one dtype (float32, float64) and shape, axis within its rank -> dx like y.
 void shape_softmax_grad(ShapeCtx& c) {
   require_float(c, 1, "y");

@@ -31,8 +31,8 @@
 // a position's 16 channels one vector. Forward: tiles of 14 outputs of a row, each input vector
 // loaded once for the KW taps that reach it; the plane's borders are loop bounds (no padded
 // copy, no masks). Filter gradient: a few kernel rows' taps a pass (all of a 3x3's), two dy
-// vectors at a time meeting each x vector once, float sums of at most kDepthwiseChunkTerms terms
-// added in double, one thread a channel block. Any row length, 3, 5 or 7 kernel columns, at most
+// vectors at a time meeting each x vector once, float sums of at most 256 terms added in double,
+// one thread a channel block. Any row length, 3, 5 or 7 kernel columns, at most
 // 16 rows, the channels a multiple of 16.
 #pragma once
 #include <cstdint>

@@ -819,12 +819,30 @@ template <class T>
 void relu_grad(KernelCtx& c) {
   broadcast_map<T, T, T>(c.out(0), fn::ReluGrad{}, c.in(0), c.in(1));
 }
+
+// dy, x and dx of one shape; the bounds (inputs 2, 3) one element of x's dtype or float32, absent:
+// the type's range.
+template <class T>
+void clip_grad(KernelCtx& c) {
+  const auto bound = [&](int k, T dflt) {
+    if (!c.has_in(k)) return dflt;
+    return c.in(k).dtype == DType::f32 ? T(*c.in(k).as<float>()) : *c.in(k).as<T>();
+  };
+  const fn::ClipGrad<T> f{bound(2, std::numeric_limits<T>::lowest()), bound(3, std::numeric_limits<T>::max())};
+  broadcast_map<T, T, T>(c.out(0), f, c.in(0), c.in(1));
+}
 }  // namespace
 
 // 16-bit floats through float: exact, the result is dy or 0.
 void ReluGrad_forward(KernelCtx& c) {
   if (is_16bit_float(c.in(1).dtype)) return in_float(c, relu_grad<float>);
   dispatch_float(c, c.in(1).dtype, [&]<class T>() { relu_grad<T>(c); });
+}
+
+// 16-bit floats through float (their bounds too): exact, the result is dy or 0.
+void ClipGrad_forward(KernelCtx& c) {
+  if (is_16bit_float(c.in(1).dtype)) return in_float(c, clip_grad<float>);
+  dispatch_float(c, c.in(1).dtype, [&]<class T>() { clip_grad<T>(c); });
 }
 
 namespace {

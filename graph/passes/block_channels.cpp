@@ -30,7 +30,7 @@ bool elementwise(Op op) {
     case Op::Celu: case Op::Mish: case Op::Softsign: case Op::Sign: case Op::Clip: case Op::Equal:
     case Op::Less: case Op::Greater: case Op::Not: case Op::LessOrEqual: case Op::GreaterOrEqual:
     case Op::And: case Op::Or: case Op::Xor: case Op::Where: case Op::IsNaN: case Op::IsInf:
-    case Op::Identity: case Op::ReluGrad: case Op::GeluGrad:
+    case Op::Identity: case Op::ReluGrad: case Op::GeluGrad: case Op::ClipGrad:
       return true;
     default:
       return false;

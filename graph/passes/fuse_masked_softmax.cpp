@@ -13,14 +13,6 @@ struct MaskFuser : NodeRewrite {
   using NodeRewrite::NodeRewrite;
   std::vector<std::vector<int>> consumers;  // per value: the nodes reading it
 
-  // The value of x when it is a one-element constant of dtype t (float32 or float64).
-  bool scalar_constant(ValueId x, DType t, double& v) const {
-    const Value& c = g.value(x);
-    if (c.kind != ValueKind::constant || c.dtype != t || c.data.numel() != 1) return false;
-    v = t == DType::f32 ? double(c.data.as<float>()[0]) : c.data.as<double>()[0];
-    return true;
-  }
-
   // Whether value v is an activation read by one node input only, nothing else keeping it.
   bool read_once(ValueId v) const {
     const Value& x = g.value(v);
@@ -32,14 +24,6 @@ struct MaskFuser : NodeRewrite {
     int64_t a = n.i("axis");
     if (a < 0) a += int64_t(rank);
     return rank > 0 && a == int64_t(rank) - 1;
-  }
-
-  void reads(Node& n, std::vector<ValueId> inputs) {
-    for (ValueId v : n.inputs)
-      if (v != kNoValue) --readers[size_t(v)];
-    n.inputs = std::move(inputs);
-    for (ValueId v : n.inputs)
-      if (v != kNoValue) ++readers[size_t(v)];
   }
 
   // Softmax node si reading a Where of a fill constant: MaskedSoftmax. Returns the Where's slot

@@ -31,6 +31,23 @@ struct NodeRewrite {
     return n.op == op ? &n : nullptr;
   }
 
+  // The value of x when it is a one-element constant of dtype t (float32 or float64).
+  bool scalar_constant(ValueId x, DType t, double& v) const {
+    const Value& c = g.value(x);
+    if (c.kind != ValueKind::constant || c.dtype != t || c.data.numel() != 1) return false;
+    v = t == DType::f32 ? double(c.data.as<float>()[0]) : c.data.as<double>()[0];
+    return true;
+  }
+
+  // Node n now reads `inputs` (the readers' counts follow).
+  void reads(Node& n, std::vector<ValueId> inputs) {
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) --readers[size_t(v)];
+    n.inputs = std::move(inputs);
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) ++readers[size_t(v)];
+  }
+
   // Removes the dropped nodes; returns how many went.
   int finish() {
     int gone = 0;

@@ -326,6 +326,31 @@ TEST_CASE("grad ops: BatchNormalizationGrad (training mode, batch statistics)") 
   check_close(o32[1], kBnDscale, 1e-5, 1e-5);
 }
 
+// ClipGrad (graph/passes/fuse_clip_grad.h's form of Clip's gradient) against its definition, dy
+// where min <= x <= max: float64 and float32, float32 bounds, each bound absent or present.
+TEST_CASE("grad ops: ClipGrad passes dy where min <= x <= max, else 0") {
+  for (DType t : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(t));
+    const Tensor dy = pattern({2, 5}, 0.7, 1, t), x = pattern({2, 5}, 1.3, 1, t);
+    const std::vector<double> dyv = dy.to_f64(), xv = x.to_f64();
+    for (int bounds = 0; bounds < 4; ++bounds) {
+      CAPTURE(bounds);
+      const bool has_lo = bounds & 1, has_hi = bounds & 2;
+      std::vector<double> want(dyv.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        want[i] = (has_lo && xv[i] < double(-0.4f)) || (has_hi && xv[i] > double(0.6f)) ? 0.0 : dyv[i];
+      const Tensor dx = run_op(Op::ClipGrad,
+                               {dy, x, has_lo ? Tensor::scalar_f32(-0.4f) : Tensor(), has_hi ? Tensor::scalar_f32(0.6f) : Tensor()},
+                               1)[0];
+      CHECK(dx.dtype() == t);
+      CHECK(dx.to_f64() == want);
+      int zeros = 0;
+      for (double v : dx.to_f64()) zeros += v == 0;
+      CHECK(zeros == (has_lo ? 3 : 0) + (has_hi ? 4 : 0));  // the pattern's x: 3 under -0.4, 4 over 0.6
+    }
+  }
+}
+
 // With relu_y (fuse_relu_grad's form), dy is ReluGrad(dy, relu_y) as read: the values of ReluGrad
 // then BatchNormalizationGrad, bit for bit, on f64 and f32; relu_y has negatives, zeros (masked:
 // PyTorch's threshold_backward, y <= 0) and a NaN (passes dy). All positive, the torch values.
