@@ -6,14 +6,13 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
 
 #include "graph/passes/fuse_clip_grad.h"
-#include "onnx/onnx_pb.h"
 #include "tests/graph/graph_test_util.h"
+#include "tests/train/tiny_model.h"
 #include "train/trainer.h"
 
 using namespace onnxdp;
@@ -113,55 +112,14 @@ TEST_CASE("fuse_clip_grad: the fused graph computes the unfused graph's values o
   CHECK(dx[4] == 0.f);
 }
 
-namespace {
-// y = Clip(x W, lo, hi), W [4, 4]: the trainer's graphs.
-void write_clip_model(const std::string& path) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* os = m.add_opset_import();
-  os->set_domain("");
-  os->set_version(17);
-  onnx::GraphProto* g = m.mutable_graph();
-  g->set_name("clip");
-  auto io = [&](onnx::ValueInfoProto* vi, const char* name) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_value(4);
-  };
-  io(g->add_input(), "x");
-  io(g->add_output(), "y");
-  auto init = [&](const char* name, std::vector<int64_t> dims, std::vector<float> v) {
-    onnx::TensorProto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->add_dims(d);
-    for (float f : v) t->add_float_data(f);
-  };
-  init("W", {4, 4}, {0.5f, -0.25f, 0.75f, 1.f, -1.f, 0.2f, 0.3f, -0.6f, 0.1f, 0.9f, -0.4f, 0.2f, 0.7f, -0.8f, 0.6f, 0.3f});
-  init("lo", {}, {0.f});
-  init("hi", {}, {6.f});
-  auto node = [&](const char* op, std::vector<const char*> in, const char* o) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(o);
-    for (const char* i : in) n->add_input(i);
-    n->add_output(o);
-  };
-  node("MatMul", {"x", "W"}, "xw");
-  node("Clip", {"xw", "lo", "hi"}, "y");
-  std::ofstream f(path, std::ios::binary);
-  REQUIRE(m.SerializeToOstream(&f));
-}
-}  // namespace
-
 TEST_CASE("fuse_clip_grad: the trainer's CPU graph of a model with a Clip has one ClipGrad, a device's keeps the Wheres") {
   const std::filesystem::path d = std::filesystem::temp_directory_path() / "onnxdp_test_fuse_clip_grad";
   std::filesystem::create_directories(d);
   TrainOptions o;
   o.model = (d / "clip.onnx").string();
-  write_clip_model(o.model);
+  // y = Clip(x W, 0, 6), W [4, 4].
+  onnxdp::test::write_tiny_model(o.model, 4, {0.5f, -0.25f, 0.75f, 1.f, -1.f, 0.2f, 0.3f, -0.6f, 0.1f, 0.9f, -0.4f, 0.2f, 0.7f, -0.8f, 0.6f, 0.3f},
+                                 "Clip", {{"lo", 0.f}, {"hi", 6.f}});
   o.loss = LossKind::mse;
   o.batch_size = 4;
   const TrainingGraph cpu = training_graph(o, 1, 0);

@@ -17,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "train/npz.h"
 #include "train/trainer.h"
+#include "tests/train/tiny_model.h"
 
 using namespace onnxdp;
 namespace fs = std::filesystem;
@@ -268,39 +269,7 @@ namespace {
 // y = Sqrt(x W) with W [2, 2]: rows of x that are 0 give y = 0 and a NaN gradient for W (x's 0
 // times Sqrt's infinite slope at 0) whatever the loss scale, with a finite loss.
 void write_sqrt_model(const std::string& path) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* os = m.add_opset_import();
-  os->set_domain("");
-  os->set_version(17);
-  onnx::GraphProto* g = m.mutable_graph();
-  g->set_name("sqrt");
-  auto io = [&](onnx::ValueInfoProto* vi, const char* name) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_value(2);
-  };
-  io(g->add_input(), "x");
-  io(g->add_output(), "y");
-  onnx::TensorProto* w = g->add_initializer();
-  w->set_name("W");
-  w->set_data_type(onnx::TensorProto::FLOAT);
-  w->add_dims(2);
-  w->add_dims(2);
-  for (float v : {0.5f, -0.25f, 0.75f, 1.0f}) w->add_float_data(v);
-  auto node = [&](const char* op, std::vector<const char*> in, const char* out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out);
-    for (const char* i : in) n->add_input(i);
-    n->add_output(out);
-  };
-  node("MatMul", {"x", "W"}, "xw");
-  node("Sqrt", {"xw"}, "y");
-  std::ofstream f(path, std::ios::binary);
-  REQUIRE(m.SerializeToOstream(&f));
+  onnxdp::test::write_tiny_model(path, 2, {0.5f, -0.25f, 0.75f, 1.0f}, "Sqrt");
 }
 }  // namespace
 
