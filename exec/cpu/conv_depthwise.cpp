@@ -418,25 +418,35 @@ ONNXDP_AVX512 __attribute__((always_inline)) inline void blocked_row_taps(const 
   }
 }
 
-// One channel block's plane: y (oh, ow) = bias + sum over i < KH, j < KW of x (oh + i - ph, ow + j - pw) w (i, j),
-// in tiles of P outputs of a row (the last tile's extra outputs computed, not stored).
+// Outputs (oh, ow0 + q), q < n <= P, of one channel block's plane: bias + sum over i < KH, j < KW
+// of x (oh + i - ph, ow0 + q + j - pw) w (i, j).
+template <int KW, int P>
+ONNXDP_AVX512 inline void blocked_forward_tile(const BlockedPlane& p, const float* x, const float* w, __m512 bias,
+                                               float* y, int64_t oh, int64_t ow0, int64_t n) {
+  __m512 acc[P];
+#pragma GCC unroll 16
+  for (int q = 0; q < P; ++q) acc[q] = bias;
+  for (int64_t i = 0; i < p.KH; ++i)
+    if (const int64_t ih = oh + i - p.ph; ih >= 0 && ih < p.SH)
+      blocked_row_taps<KW, P>(x + ih * p.SW * V, p.SW, ow0 - p.pw, w + i * KW * V, acc);
+  float* out = y + (oh * p.OW + ow0) * V;
+#pragma GCC unroll 16
+  for (int q = 0; q < P; ++q)
+    if (q < n) _mm512_storeu_ps(out + q * V, acc[q]);
+}
+
+// One channel block's plane, each row in tiles of 14 outputs (14 sums, KW weights and the input
+// vector: at most 22 registers), its last columns in a tile of 8 or 4 (a 7-column row in one of 8,
+// not half of one of 14).
 template <int KW>
 ONNXDP_AVX512 void blocked_forward_plane(const BlockedPlane& p, const float* x, const float* w, const float* b, float* y) {
-  constexpr int P = 14;  // 14 sums, KW weights and the input vector: at most 22 registers
   const __m512 bias = b ? _mm512_loadu_ps(b) : _mm512_setzero_ps();
   for (int64_t oh = 0; oh < p.OH; ++oh)
-    for (int64_t ow0 = 0; ow0 < p.OW; ow0 += P) {
-      __m512 acc[P];
-#pragma GCC unroll 16
-      for (int q = 0; q < P; ++q) acc[q] = bias;
-      for (int64_t i = 0; i < p.KH; ++i)
-        if (const int64_t ih = oh + i - p.ph; ih >= 0 && ih < p.SH)
-          blocked_row_taps<KW, P>(x + ih * p.SW * V, p.SW, ow0 - p.pw, w + i * KW * V, acc);
-      const int64_t n = std::min<int64_t>(P, p.OW - ow0);
-      float* out = y + (oh * p.OW + ow0) * V;
-#pragma GCC unroll 16
-      for (int q = 0; q < P; ++q)
-        if (q < n) _mm512_storeu_ps(out + q * V, acc[q]);
+    for (int64_t ow0 = 0; ow0 < p.OW;) {
+      const int64_t left = p.OW - ow0;
+      if (left >= 14) blocked_forward_tile<KW, 14>(p, x, w, bias, y, oh, ow0, 14), ow0 += 14;
+      else if (left > 4) blocked_forward_tile<KW, 8>(p, x, w, bias, y, oh, ow0, std::min<int64_t>(left, 8)), ow0 += 8;
+      else blocked_forward_tile<KW, 4>(p, x, w, bias, y, oh, ow0, left), ow0 += 4;
     }
 }
 

@@ -152,7 +152,7 @@ void check_near(const std::vector<float>& got, const std::vector<double>& want, 
 }  // namespace
 
 // The blocked loops (both sides in exec/cpu/blocked.h's layout) against a loop in double, on
-// tiles cut short (rows of 13 and 300 outputs against tiles of 14), windows mostly padding (7x7 on
+// rows of tiles of 14, 8 and 4 outputs (13, 18, 20 and 300 columns), windows mostly padding (7x7 on
 // 6x6), one-row kernels, uneven pads and a dy row longer than one float sum's terms (300 > 256), on 1
 // and 2 threads, and on tensors that end at a page that cannot be read.
 TEST_CASE("depthwise loops, blocked layout: forward, input and filter gradients against a loop in double") {
@@ -160,7 +160,7 @@ TEST_CASE("depthwise loops, blocked layout: forward, input and filter gradients 
   const int threads_before = cpu_threads();
   for (const BlockedCase& s : {BlockedCase{2, 32, 9, 13, 3, 3, 1, 1, 1, 1}, BlockedCase{1, 16, 15, 29, 7, 5, 3, 2, 2, 1},
                                BlockedCase{2, 16, 6, 6, 7, 7, 3, 3, 3, 3}, BlockedCase{1, 16, 2, 300, 1, 3, 0, 1, 0, 1},
-                               BlockedCase{3, 16, 12, 20, 5, 7, 0, 6, 4, 0}}) {
+                               BlockedCase{3, 16, 12, 20, 5, 7, 0, 6, 4, 0}, BlockedCase{1, 16, 5, 18, 3, 3, 1, 1, 1, 1}}) {
     CAPTURE(s.SH);
     CAPTURE(s.SW);
     CAPTURE(s.KH);
