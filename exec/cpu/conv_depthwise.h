@@ -28,12 +28,14 @@
 //
 // Blocked (both x and y, or x and dy, in exec/cpu/blocked.h's layout, where
 // graph/passes/block_channels.h keeps a depthwise window's neighbours so): every lane a channel,
-// a position's 16 channels one vector. Forward: tiles of 14 outputs of a row, each input vector
-// loaded once for the KW taps that reach it; the plane's borders are loop bounds (no padded
-// copy, no masks). Filter gradient: a few kernel rows' taps a pass (all of a 3x3's), two dy
-// vectors at a time meeting each x vector once, float sums of at most 256 terms added in double,
-// one thread a channel block. Any row length, 3, 5 or 7 kernel columns, at most
-// 16 rows, the channels a multiple of 16.
+// a position's 16 channels one vector. Forward: tiles of 14 outputs of a row (its last columns 8
+// or 4), each input vector loaded once for the KW taps that reach it; the plane's borders are loop
+// bounds (no padded copy, no masks). Filter gradient: a few kernel rows' taps a pass (all of a
+// 3x3's), in bands of dy rows that stay in L1, two dy vectors at a time meeting each x vector once,
+// float sums of at most 256 terms added in double, one thread a channel block. Any row length, 3,
+// 5 or 7 kernel columns, at most 16 rows, the channels a multiple of 16. Hot, on this repo's Intel
+// VM: the 5x5 and 7x7 windows' three passes at 68-104 % of the sgemm figure, the plain loops'
+// 44-79 % (bench/results/2026-12-07-blocked-depthwise.md).
 #pragma once
 #include <cstdint>
 
