@@ -384,9 +384,14 @@ ONNXDP_AVX512 void filter_channels(const Plane& p, int64_t N, int64_t C, const f
 
 // x [N, C / 16, H, W, 16] (exec/cpu/blocked.h): a position's 16 channels are one vector, and a
 // depthwise window multiplies whole vectors, every lane a channel of its own. No lane is empty,
-// every load is of whole lines (where the tensor's start is aligned), and the plane's borders are loop bounds, not a padded copy.
+// every load is of whole lines (where the tensor's start is aligned), and the plane's borders are
+// loop bounds, not a padded copy.
 struct BlockedPlane {
   int64_t SH, SW, OH, OW, KH, KW, ph, pw;
+  // Conv's window: from x's plane (bound) to y's (iter).
+  static BlockedPlane forward(const ConvWindows& g) {
+    return {g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]};
+  }
 };
 
 // Weights [C, K] (channel c's tap t at c * K + t) -> [C / 16, K, 16]; turned: tap K - 1 - t.
@@ -439,7 +444,8 @@ ONNXDP_AVX512 inline void blocked_forward_tile(const BlockedPlane& p, const floa
 // vector: at most 22 registers), its last columns in a tile of 8 or 4 (a 7-column row in one of 8,
 // not half of one of 14).
 template <int KW>
-ONNXDP_AVX512 void blocked_forward_plane(const BlockedPlane& p, const float* x, const float* w, const float* b, float* y) {
+ONNXDP_AVX512 void blocked_forward_plane(const BlockedPlane& p, const float* x, const float* w, const float* b,
+                                         float* y) {
   const __m512 bias = b ? _mm512_loadu_ps(b) : _mm512_setzero_ps();
   for (int64_t oh = 0; oh < p.OH; ++oh)
     for (int64_t ow0 = 0; ow0 < p.OW;) {
@@ -480,10 +486,9 @@ constexpr int max_rows(int KW) { return KW == 3 ? 8 : KW == 5 ? 3 : 2; }
 // at a time: each x vector loaded once meets both dy vectors (KW + 1 loads for 2 KW multiply-adds
 // a row).
 template <int KW, int Rows, bool Checked>
-ONNXDP_AVX512 __attribute__((always_inline)) inline void blocked_filter_segment(__m512 (&acc)[Rows][KW],
-                                                                                const float* const (&x)[Rows],
-                                                                                const float* d, int64_t ow0, int64_t ow1,
-                                                                                int64_t pw, int64_t W) {
+ONNXDP_AVX512 __attribute__((always_inline)) inline void blocked_filter_segment(
+    __m512 (&acc)[Rows][KW], const float* const (&x)[Rows], const float* d, int64_t ow0, int64_t ow1, int64_t pw,
+    int64_t W) {
   int64_t ow = ow0;
   if (!Checked)
     for (; ow + 2 <= ow1; ow += 2) {
@@ -640,7 +645,7 @@ bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass
 void depthwise_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,
                             const float* bias, float* y) {
   if (ch.in_blocked) {
-    const BlockedPlane p{g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]};
+    const BlockedPlane p = BlockedPlane::forward(g);
     return run_blocked_forward(p, ch, x, block_weights(w, ch.groups, p.KH * p.KW, false).data(), bias, y);
   }
   const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
@@ -653,7 +658,8 @@ void depthwise_conv_transpose(const ConvWindows& g, const ConvChannels& ch, cons
                               const float* bias, float* y) {
   const int64_t KH = g.kernel[0], KW = g.kernel[1], K = KH * KW;
   if (ch.in_blocked) {
-    const BlockedPlane p{g.iter[0], g.iter[1], g.bound[0], g.bound[1], KH, KW, KH - 1 - g.pad_begin[0], KW - 1 - g.pad_begin[1]};
+    const BlockedPlane p{g.iter[0], g.iter[1], g.bound[0], g.bound[1], KH, KW, KH - 1 - g.pad_begin[0],
+                         KW - 1 - g.pad_begin[1]};
     return run_blocked_forward(p, ch, x, block_weights(w, ch.groups, K, true).data(), bias, y);
   }
   const Plane p(g.iter[0], g.iter[1], g.bound[0], g.bound[1], KH, KW, KH - 1 - g.pad_begin[0], KW - 1 - g.pad_begin[1]);
@@ -665,10 +671,7 @@ void depthwise_conv_transpose(const ConvWindows& g, const ConvChannels& ch, cons
 
 void depthwise_conv_filter_grad(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* dy,
                                 float* dw) {
-  if (ch.in_blocked) {
-    const BlockedPlane p{g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]};
-    return run_blocked_filter_grad(p, ch, x, dy, dw);
-  }
+  if (ch.in_blocked) return run_blocked_filter_grad(BlockedPlane::forward(g), ch, x, dy, dw);
   const Plane p(g.bound[0], g.bound[1], g.iter[0], g.iter[1], g.kernel[0], g.kernel[1], g.pad_begin[0], g.pad_begin[1]);
   const int64_t C = ch.groups, work = ch.images * C * p.OH * p.OW * p.KH * p.KW;
   split_rows(C, work > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {

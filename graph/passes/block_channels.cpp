@@ -56,16 +56,20 @@ Role elementwise_role(const Graph& g, const Node& n, ValueId v) {
 // x and the other activation (y, or the filter gradient's dy) of one channel count, the group.
 // Explicit pads only (the gradients' nodes have them; an imported auto_pad stays plain).
 bool blocked_depthwise(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 2) return false;
   const Shape& x = g.value(n.inputs[0]).shape;
   const ValueId other = n.op == Op::ConvGradFilter ? n.inputs[1] : n.outputs[0];
   const std::string auto_pad = n.has("auto_pad") ? n.s("auto_pad") : "NOTSET";
-  if (x.size() != 4 || n.inputs.size() < 2 || other == kNoValue || x[1] != n.i("group") ||
+  if (x.size() != 4 || other == kNoValue || x[1] != n.i("group") ||
       g.value(other).shape.size() != 4 || g.value(other).shape[1] != x[1] || auto_pad != "NOTSET" ||
       n.has("output_shape"))
     return false;
   std::vector<int64_t> kernel;
   if (n.has("kernel_shape")) kernel = n.ints("kernel_shape");
-  else if (n.op != Op::ConvGradFilter) kernel.assign(g.value(n.inputs[1]).shape.begin() + 2, g.value(n.inputs[1]).shape.end());
+  else if (n.op != Op::ConvGradFilter) {
+    const Shape& w = g.value(n.inputs[1]).shape;
+    kernel.assign(w.begin() + std::min<size_t>(2, w.size()), w.end());
+  }
   const std::vector<int64_t> pads = n.ints_or("pads", std::vector<int64_t>(4, 0));
   if (kernel.size() != 2 || pads.size() != 4) return false;
   return blocked_depthwise_window(kernel, n.ints_or("strides", {1, 1}), n.ints_or("dilations", {1, 1}),
@@ -122,9 +126,9 @@ int block_channels(Graph& g, const std::vector<ValueId>& keep) {
   for (size_t v = 0; v < values; ++v) {
     const Value& x = g.value(ValueId(v));
     // bool: the masks elementwise gradients compute (a Clip's, x < min), which no convolution reads.
-    ok[v] = x.kind == ValueKind::activation && x.producer >= 0 && (x.dtype == DType::f32 || x.dtype == DType::boolean) &&
-            x.shape.size() >= 3 &&
-            x.shape.size() <= 5 && x.shape[1] > 0 && x.shape[1] % 16 == 0;
+    ok[v] = x.kind == ValueKind::activation && x.producer >= 0 &&
+            (x.dtype == DType::f32 || x.dtype == DType::boolean) && x.shape.size() >= 3 && x.shape.size() <= 5 &&
+            x.shape[1] > 0 && x.shape[1] % 16 == 0;
   }
   for (ValueId v : g.outputs) ok[size_t(v)] = false;
   for (ValueId v : keep)

@@ -125,7 +125,7 @@ struct Naive {
   int64_t OH, OW;
   explicit Naive(const BlockedCase& c)
       : s(c), OH(c.SH + c.ph + c.pe_h - c.KH + 1), OW(c.SW + c.pw + c.pe_w - c.KW + 1) {}
-  // f(n, c, oh, ow, ih, iw, tap) for every tap inside the plane.
+  // f(y index, x index, w index) for every tap inside the plane.
   template <class F>
   void taps(const F& f) const {
     for (int64_t n = 0; n < s.N; ++n)
@@ -136,7 +136,8 @@ struct Naive {
               for (int64_t j = 0; j < s.KW; ++j) {
                 const int64_t ih = oh + i - s.ph, iw = ow + j - s.pw;
                 if (ih >= 0 && ih < s.SH && iw >= 0 && iw < s.SW)
-                  f(((n * s.C + c) * OH + oh) * OW + ow, ((n * s.C + c) * s.SH + ih) * s.SW + iw, c * s.KH * s.KW + i * s.KW + j, c);
+                  f(((n * s.C + c) * OH + oh) * OW + ow, ((n * s.C + c) * s.SH + ih) * s.SW + iw,
+                    (c * s.KH + i) * s.KW + j);
               }
   }
 };
@@ -158,9 +159,10 @@ void check_near(const std::vector<float>& got, const std::vector<double>& want, 
 TEST_CASE("depthwise loops, blocked layout: forward, input and filter gradients against a loop in double") {
   if (!avx512()) return;
   const int threads_before = cpu_threads();
-  for (const BlockedCase& s : {BlockedCase{2, 32, 9, 13, 3, 3, 1, 1, 1, 1}, BlockedCase{1, 16, 15, 29, 7, 5, 3, 2, 2, 1},
-                               BlockedCase{2, 16, 6, 6, 7, 7, 3, 3, 3, 3}, BlockedCase{1, 16, 2, 300, 1, 3, 0, 1, 0, 1},
-                               BlockedCase{3, 16, 12, 20, 5, 7, 0, 6, 4, 0}, BlockedCase{1, 16, 5, 18, 3, 3, 1, 1, 1, 1}}) {
+  const BlockedCase cases[] = {{2, 32, 9, 13, 3, 3, 1, 1, 1, 1}, {1, 16, 15, 29, 7, 5, 3, 2, 2, 1},
+                               {2, 16, 6, 6, 7, 7, 3, 3, 3, 3},  {1, 16, 2, 300, 1, 3, 0, 1, 0, 1},
+                               {3, 16, 12, 20, 5, 7, 0, 6, 4, 0}, {1, 16, 5, 18, 3, 3, 1, 1, 1, 1}};
+  for (const BlockedCase& s : cases) {
     CAPTURE(s.SH);
     CAPTURE(s.SW);
     CAPTURE(s.KH);
@@ -178,7 +180,7 @@ TEST_CASE("depthwise loops, blocked layout: forward, input and filter gradients 
     std::vector<double> y_want(static_cast<size_t>(Y)), dx_want(static_cast<size_t>(X)), dw_want(w.size());
     for (int64_t i = 0; i < Y; ++i) y_want[size_t(i)] = bias[size_t(i / P % s.C)];
     for (int64_t i = 0; i < X; ++i) dx_want[size_t(i)] = bias[size_t(i / S % s.C)];
-    ref.taps([&](int64_t o, int64_t in, int64_t t, int64_t) {
+    ref.taps([&](int64_t o, int64_t in, int64_t t) {
       y_want[size_t(o)] += double(x[size_t(in)]) * w[size_t(t)];
       dx_want[size_t(in)] += double(dy[size_t(o)]) * w[size_t(t)];
       dw_want[size_t(t)] += double(x[size_t(in)]) * dy[size_t(o)];

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "graph/passes/fuse_clip_grad.h"
 #include "tests/graph/graph_test_util.h"
@@ -112,14 +113,15 @@ TEST_CASE("fuse_clip_grad: the fused graph computes the unfused graph's values o
   CHECK(dx[4] == 0.f);
 }
 
-TEST_CASE("fuse_clip_grad: the trainer's CPU graph of a model with a Clip has one ClipGrad, a device's keeps the Wheres") {
+TEST_CASE("fuse_clip_grad: a Clip model's CPU training graph has one ClipGrad, a device's keeps the Wheres") {
   const std::filesystem::path d = std::filesystem::temp_directory_path() / "onnxdp_test_fuse_clip_grad";
   std::filesystem::create_directories(d);
   TrainOptions o;
   o.model = (d / "clip.onnx").string();
   // y = Clip(x W, 0, 6), W [4, 4].
-  onnxdp::test::write_tiny_model(o.model, 4, {0.5f, -0.25f, 0.75f, 1.f, -1.f, 0.2f, 0.3f, -0.6f, 0.1f, 0.9f, -0.4f, 0.2f, 0.7f, -0.8f, 0.6f, 0.3f},
-                                 "Clip", {{"lo", 0.f}, {"hi", 6.f}});
+  const std::vector<float> w = {0.5f, -0.25f, 0.75f, 1.f, -1.f, 0.2f, 0.3f, -0.6f,
+                                0.1f, 0.9f,  -0.4f, 0.2f, 0.7f, -0.8f, 0.6f, 0.3f};
+  onnxdp::test::write_tiny_model(o.model, 4, w, "Clip", {{"lo", 0.f}, {"hi", 6.f}});
   o.loss = LossKind::mse;
   o.batch_size = 4;
   const TrainingGraph cpu = training_graph(o, 1, 0);
