@@ -8,6 +8,9 @@ MobileNetV2 inverted residual blocks instead (1x1 expansion to 6x the channels, 
 the depthwise window, BatchNorm, ReLU6, 1x1 projection, BatchNorm, the residual Add): there onnxdp
 keeps the activations in its channel-blocked layout around the depthwise windows
 (graph/passes/block_channels.h), where the single-Conv models read theirs from the data (plain).
+"convnext_*" is torchvision's ConvNeXt stem and two of its blocks (the depthwise 7x7 with bias,
+channels last for LayerNorm and the MLP, back, a layer scale [C, 1, 1], the residual Add): its
+stream stays blocked through the Transposes, the layer scale and the reductions.
 Writes model.onnx and data.npz per
 shape to --work, times PyTorch eager's whole step (minimum of 10, after 3 warm-up steps) and its
 convolution ops (torch.profiler), and prints the onnxdp command that profiles the same model:
@@ -35,6 +38,9 @@ SHAPES = [  # name, channels, window, image side, stride
 BLOCKS = [  # name, channels, window, image side: two inverted residual blocks of 6x expansion
     ("mbv2_3x3_28", 32, 3, 28),
     ("mbv2_5x5_14", 64, 5, 14),
+]
+NEXT = [  # name, channels, window, image side: two ConvNeXt blocks (torchvision's CNBlock)
+    ("convnext_7x7_28", 96, 7, 28),
 ]
 BATCH = 8
 SHAPES_BY_NAME = [(s[0], s) for s in SHAPES]
@@ -73,6 +79,38 @@ class Blocks(nn.Module):
         return self.fc(self.blocks(x).mean(dim=(2, 3)))
 
 
+class CNBlock(nn.Module):
+    """torchvision's ConvNeXt block: depthwise 7x7 (bias), channels last for LayerNorm and the
+    MLP, back to channels first, a layer scale of shape [C, 1, 1], the residual Add."""
+
+    def __init__(self, channels, window):
+        super().__init__()
+        self.dw = nn.Conv2d(channels, channels, window, padding=window // 2, groups=channels)
+        self.norm = nn.LayerNorm(channels, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(channels, 4 * channels), nn.GELU(), nn.Linear(4 * channels, channels))
+        self.scale = nn.Parameter(torch.full((channels, 1, 1), 0.1))
+
+    def forward(self, x):
+        y = self.mlp(self.norm(self.dw(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return x + self.scale * y
+
+
+class Next(nn.Module):
+    """torchvision's ConvNeXt stem (4x4 stride-4 Conv from 3 channels, LayerNorm over the
+    channels through channels-last) and two blocks; a mean over the image and a Linear."""
+
+    def __init__(self, channels, window):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 4, stride=4)
+        self.norm = nn.LayerNorm(channels, eps=1e-6)
+        self.blocks = nn.Sequential(CNBlock(channels, window), CNBlock(channels, window))
+        self.fc = nn.Linear(channels, 10)
+
+    def forward(self, x):
+        x = self.norm(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.fc(self.blocks(x).mean(dim=(2, 3)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, help="folder for the models and data")
@@ -81,6 +119,7 @@ def main():
     torch.set_num_threads(1)
     models = [(name, c, k, side, lambda c=c, k=k, s=stride: Depthwise(c, k, s)) for name, c, k, side, stride in SHAPES]
     models += [(name, c, k, side, lambda c=c, k=k: Blocks(c, k)) for name, c, k, side in BLOCKS]
+    models += [(name, c, k, side, lambda c=c, k=k: Next(c, k)) for name, c, k, side in NEXT]
     for name, c, k, side, make in models:
         if args.only and name not in args.only:
             continue
@@ -88,7 +127,9 @@ def main():
         os.makedirs(d, exist_ok=True)
         torch.manual_seed(0)
         m = make()
-        x = torch.randn(BATCH, c, side, side)
+        # ConvNeXt's stem: 3 channels at 4x the side.
+        c_in, side_in = (3, 4 * side) if name in dict((n[0], n) for n in NEXT) else (c, side)
+        x = torch.randn(BATCH, c_in, side_in, side_in)
         # The blocks as docs/EXPORTING.md's recipe for BatchNorm models (their BatchNorms kept).
         training = {} if name in dict(SHAPES_BY_NAME) else {
             "training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False, "opset_version": 17}
@@ -96,7 +137,7 @@ def main():
                           dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, dynamo=False, **training)
         m.train()
         rng = np.random.default_rng(0)
-        np.savez(os.path.join(d, "data.npz"), x=rng.standard_normal((8 * BATCH, c, side, side)).astype(np.float32),
+        np.savez(os.path.join(d, "data.npz"), x=rng.standard_normal((8 * BATCH, c_in, side_in, side_in)).astype(np.float32),
                  label=rng.integers(0, 10, 8 * BATCH).astype(np.int64))
         opt = torch.optim.AdamW(m.parameters(), 1e-3)
         y = torch.randint(0, 10, (BATCH,))

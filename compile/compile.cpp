@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "exec/cpu/conv_depthwise.h"
 #include "exec/cpu/onednn.h"
 #include "exec/kernel.h"
 #include "graph/autodiff.h"
@@ -264,7 +265,7 @@ const std::vector<Pass>& compile_passes() {
        [](Compilation& x) { fold_scales(x.c.g, x.read_after()); }},
       // After the fusions (they match plain nodes); oneDNN's layout, so only where it runs.
       {"block_channels", [](const CompileOptions& o) { return o.cpu && dnnl_enabled(); },
-       [](Compilation& x) { block_channels(x.c.g, x.read_after()); }},
+       [](Compilation& x) { block_channels(x.c.g, x.read_after(), depthwise_blocked_loops()); }},
       {"accumulate_gradients", [](const CompileOptions& o) { return train(o) && o.accumulate; }, pass_accumulate_gradients},
       {"gradient_buckets", train, pass_gradient_buckets},
       {"loss_all_reduce", [](const CompileOptions& o) { return train(o) && o.world > 1 && o.sync; }, pass_loss_all_reduce},

@@ -35,10 +35,10 @@
 //
 //  X(Op,                        C,         in_min, in_max, out_min, out_max, attributes)
 #define ONNXDP_OPS(X)                                                                              \
-  X(Add,                        math,       2, 2, 1, 1, "")                                         \
-  X(Sub,                        math,       2, 2, 1, 1, "")                                         \
-  X(Mul,                        math,       2, 2, 1, 1, "")                                         \
-  X(Div,                        math,       2, 2, 1, 1, "")                                         \
+  X(Add,                        math,       2, 2, 1, 1, "blocked_inputs:ints,blocked_outputs:ints") \
+  X(Sub,                        math,       2, 2, 1, 1, "blocked_inputs:ints,blocked_outputs:ints") \
+  X(Mul,                        math,       2, 2, 1, 1, "blocked_inputs:ints,blocked_outputs:ints") \
+  X(Div,                        math,       2, 2, 1, 1, "blocked_inputs:ints,blocked_outputs:ints") \
   X(Pow,                        math,       2, 2, 1, 1, "")                                         \
   X(Min,                        math,       1, 64, 1, 1, "")                                        \
   X(Max,                        math,       1, 64, 1, 1, "")                                        \
@@ -88,9 +88,10 @@
   /* IsNaN / IsInf (x float) -> bool; IsInf counts -inf / +inf as its detect_* attributes say. */ \
   X(IsNaN,                      logical,    1, 1, 1, 1, "")                                         \
   X(IsInf,                      logical,    1, 1, 1, 1, "detect_negative:i=1,detect_positive:i=1")  \
-  /* blocked_inputs / blocked_outputs (Conv, ConvTranspose, ConvGradFilter, BatchNormalization */ \
-  /* and its gradient): onnxdp's own, the slots in the CPU's channel-blocked layout            */ \
-  /* (graph/passes/block_channels.h; import refuses them).                                     */ \
+  /* blocked_inputs / blocked_outputs (Conv, ConvTranspose, ConvGradFilter, BatchNormalization    */ \
+  /* and its gradient; Add, Sub, Mul, Div, Expand, Transpose, ReduceSum, ReduceMean): onnxdp's    */ \
+  /* own, the slots in the CPU's channel-blocked layout (graph/passes/block_channels.h; import    */ \
+  /* refuses them).                                                                               */ \
   X(Conv,                       nn,         2, 3, 1, 1,                                             \
     "auto_pad:s=NOTSET,blocked_inputs:ints,blocked_outputs:ints,dilations:ints,group:i=1,"         \
     "kernel_shape:ints,pads:ints,strides:ints")                                                     \
@@ -125,7 +126,8 @@
   X(Size,                       tensor,     1, 1, 1, 1, "")                                         \
   X(Flatten,                    tensor,     1, 1, 1, 1, "axis:i=1")                                 \
   X(Reshape,                    tensor,     2, 2, 1, 1, "allowzero:i=0")                            \
-  X(Transpose,                  tensor,     1, 1, 1, 1, "perm:ints")                                \
+  X(Transpose,                  tensor,     1, 1, 1, 1,                                             \
+    "blocked_inputs:ints,blocked_outputs:ints,perm:ints")                                           \
   X(Squeeze,                    tensor,     1, 2, 1, 1, "")                                         \
   X(Unsqueeze,                  tensor,     2, 2, 1, 1, "")                                         \
   X(Concat,                     tensor,     1, 1024, 1, 1, "axis:i")                                \
@@ -141,7 +143,7 @@
   /* OneHot (indices, depth: constant scalar, values [off, on]) -> values' dtype, a new axis    */ \
   /* of size depth at `axis`; negative indices count from the end, out-of-range ones give off.  */ \
   X(OneHot,                     tensor,     3, 3, 1, 1, "axis:i=-1")                                \
-  X(Expand,                     tensor,     2, 2, 1, 1, "")                                         \
+  X(Expand,                     tensor,     2, 2, 1, 1, "blocked_inputs:ints,blocked_outputs:ints") \
   X(Tile,                       tensor,     2, 2, 1, 1, "")                                         \
   X(Pad,                        tensor,     2, 4, 1, 1, "mode:s=constant")                          \
   X(Trilu,                      tensor,     1, 2, 1, 1, "upper:i=1")                                \
@@ -154,8 +156,10 @@
   X(Constant,                   generator,  0, 0, 1, 1, "value:t")                                  \
   X(ConstantOfShape,            generator,  1, 1, 1, 1, "value:t")                                  \
   X(Range,                      generator,  3, 3, 1, 1, "")                                         \
-  X(ReduceMean,                 reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
-  X(ReduceSum,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
+  X(ReduceMean,                 reduction,  1, 2, 1, 1,                                             \
+    "blocked_inputs:ints,keepdims:i=1,noop_with_empty_axes:i=0")                                    \
+  X(ReduceSum,                  reduction,  1, 2, 1, 1,                                             \
+    "blocked_inputs:ints,keepdims:i=1,noop_with_empty_axes:i=0")                                    \
   X(ReduceMax,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceMin,                  reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \
   X(ReduceProd,                 reduction,  1, 2, 1, 1, "keepdims:i=1,noop_with_empty_axes:i=0")    \

@@ -10,6 +10,10 @@
 // range of images is a range of memory in either layout.
 #pragma once
 #include <cstdint>
+#include <vector>
+
+#include "exec/kernel.h"
+#include "graph/passes/block_channels.h"  // blocked_input / blocked_output
 
 namespace onnxdp {
 
@@ -42,6 +46,48 @@ void blocked_to_plain(const T* y, T* x, int64_t N, int64_t C, int64_t S) {
       for (int64_t l = 0; l < kChannelBlock; ++l)
         for (int64_t s = 0; s < S; ++s) dst[l * S + s] = src[s * kChannelBlock + l];
     }
+}
+
+// The storage of a blocked [N, C, spatial..] tensor read as a plain array: [N, C / 16, spatial..,
+// 16]. The same shape describes, in plain memory, an operand broadcast against it whose spatial
+// dims are all 1 and whose channels are C or 1 ([C, 1, 1], [1, C, 1, 1], [N, C, 1, 1], a scalar):
+// a plain [.., C] is [.., C / 16, 16] (and a [.., 1] is [.., 1, 1]). So an elementwise kernel whose
+// output is blocked broadcasts these storage shapes as it would the plain ones. `s` is
+// right-aligned to `rank` (at least 2) dims first.
+inline std::vector<int64_t> blocked_storage(const std::vector<int64_t>& s, size_t rank) {
+  std::vector<int64_t> a(rank > s.size() ? rank - s.size() : 0, 1);
+  a.insert(a.end(), s.begin(), s.end());
+  const bool split = a[1] % kChannelBlock == 0;
+  if (split) a[1] /= kChannelBlock;
+  a.push_back(split ? kChannelBlock : 1);
+  return a;
+}
+
+// The storage shapes an elementwise kernel with a blocked output 0 reads through: the output's
+// first, then its inputs 0 .. n-1'. Each input has the output's shape and is blocked, or is plain
+// with spatial dims of 1 (graph/passes/block_channels.h ties and refuses them so); fails naming
+// the input that is neither.
+inline std::vector<std::vector<int64_t>> blocked_storages(const KernelCtx& c, int n) {
+  const Shape& s = *c.out(0).shape;
+  std::vector<std::vector<int64_t>> v{blocked_storage(s, s.size())};
+  for (int k = 0; k < n; ++k) {
+    const Shape& a = *c.in(k).shape;
+    if ((a == s) != blocked_input(c.node, k))
+      c.fail("output 0 is blocked and input {} ({}) is {}", k, a == s ? "the output's shape" : "broadcast",
+             a == s ? "not" : "blocked too");
+    bool spatial_one = a.size() <= s.size();
+    for (size_t d = 2; d < s.size() && spatial_one && a != s; ++d)
+      if (d + a.size() >= s.size() && a[d + a.size() - s.size()] != 1) spatial_one = false;
+    if (!spatial_one) c.fail("output 0 is blocked and input {} broadcasts over more than its channels", k);
+    v.push_back(blocked_storage(a, s.size()));
+  }
+  return v;
+}
+
+// t read through another shape of the same number of elements (its storage).
+inline TensorRef viewed_as(TensorRef t, const std::vector<int64_t>& shape) {
+  t.shape = &shape;
+  return t;
 }
 
 }  // namespace onnxdp

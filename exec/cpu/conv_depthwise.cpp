@@ -15,6 +15,7 @@ namespace onnxdp {
 #ifndef ONNXDP_AVX512_LOOPS
 
 bool depthwise_takes(const ConvWindows&, const ConvChannels&, ConvPass) { return false; }
+bool depthwise_blocked_loops() { return false; }
 void depthwise_conv_forward(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
                             float*) {}
 void depthwise_conv_transpose(const ConvWindows&, const ConvChannels&, const float*, const float*, const float*,
@@ -619,6 +620,8 @@ void run_blocked_filter_grad(const BlockedPlane& p, const ConvChannels& ch, cons
 }
 
 }  // namespace
+
+bool depthwise_blocked_loops() { return cpu_has_avx512(); }
 
 bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass) {
   if (!cpu_has_avx512() || ch.in != 1 || ch.out != 1 || ch.groups < 1 || ch.images < 1 || g.iter.size() != 2 ||

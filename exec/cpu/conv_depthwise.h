@@ -53,6 +53,10 @@ inline constexpr int64_t kDepthwiseChunkTerms = 64;
 // both sides blocked (blocked_depthwise_window, channels a multiple of 16).
 bool depthwise_takes(const ConvWindows& g, const ConvChannels& ch, ConvPass pass);
 
+// Whether the blocked loops run on this CPU (AVX-512F): graph/passes/block_channels.h keeps
+// depthwise windows plain where they do not.
+bool depthwise_blocked_loops();
+
 // As conv_forward, conv_transpose and conv_filter_grad (exec/cpu/conv_gemm.h), where
 // depthwise_takes says so.
 void depthwise_conv_forward(const ConvWindows& g, const ConvChannels& ch, const float* x, const float* w,

@@ -10,6 +10,7 @@
 
 #include "exec/cpu/attention.h"
 #include "exec/cpu/blas.h"
+#include "exec/cpu/blocked.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/clones.h"
 #include "exec/cpu/row_sum.h"
@@ -33,9 +34,16 @@ inline constexpr bool kIsNumber = !std::is_same_v<T, bool> && !std::is_same_v<T,
   c.fail("the CPU kernel does not run on {} (input 0)", dtype_name(t));
 }
 
-// out = f(in0, in1), both inputs of the output's dtype, broadcast.
+// out = f(in0, in1), both inputs of the output's dtype, broadcast. A channel-blocked output
+// (graph/passes/block_channels.h: float32 only) broadcasts the storage shapes (exec/cpu/blocked.h).
 template <class F>
 void binary_numeric(KernelCtx& c, const F& f) {
+  if (blocked_output(c.node, 0)) {
+    if (c.out(0).dtype != DType::f32) c.fail("output 0 is blocked and {}, not float32", dtype_name(c.out(0).dtype));
+    const auto s = blocked_storages(c, 2);
+    broadcast_map<float, float, float>(viewed_as(c.out(0), s[0]), f, viewed_as(c.in(0), s[1]), viewed_as(c.in(1), s[2]));
+    return;
+  }
   if (half_map<uint16_t>(c.in(0).dtype, c.out(0), f, c.in(0), c.in(1))) return;
   dispatch_dtype(c.in(0).dtype, [&]<class T>() {
     if constexpr (kIsNumber<T>) broadcast_map<T, T, T>(c.out(0), f, c.in(0), c.in(1));

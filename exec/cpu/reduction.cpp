@@ -16,6 +16,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "exec/cpu/blocked.h"
 #include "exec/cpu/broadcast.h"  // parallel_min_elements()
 #include "exec/cpu/reduce_dims.h"
 #include "exec/kernel.h"
@@ -241,6 +242,19 @@ void reduce_forward(KernelCtx& c) {
   for (char r : red) any = any || r;
   if (!any && in.numel == out.numel) {  // noop_with_empty_axes (or a scalar): the identity
     if (in.data != out.data && out.numel) std::memcpy(out.data, in.data, size_t(out.numel) * dtype_size(out.dtype));
+    return;
+  }
+  if (blocked_input(c.node, 0)) {
+    // Channel-blocked x (exec/cpu/blocked.h) with every spatial dim reduced: its storage [N, C / 16,
+    // spatial.., 16] reduced over the same dims, the lanes with the channels, leaves the output's
+    // plain [N, C] (or [C], or one value) in its order.
+    if (in.dtype != DType::f32) c.fail("input 0 is blocked and {}, not float32", dtype_name(in.dtype));
+    for (size_t d = 2; d < red.size(); ++d)
+      if (!red[d]) c.fail("input 0 is blocked and dim {} is kept: only a reduction over every spatial dim reads it", d);
+    const Shape s = blocked_storage(*in.shape, red.size());
+    std::vector<char> rs = red;
+    rs.push_back(red[1]);
+    reduce<Elem<DType::f32>, K>(viewed_as(in, s), out, rs);
     return;
   }
   dispatch_elem(in.dtype, [&]<class E>() { reduce<E, K>(in, out, red); });

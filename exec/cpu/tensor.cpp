@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "exec/cpu/blocked.h"
 #include "exec/cpu/broadcast.h"
 #include "exec/cpu/gather_elements.h"
 #include "exec/cpu/gather_nd.h"
@@ -174,9 +175,42 @@ void Transpose_forward(KernelCtx& c) {
   } else {
     for (int d = r - 1; d >= 0; --d) perm.push_back(d);
   }
-  std::vector<int64_t> in_st = row_major_strides(*in.shape), st(static_cast<size_t>(r));
-  for (int d = 0; d < r; ++d) st[size_t(d)] = in_st[size_t(perm[size_t(d)])];
-  strided_copy(in, out, *out.shape, st, 0);
+  const bool bin = blocked_input(c.node, 0), bout = blocked_output(c.node, 0);
+  if (!bin && !bout) {
+    std::vector<int64_t> in_st = row_major_strides(*in.shape), st(static_cast<size_t>(r));
+    for (int d = 0; d < r; ++d) st[size_t(d)] = in_st[size_t(perm[size_t(d)])];
+    strided_copy(in, out, *out.shape, st, 0);
+    return;
+  }
+  // A channel-blocked side (exec/cpu/blocked.h): the copy walks the output's storage, where a
+  // dim of 16 k channels is two, k blocks and the 16 lanes (a blocked output's lanes innermost,
+  // after its spatial dims; a plain output's right after the blocks, which is its own order). A
+  // blocked input's channel dim reads its blocks and lanes at their storage strides; a plain
+  // dim read as blocks and lanes, 16 of its strides and one.
+  const std::vector<int64_t> in_st = row_major_strides(bin ? blocked_storage(*in.shape, size_t(r)) : *in.shape);
+  const auto whole = [&](int64_t d) { return in_st[size_t(d)]; };  // d is its own dim in either
+  const auto blocks = [&](int64_t d) { return bin && d == 1 ? in_st[1] : kChannelBlock * whole(d); };
+  const auto lanes = [&](int64_t d) { return bin && d == 1 ? int64_t(1) : whole(d); };
+  Shape shape;
+  std::vector<int64_t> st;
+  for (int j = 0; j < r; ++j) {
+    const int64_t d = perm[size_t(j)], n = in.dim(int(d));
+    if ((bout && j == 1) || (bin && d == 1)) {
+      shape.push_back(n / kChannelBlock);
+      st.push_back(blocks(d));
+      if (bout && j == 1) continue;  // its lanes go last
+      shape.push_back(kChannelBlock);
+      st.push_back(lanes(d));
+    } else {
+      shape.push_back(n);
+      st.push_back(whole(d));
+    }
+  }
+  if (bout) {
+    shape.push_back(kChannelBlock);
+    st.push_back(lanes(perm[1]));
+  }
+  strided_copy(in, out, shape, st, 0);
 }
 
 // Output [outer, sum of the inputs' axis dims, inner]: each input contributes one block per outer index.
@@ -348,8 +382,11 @@ void ScatterND_forward(KernelCtx& c) {
 }
 
 void Expand_forward(KernelCtx& c) {
+  // A channel-blocked output reads x through the storage shapes (exec/cpu/blocked.h).
+  const auto s = blocked_output(c.node, 0) ? blocked_storages(c, 1) : std::vector<Shape>{};
   dispatch_bytes(dtype_size(c.in(0).dtype), [&]<class U>() {
-    broadcast_map<U, U>(c.out(0), [](U v) { return v; }, c.in(0));
+    if (s.empty()) broadcast_map<U, U>(c.out(0), [](U v) { return v; }, c.in(0));
+    else broadcast_map<U, U>(viewed_as(c.out(0), s[0]), [](U v) { return v; }, viewed_as(c.in(0), s[1]));
   });
 }
 

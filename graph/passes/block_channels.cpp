@@ -37,19 +37,63 @@ bool elementwise(Op op) {
   }
 }
 
+// Ops whose kernels read an operand broadcast over the spatial dims only (a bias or a layer
+// scale [C, 1, 1], a squeeze-and-excitation [N, C, 1, 1]) as plain memory beside a blocked output
+// (exec/cpu/blocked.h's storage shapes): the operand stays plain, the output may be blocked.
+bool reads_channel_operands(Op op) {
+  return op == Op::Add || op == Op::Sub || op == Op::Mul || op == Op::Div || op == Op::Expand;
+}
+
+// a broadcast against out over nothing but (some of) its first two dims: at most out's rank,
+// every dim from 2 on (right-aligned) 1.
+bool channel_operand(const Shape& a, const Shape& out) {
+  if (a.size() > out.size()) return false;
+  for (size_t d = 2; d < out.size(); ++d)
+    if (d + a.size() >= out.size() && a[d + a.size() - out.size()] != 1) return false;
+  return true;
+}
+
 // An elementwise node's slot: tied where the value has the output's shape, free where it is a
-// scalar (numel 1, the same in any layout); any other broadcast rules the node out.
-Role elementwise_role(const Graph& g, const Node& n, ValueId v) {
+// scalar (numel 1, the same in any layout), refused (kept plain) where it is a channel operand of
+// an op that reads one; any other broadcast rules the node out. Expand's input 1 is its shape.
+Role elementwise_role(const Graph& g, const Node& n, bool input, int k) {
   const Shape& s = g.value(n.outputs[0]).shape;
   const auto scalar = [&](ValueId u) {
     int64_t numel = 1;
     for (int64_t d : g.value(u).shape) numel *= d;
     return numel == 1;
   };
+  const auto channel = [&](ValueId u) { return reads_channel_operands(n.op) && channel_operand(g.value(u).shape, s); };
   if (n.outputs.size() != 1) return Role::refuses;  // GeluGrad's bias gradient
-  for (ValueId u : n.inputs)
-    if (u != kNoValue && g.value(u).shape != s && !scalar(u)) return Role::refuses;
-  return g.value(v).shape == s ? Role::tied : Role::free;
+  if (n.op == Op::Expand && input && k == 1) return Role::free;
+  const size_t operands = n.op == Op::Expand ? 1 : n.inputs.size();
+  for (size_t j = 0; j < operands; ++j) {
+    const ValueId u = n.inputs[j];
+    if (u != kNoValue && g.value(u).shape != s && !scalar(u) && !channel(u)) return Role::refuses;
+  }
+  const ValueId v = input ? n.inputs[size_t(k)] : n.outputs[size_t(k)];
+  return g.value(v).shape == s ? Role::tied : scalar(v) ? Role::free : Role::refuses;
+}
+
+// A reduction (ReduceSum, ReduceMean) reads blocked x when it reduces every spatial dim (its
+// output, [N, C] or less, is plain in the order the storage's reduction leaves).
+bool reduces_spatial_dims(const Graph& g, const Node& n) {
+  const int64_t r = int64_t(g.value(n.inputs[0]).shape.size());
+  std::vector<int64_t> axes;
+  if (n.inputs.size() > 1 && n.inputs[1] != kNoValue) {
+    const Value& a = g.value(n.inputs[1]);
+    if (a.kind != ValueKind::constant) return false;
+    axes = a.data.to_i64();
+  }
+  if (axes.empty()) return n.i("noop_with_empty_axes") == 0;  // all dims, or none
+  std::vector<bool> red(size_t(r), false);
+  for (int64_t a : axes) {
+    if (a < -r || a >= r) return false;
+    red[size_t(a < 0 ? a + r : a)] = true;
+  }
+  for (int64_t d = 2; d < r; ++d)
+    if (!red[size_t(d)]) return false;
+  return true;
 }
 
 // A depthwise node (Conv, ConvTranspose, ConvGradFilter) whose window the blocked loops take:
@@ -76,24 +120,29 @@ bool blocked_depthwise(const Graph& g, const Node& n) {
                                   {pads[0], pads[1]});
 }
 
-Role role(const Graph& g, const Node& n, bool input, int k) {
+Role role(const Graph& g, const Node& n, bool input, int k, bool depthwise) {
   switch (n.op) {
     // Of one group: oneDNN runs either layout on each side. Depthwise: the blocked loops take both
     // sides blocked or neither.
     case Op::Conv:
     case Op::ConvTranspose:
       if (k != 0) return Role::refuses;
-      return n.i("group") == 1 ? Role::free : blocked_depthwise(g, n) ? Role::tied : Role::refuses;
+      return n.i("group") == 1 ? Role::free : depthwise && blocked_depthwise(g, n) ? Role::tied : Role::refuses;
     case Op::ConvGradFilter:
       if (!input) return Role::refuses;
-      return n.i("group") == 1 ? Role::free : blocked_depthwise(g, n) ? Role::tied : Role::refuses;
+      return n.i("group") == 1 ? Role::free : depthwise && blocked_depthwise(g, n) ? Role::tied : Role::refuses;
     case Op::BatchNormalization:
       return k == 0 ? Role::tied : Role::refuses;
     case Op::BatchNormalizationGrad:
       return (input ? k != 2 : k == 0) ? Role::tied : Role::refuses;
+    // Either side in either layout: the copy walks the storages (exec/cpu/tensor.cpp).
+    case Op::Transpose:
+      return Role::free;
+    case Op::ReduceSum:
+    case Op::ReduceMean:
+      return input && (k == 1 || reduces_spatial_dims(g, n)) ? Role::free : Role::refuses;
     default:
-      return elementwise(n.op) ? elementwise_role(g, n, input ? n.inputs[size_t(k)] : n.outputs[size_t(k)])
-                               : Role::refuses;
+      return elementwise(n.op) || n.op == Op::Expand ? elementwise_role(g, n, input, k) : Role::refuses;
   }
 }
 
@@ -120,7 +169,7 @@ bool blocked_depthwise_window(const std::vector<int64_t>& kernel, const std::vec
 bool blocked_input(const Node& n, int k) { return listed(n, kBlockedInputs, k); }
 bool blocked_output(const Node& n, int k) { return listed(n, kBlockedOutputs, k); }
 
-int block_channels(Graph& g, const std::vector<ValueId>& keep) {
+int block_channels(Graph& g, const std::vector<ValueId>& keep, bool depthwise) {
   const size_t values = g.values.size();
   std::vector<bool> ok(values, false);
   for (size_t v = 0; v < values; ++v) {
@@ -140,7 +189,7 @@ int block_channels(Graph& g, const std::vector<ValueId>& keep) {
     ValueId first_tied = kNoValue;
     const auto visit = [&](ValueId v, bool input, int k) {
       if (v == kNoValue) return;
-      const Role r = role(g, n, input, k);
+      const Role r = role(g, n, input, k, depthwise);
       if (r == Role::refuses) ok[size_t(v)] = false;
       if (r != Role::tied) return;
       if (first_tied == kNoValue) first_tied = v;
@@ -161,7 +210,8 @@ int block_channels(Graph& g, const std::vector<ValueId>& keep) {
   }
   if (count == 0) return 0;
   for (Node& n : g.nodes) {
-    if (elementwise(n.op)) continue;  // any layout, one for all
+    // The other elementwise ops compute the same in any layout, one for all their operands.
+    if (!op_info(n.op).find_attr(kBlockedInputs)) continue;
     std::vector<int64_t> ins, outs;
     for (size_t k = 0; k < n.inputs.size(); ++k)
       if (n.inputs[k] != kNoValue && blocked[size_t(n.inputs[k])]) ins.push_back(int64_t(k));
