@@ -213,7 +213,6 @@ inline void batch_norm_grad_coefficients(double k, const std::array<double, 4>& 
 
 // Eight elements as doubles: a vector of the clone's width (one register in x86-64-v4's).
 using Doubles8 = double __attribute__((vector_size(64)));
-using Longs8 = int64_t __attribute__((vector_size(64)));
 
 // (Vectors pass by reference: by value, one of 64 bytes has another ABI without AVX-512.)
 template <class T>
@@ -228,22 +227,36 @@ template <class T>
   }
 }
 
+// Eight elements of dy as the gradient sees them, as doubles: ReluGrad's (0 where relu_y <= 0, a
+// NaN relu_y keeping dy) where Masked. For floats the select runs on 8 floats, a register of the
+// AVX2 clone: on 8 doubles (a 64-byte vector) GCC split it lane by lane there, and x86-64-v3's
+// clone of batch_norm_grad_channels ran scalar compares and inserts, 4-5x slower.
+template <class T, bool Masked>
+[[gnu::always_inline]] inline void load_grad8(const T* dy, const T* relu_y, Doubles8& v) {
+  if constexpr (Masked && std::is_same_v<T, float>) {
+    using Floats8 = float __attribute__((vector_size(32)));
+    const Floats8 zero = {};
+    Floats8 g, r;
+    std::memcpy(&g, dy, sizeof g);
+    std::memcpy(&r, relu_y, sizeof r);
+    g = r <= zero ? zero : g;
+    v = __builtin_convertvector(g, Doubles8);
+  } else if constexpr (Masked) {
+    for (int i = 0; i < 8; ++i) v[i] = double(fn::ReluGrad{}(dy[i], relu_y[i]));
+  } else {
+    load_doubles8(dy, v);
+  }
+}
+
 // Half of a block of 16 terms (8 partials) of batch_norm_grad_row_sums into its four sums' partials
-// s0..s3; lanes where keep is 0 add zeros.
+// s0..s3.
 template <class T, bool Masked>
 [[gnu::always_inline]] inline void batch_norm_grad_terms(const T* x, const T* dy, const T* relu_y, double k,
-                                                         const Longs8& keep, Doubles8& s0, Doubles8& s1,
-                                                         Doubles8& s2, Doubles8& s3) {
-  const Doubles8 zero = {};
-  Doubles8 xv, g, r;
+                                                         Doubles8& s0, Doubles8& s1, Doubles8& s2, Doubles8& s3) {
+  Doubles8 xv, g;
   load_doubles8(x, xv);
-  load_doubles8(dy, g);
-  if constexpr (Masked) {
-    load_doubles8(relu_y, r);
-    g = r <= zero ? zero : g;
-  }
-  const Doubles8 d = keep ? xv - k : zero;
-  g = keep ? g : zero;
+  load_grad8<T, Masked>(dy, relu_y, g);
+  const Doubles8 d = xv - k;
   s0 += d;
   s1 += d * d;
   s2 += g;
@@ -254,8 +267,9 @@ template <class T, bool Masked>
 // the gradient sees it (ReluGrad's where Masked: 0 where relu_y <= 0): sum d, sum d^2, sum dy,
 // sum dy * d, each row_sum_wide's value bit for bit (term i into partial sum i mod 16, the
 // partials added pairwise), in one pass whose 16 partials a sum are two vectors (a and b), held in
-// registers. A row's last terms are padded with zeros (adding +0 leaves a partial as it is:
-// partials start at +0 and so are never -0). Four row_sum_wide calls, each reading the row with
+// registers. A row's last terms are padded with +0 terms, x = k and dy = 0 (adding +0 leaves a
+// partial as it is: partials start at +0 and so are never -0; a k of +-inf or NaN makes the
+// channel's sums NaN from its first element anyway). Four row_sum_wide calls, each reading the row with
 // its own tail and pairwise end, kept BatchNormalizationGrad the cnn step's largest op (rows of 64
 // and 16 elements): 0.35-0.38 ms a step, 0.27-0.30 in one pass (its partials first held in an
 // array, zeroed by a `rep stos` per row: 0.34).
@@ -264,22 +278,20 @@ template <class T, bool Masked>
                                                             double k, double (&sums)[4]) {
   const Doubles8 zero = {};
   Doubles8 a0 = zero, a1 = zero, a2 = zero, a3 = zero, b0 = zero, b1 = zero, b2 = zero, b3 = zero;
-  const Longs8 all = ~Longs8{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const T* r = Masked ? relu_y + i : nullptr;
-    batch_norm_grad_terms<T, Masked>(x + i, dy + i, r, k, all, a0, a1, a2, a3);
-    batch_norm_grad_terms<T, Masked>(x + i + 8, dy + i + 8, Masked ? r + 8 : nullptr, k, all, b0, b1, b2, b3);
+    batch_norm_grad_terms<T, Masked>(x + i, dy + i, r, k, a0, a1, a2, a3);
+    batch_norm_grad_terms<T, Masked>(x + i + 8, dy + i + 8, Masked ? r + 8 : nullptr, k, b0, b1, b2, b3);
   }
-  if (i < n) {  // the last n - i terms, through zero-padded copies
-    T xc[16] = {}, dc[16] = {}, rc[16] = {};
+  if (i < n) {  // the last n - i terms, through copies padded with x = k (d = +0) and dy = 0
+    T xc[16], dc[16] = {}, rc[16] = {};
+    std::fill(xc, xc + 16, T(k));
     std::copy(x + i, x + n, xc);
     std::copy(dy + i, dy + n, dc);
     if constexpr (Masked) std::copy(relu_y + i, relu_y + n, rc);
-    const Longs8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-    const Longs8 keep_a = lane < n - i, keep_b = lane + 8 < n - i;
-    batch_norm_grad_terms<T, Masked>(xc, dc, rc, k, keep_a, a0, a1, a2, a3);
-    batch_norm_grad_terms<T, Masked>(xc + 8, dc + 8, rc + 8, k, keep_b, b0, b1, b2, b3);
+    batch_norm_grad_terms<T, Masked>(xc, dc, rc, k, a0, a1, a2, a3);
+    batch_norm_grad_terms<T, Masked>(xc + 8, dc + 8, rc + 8, k, b0, b1, b2, b3);
   }
   const Doubles8 halves[4] = {a0 + b0, a1 + b1, a2 + b2, a3 + b3};  // partial q += q + 8
   for (int q = 0; q < 4; ++q) {

@@ -101,6 +101,21 @@ std::map<std::string, Tensor> sample_feeds() {
 // (oneDNN off): bit for bit.
 double exactness(bool dnnl) { return dnnl ? 1e-5 : 0; }
 
+// A training graph's outputs with its layout and without (plain_copy), on 1 and 2 threads: random
+// inputs, class labels 0..3.
+void same_training_outputs(const Graph& g, unsigned seed, double rel) {
+  KeepThreads keep;
+  std::map<std::string, Tensor> feeds = random_feeds(g, seed);
+  for (auto& [name, t] : feeds)
+    if (t.dtype() == DType::i64)
+      for (int64_t i = 0; i < t.numel(); ++i) t.as<int64_t>()[i] = i % 4;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_cpu_threads(threads);
+    check_same_outputs(plain_copy(g), g, feeds, rel);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("block_channels: the values between oneDNN's convolutions take the blocked layout, the rest stay plain") {
@@ -402,7 +417,6 @@ TEST_CASE("BatchNormalization and its gradient in the blocked layout: float64 va
 
 TEST_CASE("block_channels: the zoo's ResNet training graph computes the plain layout's loss, gradients and statistics") {
   if (!dnnl_enabled()) return;  // the pass runs where oneDNN does
-  KeepThreads keep;
   TrainOptions o;
   o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/zoo/resnet_training_legacy/model.onnx";
   o.batch_size = 8;
@@ -416,20 +430,11 @@ TEST_CASE("block_channels: the zoo's ResNet training graph computes the plain la
   CHECK(convs == 17);  // 6 Convs, their 6 filter gradients, 5 input gradients (x needs none)
   CHECK(blocked_convs == 17);  // every one reads or writes a blocked activation
   verify(tg.g);
-  std::map<std::string, Tensor> feeds = random_feeds(tg.g, 11);
-  for (auto& [name, t] : feeds)
-    if (t.dtype() == DType::i64)
-      for (int64_t i = 0; i < t.numel(); ++i) t.as<int64_t>()[i] = i % 4;  // class labels
-  for (int threads : {1, 2}) {
-    CAPTURE(threads);
-    set_cpu_threads(threads);
-    check_same_outputs(plain_copy(tg.g), tg.g, feeds, exactness(true));
-  }
+  same_training_outputs(tg.g, 11, exactness(true));
 }
 
 TEST_CASE("block_channels: the zoo's ConvNeXt training graph keeps its stream blocked where the depthwise loops run") {
   if (!dnnl_enabled()) return;
-  KeepThreads keep;
   TrainOptions o;
   o.model = std::string(ONNXDP_SOURCE_DIR) + "/models/zoo/convnext_legacy/model.onnx";
   o.batch_size = 8;
@@ -452,15 +457,7 @@ TEST_CASE("block_channels: the zoo's ConvNeXt training graph keeps its stream bl
   }
   CHECK(windows == 3);  // the depthwise Conv, its input gradient and its filter gradient
   CHECK(transposes >= 4);
-  std::map<std::string, Tensor> feeds = random_feeds(g, 13);
-  for (auto& [name, t] : feeds)
-    if (t.dtype() == DType::i64)
-      for (int64_t i = 0; i < t.numel(); ++i) t.as<int64_t>()[i] = i % 4;  // class labels
-  for (int threads : {1, 2}) {
-    CAPTURE(threads);
-    set_cpu_threads(threads);
-    check_same_outputs(plain_copy(g), g, feeds, 1e-4);
-  }
+  same_training_outputs(g, 13, 1e-4);
 }
 
 TEST_CASE("the convolution engine runs blocked tensors through plain copies where oneDNN does not run them") {
