@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "exec/cpu/avx512.h"  // cpu_has_avx512
 #include "exec/cpu/clones.h"  // parallel_for
 #include "exec/cpu/onednn.h"
 #include "graph/error.h"
@@ -45,9 +46,18 @@ constexpr int64_t kBlockAlign = 16;
 constexpr int64_t kDnnlMinWork = int64_t(1) << 16;
 constexpr int64_t kTallTransposedMinWork = int64_t(1) << 24;
 
+// All of the above was measured on AVX-512 CPUs. On an AVX2-only AMD EPYC (Zen 3), one thread:
+// gpt_small's products (2^26 multiply-adds and more) ran at 80-87 GFLOP/s on OpenBLAS against
+// oneDNN's 40-88 (its A^T B weight gradients, [1024, 256]^T x [1024, 1024] and the tall one through
+// transposed_product, at 40; its matmul with a bias at 75-84 against 78-87): the step 390 -> 299-313
+// ms on OpenBLAS. tiny_lm's (2^22 and less) the other way: 2.50 ms a step on oneDNN, 2.91 on
+// OpenBLAS (bench/results/2026-12-07-avx2.md). So without AVX-512, products of 2^24 multiply-adds
+// or more stay on OpenBLAS.
+constexpr int64_t kNoAvx512DnnlMaxWork = int64_t(1) << 24;
+
 bool use_dnnl_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   if (ta && !tb && m > n && m * n * k >= kTallTransposedMinWork) return false;
-  return m * n * k >= kDnnlMinWork && dnnl_enabled();
+  return dnnl_runs_product(m * n * k);
 }
 
 // The product that readies one work buffer, and the most buffers readied in this process so far.
@@ -80,7 +90,8 @@ void transposed_product(int m, int n, int k, float alpha, const float* a, int ld
 void call(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
 #ifdef ONNXDP_HAVE_DNNL
-  if (ta && !tb && m > n && int64_t(m) * n * k >= kTallTransposedMinWork && beta == 0.0f && dnnl_enabled()) {
+  if (ta && !tb && m > n && int64_t(m) * n * k >= kTallTransposedMinWork && beta == 0.0f &&
+      dnnl_runs_product(int64_t(m) * n * k)) {
     transposed_product(m, n, k, alpha, a, lda, b, ldb, c, ldc);
     return;
   }
@@ -149,7 +160,7 @@ template <class T>
 void bias_block(bool tb, int64_t rows, int64_t cols, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
                 const T* bias, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>)
-    if (rows * cols * k >= kDnnlMinWork && dnnl_matmul_bias(tb, rows, cols, k, a, lda, b, ldb, bias, c, ldc)) return;
+    if (dnnl_runs_product(rows * cols * k) && dnnl_matmul_bias(tb, rows, cols, k, a, lda, b, ldb, bias, c, ldc)) return;
   for (int64_t i = 0; i < rows; ++i) std::copy(bias, bias + cols, c + i * ldc);
   if (k > 0) call(false, tb, int(rows), int(cols), int(k), T(1), a, int(lda), b, int(ldb), T(1), c, int(ldc));
 }
@@ -194,6 +205,15 @@ void blas_prepare(int concurrent) {
     });
   for (std::thread& t : threads) t.join();
   ready_buffers = concurrent;
+}
+
+bool dnnl_runs_product(int64_t work) {
+#ifdef ONNXDP_AVX512_LOOPS
+  static const bool avx512 = cpu_has_avx512();
+#else
+  const bool avx512 = true;
+#endif
+  return work >= kDnnlMinWork && (avx512 || work < kNoAvx512DnnlMaxWork) && dnnl_enabled();
 }
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

@@ -29,6 +29,11 @@ namespace onnxdp {
 // awake helper costs (parallel_min_elements(), exec/cpu/clones.h).
 int64_t blas_split_min_work();
 
+// Whether a float product of `work` multiply-adds runs on oneDNN (its sgemm, or its matmul for a
+// product with a bias) rather than OpenBLAS, oneDNN built and on: from 2^16 up, and on a CPU
+// without AVX-512 below 2^24 only (exec/cpu/blas.cpp says why).
+bool dnnl_runs_product(int64_t work);
+
 // C [m, n] = alpha * op(A) [m, k] x op(B) [k, n] + beta * C, row-major; op(X) is X, or X stored
 // transposed with ta / tb; lda, ldb, ldc: the row lengths of A, B and C as stored. beta == 0: C
 // is not read. k == 0: C = beta * C. Dims and row lengths past BLAS's int range fail.
