@@ -64,9 +64,9 @@ inline std::vector<int64_t> blocked_storage(const std::vector<int64_t>& s, size_
 }
 
 // The storage shapes an elementwise kernel with a blocked output 0 reads through: the output's
-// first, then its inputs 0 .. n-1'. Each input has the output's shape and is blocked, or is plain
-// with spatial dims of 1 (graph/passes/block_channels.h ties and refuses them so); fails naming
-// the input that is neither.
+// first, then its inputs 0 .. n-1. Each input has the output's shape and is blocked, or is a plain
+// channel_operand (graph/passes/block_channels.h ties and refuses them so); fails naming the input
+// that is neither.
 inline std::vector<std::vector<int64_t>> blocked_storages(const KernelCtx& c, int n) {
   const Shape& s = *c.out(0).shape;
   std::vector<std::vector<int64_t>> v{blocked_storage(s, s.size())};
@@ -75,10 +75,8 @@ inline std::vector<std::vector<int64_t>> blocked_storages(const KernelCtx& c, in
     if ((a == s) != blocked_input(c.node, k))
       c.fail("output 0 is blocked and input {} ({}) is {}", k, a == s ? "the output's shape" : "broadcast",
              a == s ? "not" : "blocked too");
-    bool spatial_one = a.size() <= s.size();
-    for (size_t d = 2; d < s.size() && spatial_one && a != s; ++d)
-      if (d + a.size() >= s.size() && a[d + a.size() - s.size()] != 1) spatial_one = false;
-    if (!spatial_one) c.fail("output 0 is blocked and input {} broadcasts over more than its channels", k);
+    if (a != s && !channel_operand(a, s))
+      c.fail("output 0 is blocked and input {} broadcasts over more than its channels", k);
     v.push_back(blocked_storage(a, s.size()));
   }
   return v;

@@ -269,10 +269,10 @@ template <class T, bool Masked>
 // partials added pairwise), in one pass whose 16 partials a sum are two vectors (a and b), held in
 // registers. A row's last terms are padded with +0 terms, x = k and dy = 0 (adding +0 leaves a
 // partial as it is: partials start at +0 and so are never -0; a k of +-inf or NaN makes the
-// channel's sums NaN from its first element anyway). Four row_sum_wide calls, each reading the row with
-// its own tail and pairwise end, kept BatchNormalizationGrad the cnn step's largest op (rows of 64
-// and 16 elements): 0.35-0.38 ms a step, 0.27-0.30 in one pass (its partials first held in an
-// array, zeroed by a `rep stos` per row: 0.34).
+// channel's sums NaN from its first element anyway). Four row_sum_wide calls, each reading the
+// row with its own tail and pairwise end, kept BatchNormalizationGrad the cnn step's largest op
+// (rows of 64 and 16 elements): 0.35-0.38 ms a step, 0.27-0.30 in one pass (its partials first
+// held in an array, zeroed by a `rep stos` per row: 0.34).
 template <class T, bool Masked>
 [[gnu::always_inline]] inline void batch_norm_grad_row_sums(const T* x, const T* dy, const T* relu_y, int64_t n,
                                                             double k, double (&sums)[4]) {

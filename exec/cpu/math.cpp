@@ -41,7 +41,8 @@ void binary_numeric(KernelCtx& c, const F& f) {
   if (blocked_output(c.node, 0)) {
     if (c.out(0).dtype != DType::f32) c.fail("output 0 is blocked and {}, not float32", dtype_name(c.out(0).dtype));
     const auto s = blocked_storages(c, 2);
-    broadcast_map<float, float, float>(viewed_as(c.out(0), s[0]), f, viewed_as(c.in(0), s[1]), viewed_as(c.in(1), s[2]));
+    broadcast_map<float, float, float>(viewed_as(c.out(0), s[0]), f, viewed_as(c.in(0), s[1]),
+                                       viewed_as(c.in(1), s[2]));
     return;
   }
   if (half_map<uint16_t>(c.in(0).dtype, c.out(0), f, c.in(0), c.in(1))) return;

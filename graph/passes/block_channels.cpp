@@ -44,15 +44,6 @@ bool reads_channel_operands(Op op) {
   return op == Op::Add || op == Op::Sub || op == Op::Mul || op == Op::Div || op == Op::Expand;
 }
 
-// a broadcast against out over nothing but (some of) its first two dims: at most out's rank,
-// every dim from 2 on (right-aligned) 1.
-bool channel_operand(const Shape& a, const Shape& out) {
-  if (a.size() > out.size()) return false;
-  for (size_t d = 2; d < out.size(); ++d)
-    if (d + a.size() >= out.size() && a[d + a.size() - out.size()] != 1) return false;
-  return true;
-}
-
 // An elementwise node's slot: tied where the value has the output's shape, free where it is a
 // scalar (numel 1, the same in any layout), refused (kept plain) where it is a channel operand of
 // an op that reads one; any other broadcast rules the node out. Expand's input 1 is its shape.
@@ -164,6 +155,13 @@ bool blocked_depthwise_window(const std::vector<int64_t>& kernel, const std::vec
   for (size_t d = 0; d < 2; ++d)
     if (strides[d] != 1 || dilations[d] != 1 || pad_begin[d] < 0 || pad_begin[d] >= kernel[d]) return false;
   return kernel[0] >= 1 && kernel[0] <= 16 && (kernel[1] == 3 || kernel[1] == 5 || kernel[1] == 7);
+}
+
+bool channel_operand(const Shape& a, const Shape& out) {
+  if (a.size() > out.size()) return false;
+  for (size_t d = 2; d < out.size(); ++d)
+    if (d + a.size() >= out.size() && a[d + a.size() - out.size()] != 1) return false;
+  return true;
 }
 
 bool blocked_input(const Node& n, int k) { return listed(n, kBlockedInputs, k); }

@@ -32,10 +32,10 @@
 // a reduction over a blocked x walks its elements in storage order (in double, as on plain
 // tensors), and oneDNN runs a 1x1 window on plain tensors by its gemm path, on a blocked one by
 // its blocked kernels (the same bits on the AVX-512 Intel VM of the records, not on an AVX2 AMD
-// EPYC): within float rounding (tests/graph/test_block_channels.cpp). Blocked, a
-// MobileNet-style depthwise window runs with every lane of a vector a channel: on this repo's
-// Intel VM 1.3-1.6x the plain loops' speed forward and 1.2-1.6x in the filter gradient
-// (bench/results/2026-12-07-blocked-depthwise.md).
+// EPYC): within float rounding (tests/graph/test_block_channels.cpp; each kernel against its
+// plain run: tests/exec/test_blocked_ops.cpp). Blocked, a MobileNet-style depthwise window runs
+// with every lane of a vector a channel: on this repo's Intel VM 1.3-1.6x the plain loops' speed
+// forward and 1.2-1.6x in the filter gradient (bench/results/2026-12-07-blocked-depthwise.md).
 #pragma once
 #include <vector>
 
@@ -49,6 +49,11 @@ inline constexpr const char* kBlockedOutputs = "blocked_outputs";
 // Whether node n reads its input k / writes its output k in the blocked layout.
 bool blocked_input(const Node& n, int k);
 bool blocked_output(const Node& n, int k);
+
+// Whether `a` broadcasts against `out` over nothing but (some of) its first two dims: at most
+// out's rank, every dim from 2 on (right-aligned) 1. Add, Sub, Mul, Div and Expand read such an
+// operand plain beside a blocked output (exec/cpu/blocked.h, blocked_storage).
+bool channel_operand(const Shape& a, const Shape& out);
 
 // Whether a depthwise window (one input and one output channel a group, the channels a multiple
 // of 16) runs in the blocked layout: exec/cpu/conv_depthwise.h's blocked loops take it. 2-D, unit
