@@ -32,6 +32,19 @@
 
 namespace onnxdp {
 
+// How many doubles one vector register holds in the clone this CPU runs: 8 in x86-64-v4's
+// (AVX-512), else 4 (x86-64-v3's AVX2; the baseline's 16-byte registers take a 4-double vector
+// as two). For loops written on explicit vectors, which are built for both widths and pick one
+// by this (batch_norm_grad_channels, exec/cpu/grad.cpp).
+inline int vector_lanes() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+  static const int lanes = __builtin_cpu_supports("x86-64-v4") ? 8 : 4;
+  return lanes;
+#else
+  return 4;
+#endif
+}
+
 // Loops over more elements than this are split over the thread's team (exec/cpu/threads.h);
 // smaller ones run on the calling thread. A team's helpers watch for work for a while after each
 // share, so a loop's split costs a few microseconds when the previous split was recent, and up to

@@ -211,95 +211,139 @@ inline void batch_norm_grad_coefficients(double k, const std::array<double, 4>& 
   c = -a * sums[2] / M - b * mu;
 }
 
-// Eight elements as doubles: a vector of the clone's width (one register in x86-64-v4's).
-using Doubles8 = double __attribute__((vector_size(64)));
+// W elements as doubles (D) and as floats (F): vectors of one register of x86-64-v4's clones (W 8)
+// or of x86-64-v3's (W 4). A vector wider than the clone's registers is no help: GCC splits a
+// 64-byte one into pieces through the stack in the x86-64-v3 clone (batch_norm_grad_channels ran
+// there with its partial sums spilled, half as fast as on 32-byte vectors). vector_lanes()
+// (exec/cpu/clones.h) says which W this CPU takes.
+template <int W> struct Lanes;
+template <> struct Lanes<4> {
+  using D = double __attribute__((vector_size(32)));
+  using F = float __attribute__((vector_size(16)));
+};
+template <> struct Lanes<8> {
+  using D = double __attribute__((vector_size(64)));
+  using F = float __attribute__((vector_size(32)));
+};
 
-// (Vectors pass by reference: by value, one of 64 bytes has another ABI without AVX-512.)
-template <class T>
-[[gnu::always_inline]] inline void load_doubles8(const T* p, Doubles8& v) {
+// (Vectors pass by reference: by value, a wide one has another ABI without AVX-512 or AVX.)
+template <int W, class T>
+[[gnu::always_inline]] inline void load_doubles(const T* p, typename Lanes<W>::D& v) {
   if constexpr (std::is_same_v<T, float>) {
-    using Floats8 = float __attribute__((vector_size(32)));
-    Floats8 f;
+    typename Lanes<W>::F f;
     std::memcpy(&f, p, sizeof f);
-    v = __builtin_convertvector(f, Doubles8);
+    v = __builtin_convertvector(f, typename Lanes<W>::D);
   } else {
-    for (int i = 0; i < 8; ++i) v[i] = double(p[i]);
+    for (int i = 0; i < W; ++i) v[i] = double(p[i]);
   }
 }
 
-// Eight elements of dy as the gradient sees them, as doubles: ReluGrad's (0 where relu_y <= 0, a
-// NaN relu_y keeping dy) where Masked. For floats the select runs on 8 floats, a register of the
-// AVX2 clone: on 8 doubles (a 64-byte vector) GCC split it lane by lane there, and x86-64-v3's
-// clone of batch_norm_grad_channels ran scalar compares and inserts, 4-5x slower.
-template <class T, bool Masked>
-[[gnu::always_inline]] inline void load_grad8(const T* dy, const T* relu_y, Doubles8& v) {
+// W elements of dy as the gradient sees them, as doubles: ReluGrad's (0 where relu_y <= 0, a NaN
+// relu_y keeping dy) where Masked. For floats the select runs on the floats, before the
+// conversion: on 8 doubles (a 64-byte vector) GCC split it lane by lane in the x86-64-v3 clone.
+template <int W, class T, bool Masked>
+[[gnu::always_inline]] inline void load_grad(const T* dy, const T* relu_y, typename Lanes<W>::D& v) {
   if constexpr (Masked && std::is_same_v<T, float>) {
-    using Floats8 = float __attribute__((vector_size(32)));
-    const Floats8 zero = {};
-    Floats8 g, r;
+    using F = typename Lanes<W>::F;
+    const F zero = {};
+    F g, r;
     std::memcpy(&g, dy, sizeof g);
     std::memcpy(&r, relu_y, sizeof r);
     g = r <= zero ? zero : g;
-    v = __builtin_convertvector(g, Doubles8);
+    v = __builtin_convertvector(g, typename Lanes<W>::D);
   } else if constexpr (Masked) {
-    for (int i = 0; i < 8; ++i) v[i] = double(fn::ReluGrad{}(dy[i], relu_y[i]));
+    for (int i = 0; i < W; ++i) v[i] = double(fn::ReluGrad{}(dy[i], relu_y[i]));
   } else {
-    load_doubles8(dy, v);
+    load_doubles<W>(dy, v);
   }
 }
 
-// Half of a block of 16 terms (8 partials) of batch_norm_grad_row_sums into its four sums' partials
-// s0..s3.
-template <class T, bool Masked>
+// The four terms of batch_norm_grad_row_sums for W elements: d, d^2, dy, dy * d with d = x - k.
+template <int W, class T, bool Masked>
 [[gnu::always_inline]] inline void batch_norm_grad_terms(const T* x, const T* dy, const T* relu_y, double k,
-                                                         Doubles8& s0, Doubles8& s1, Doubles8& s2, Doubles8& s3) {
-  Doubles8 xv, g;
-  load_doubles8(x, xv);
-  load_grad8<T, Masked>(dy, relu_y, g);
-  const Doubles8 d = xv - k;
-  s0 += d;
-  s1 += d * d;
-  s2 += g;
-  s3 += g * d;
+                                                         typename Lanes<W>::D (&t)[4]) {
+  typename Lanes<W>::D xv, g;
+  load_doubles<W>(x, xv);
+  load_grad<W, T, Masked>(dy, relu_y, g);
+  const typename Lanes<W>::D d = xv - k;
+  t[0] = d;
+  t[1] = d * d;
+  t[2] = g;
+  t[3] = g * d;
+}
+
+// row_sum_wide's 16 partial sums, held as vectors (partial q in lane q % W of vector q / W), added
+// as it adds them: q += q + 8, then 4, 2 and 1 apart.
+[[gnu::always_inline]] inline double wide_total(const Lanes<8>::D& p0, const Lanes<8>::D& p1) {
+  const Lanes<8>::D h = p0 + p1;
+  return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+[[gnu::always_inline]] inline double wide_total(const Lanes<4>::D& p0, const Lanes<4>::D& p1, const Lanes<4>::D& p2,
+                                                const Lanes<4>::D& p3) {
+  const Lanes<4>::D h = (p0 + p2) + (p1 + p3);
+  return (h[0] + h[2]) + (h[1] + h[3]);
 }
 
 // The four sums of batch_norm_grad_channels over one row of n elements, with d = x - k and dy as
 // the gradient sees it (ReluGrad's where Masked: 0 where relu_y <= 0): sum d, sum d^2, sum dy,
 // sum dy * d, each row_sum_wide's value bit for bit (term i into partial sum i mod 16, the
-// partials added pairwise), in one pass whose 16 partials a sum are two vectors (a and b), held in
-// registers. A row's last terms are padded with +0 terms, x = k and dy = 0 (adding +0 leaves a
-// partial as it is: partials start at +0 and so are never -0; a k of +-inf or NaN makes the
-// channel's sums NaN from its first element anyway). Four row_sum_wide calls, each reading the
-// row with its own tail and pairwise end, kept BatchNormalizationGrad the cnn step's largest op
-// (rows of 64 and 16 elements): 0.35-0.38 ms a step, 0.27-0.30 in one pass (its partials first
-// held in an array, zeroed by a `rep stos` per row: 0.34).
-template <class T, bool Masked>
+// partials added pairwise), their partials held in registers (named vectors: an array of them
+// the compiler keeps on the stack). W 8: all four sums in one pass over the row, two vectors
+// each, 8 of AVX-512's 32 registers. W 4: two sums per pass, four vectors each (all four sums'
+// would take all 16 of AVX2's registers); the second pass reads the row from L1. A row's last
+// terms are padded with +0 terms, x = k and dy = 0 (adding +0 leaves a partial as it is: partials
+// start at +0 and so are never -0; a k of +-inf or NaN makes the channel's sums NaN from its
+// first element anyway). Four row_sum_wide calls, each reading the row with its own tail and
+// pairwise end, kept BatchNormalizationGrad the cnn step's largest op (rows of 64 and 16
+// elements): 0.35-0.38 ms a step, 0.27-0.30 in one pass (its partials first held in an array,
+// zeroed by a `rep stos` per row: 0.34), on an AVX-512 Xeon.
+template <int W, class T, bool Masked>
 [[gnu::always_inline]] inline void batch_norm_grad_row_sums(const T* x, const T* dy, const T* relu_y, int64_t n,
                                                             double k, double (&sums)[4]) {
-  const Doubles8 zero = {};
-  Doubles8 a0 = zero, a1 = zero, a2 = zero, a3 = zero, b0 = zero, b1 = zero, b2 = zero, b3 = zero;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const T* r = Masked ? relu_y + i : nullptr;
-    batch_norm_grad_terms<T, Masked>(x + i, dy + i, r, k, a0, a1, a2, a3);
-    batch_norm_grad_terms<T, Masked>(x + i + 8, dy + i + 8, Masked ? r + 8 : nullptr, k, b0, b1, b2, b3);
-  }
-  if (i < n) {  // the last n - i terms, through copies padded with x = k (d = +0) and dy = 0
-    T xc[16], dc[16] = {}, rc[16] = {};
-    std::fill(xc, xc + 16, T(k));
-    std::copy(x + i, x + n, xc);
-    std::copy(dy + i, dy + n, dc);
-    if constexpr (Masked) std::copy(relu_y + i, relu_y + n, rc);
-    batch_norm_grad_terms<T, Masked>(xc, dc, rc, k, a0, a1, a2, a3);
-    batch_norm_grad_terms<T, Masked>(xc + 8, dc + 8, rc + 8, k, b0, b1, b2, b3);
-  }
-  const Doubles8 halves[4] = {a0 + b0, a1 + b1, a2 + b2, a3 + b3};  // partial q += q + 8
-  for (int q = 0; q < 4; ++q) {
-    double p[8];
-    std::memcpy(p, &halves[q], sizeof p);
-    for (int w = 4; w > 0; w /= 2)  // then 4, 2 and 1 apart
-      for (int l = 0; l < w; ++l) p[l] += p[l + w];
-    sums[q] = p[0];
+  using D = typename Lanes<W>::D;
+  // A pass over the row: add(x, dy, relu_y) on each block of 16 terms, the last n % 16 through
+  // copies padded as above.
+  const auto pass = [&](const auto& add) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) add(x + i, dy + i, Masked ? relu_y + i : nullptr);
+    if (i < n) {
+      T xc[16], dc[16] = {}, rc[16] = {};
+      std::fill(xc, xc + 16, T(k));
+      std::copy(x + i, x + n, xc);
+      std::copy(dy + i, dy + n, dc);
+      if constexpr (Masked) std::copy(relu_y + i, relu_y + n, rc);
+      add(xc, dc, rc);
+    }
+  };
+  if constexpr (W == 8) {
+    D a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+    pass([&](const T* xb, const T* db, const T* rb) {
+      D t[4];
+      batch_norm_grad_terms<W, T, Masked>(xb, db, rb, k, t);
+      a0 += t[0], a1 += t[1], a2 += t[2], a3 += t[3];
+      batch_norm_grad_terms<W, T, Masked>(xb + 8, db + 8, Masked ? rb + 8 : nullptr, k, t);
+      b0 += t[0], b1 += t[1], b2 += t[2], b3 += t[3];
+    });
+    sums[0] = wide_total(a0, b0);
+    sums[1] = wide_total(a1, b1);
+    sums[2] = wide_total(a2, b2);
+    sums[3] = wide_total(a3, b3);
+  } else {
+    for (int first = 0; first < 4; first += 2) {
+      D a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+      pass([&](const T* xb, const T* db, const T* rb) {
+        D t[4];
+        const auto at = [&](int v) {  // terms 4v..4v + 3 of the block
+          batch_norm_grad_terms<W, T, Masked>(xb + 4 * v, db + 4 * v, Masked ? rb + 4 * v : nullptr, k, t);
+        };
+        at(0), a0 += t[first], b0 += t[first + 1];
+        at(1), a1 += t[first], b1 += t[first + 1];
+        at(2), a2 += t[first], b2 += t[first + 1];
+        at(3), a3 += t[first], b3 += t[first + 1];
+      });
+      sums[first] = wide_total(a0, a1, a2, a3);
+      sums[first + 1] = wide_total(b0, b1, b2, b3);
+    }
   }
 }
 
@@ -322,7 +366,7 @@ template <class T, bool Masked>
 //
 // With relu_y (Masked), each dy element is first ReluGrad's, dy where relu_y > 0, else 0, read
 // on the fly in both passes: BatchNormalization + Relu backward without ReluGrad's own pass.
-template <class T, bool Masked>
+template <int W, class T, bool Masked>
 ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy_in, const T* relu_y, T* dx, int64_t N,
                                                 int64_t C, int64_t S, int64_t lo, int64_t hi, double eps,
                                                 const double* scale, double* dscale, double* dbias) {
@@ -341,7 +385,7 @@ ONNXDP_CPU_CLONES void batch_norm_grad_channels(const T* x, const T* dy_in, cons
       const size_t j = size_t(ch - lo);
       const int64_t row = (n * C + ch) * S;
       double sums[4];
-      batch_norm_grad_row_sums<T, Masked>(x + row, dy_in + row, Masked ? relu_y + row : nullptr, S, k[j], sums);
+      batch_norm_grad_row_sums<W, T, Masked>(x + row, dy_in + row, Masked ? relu_y + row : nullptr, S, k[j], sums);
       sum_d[j] += sums[0];
       sum_dd[j] += sums[1];
       sum_dy[j] += sums[2];
@@ -473,15 +517,15 @@ void batch_norm_grad(KernelCtx& c) {
   }
   // Blocks of channels whose inputs fit in the core's cache: the second pass (dx) reads them there.
   const int64_t step = batch_norm_block(N * S * int64_t(sizeof(T)) * (relu_y ? 3 : 2));
+  const bool wide = vector_lanes() == 8;
   split_rows(C, xr.numel > parallel_min_elements(), [&](int, int64_t lo, int64_t hi) {
     for (int64_t b0 = lo; b0 < hi; b0 += step) {
       const int64_t b1 = std::min(hi, b0 + step);
-      if (relu_y)
-        batch_norm_grad_channels<T, true>(x, dy, relu_y, dx, N, C, S, b0, b1, eps, scale.data(), dscale.data(),
-                                          dbias.data());
-      else
-        batch_norm_grad_channels<T, false>(x, dy, nullptr, dx, N, C, S, b0, b1, eps, scale.data(), dscale.data(),
-                                           dbias.data());
+      const auto run = [&](auto channels) {
+        channels(x, dy, relu_y, dx, N, C, S, b0, b1, eps, scale.data(), dscale.data(), dbias.data());
+      };
+      if (relu_y) wide ? run(batch_norm_grad_channels<8, T, true>) : run(batch_norm_grad_channels<4, T, true>);
+      else wide ? run(batch_norm_grad_channels<8, T, false>) : run(batch_norm_grad_channels<4, T, false>);
     }
   });
   for (int64_t ch = 0; ch < C; ++ch) {
@@ -523,27 +567,39 @@ ONNXDP_CPU_CLONES void layer_norm_grad_rows(const T* dy, const T* x, T* dx, int6
     double mean, inv;
     row_mean_inv_std(xrow, inner, eps, mean, inv);
     // One pass over the row for its terms of ds and db and for sum(g) and sum(g * xhat), each sum
-    // in row_sum_wide's order (term j into partial j mod 16, the partials added pairwise): the same
-    // values bit for bit as three passes, a quarter faster on tiny_lm's rows of 32 (52 against
-    // 70 ns a row).
+    // in row_sum_wide's order (term j into partial j mod 16, the partials added pairwise, the last
+    // n % 16 terms a block padded with +0 terms): the same values bit for bit as three passes, a
+    // quarter faster on tiny_lm's rows of 32 (52 against 70 ns a row). Every index into the
+    // partials is a constant, so that they stay in registers (row_sum.h says why).
     double part_g[16] = {}, part_gx[16] = {};
-    const auto terms = [&](int64_t j, int q) {
+    const auto terms = [&](int64_t j, double& g_term, double& gx_term) {
       const double d = double(dyrow[j]), xhat = (double(xrow[j]) - mean) * inv, g = d * scale[j];
       if (ds) {
         ds[j] += d * xhat;
         db[j] += d;
       }
-      part_g[q] += g;
-      part_gx[q] += g * xhat;
+      g_term = g;
+      gx_term = g * xhat;
     };
     int64_t j = 0;
     for (; j + 16 <= inner; j += 16)
-      for (int q = 0; q < 16; ++q) terms(j + q, q);
-    for (; j < inner; ++j) terms(j, int(j % 16));
-    for (int w = 8; w > 0; w /= 2)
-      for (int q = 0; q < w; ++q) part_g[q] += part_g[q + w], part_gx[q] += part_gx[q + w];
+      for (int q = 0; q < 16; ++q) {
+        double g, gx;
+        terms(j + q, g, gx);
+        part_g[q] += g;
+        part_gx[q] += gx;
+      }
+    if (j < inner) {
+      double tail_g[16] = {}, tail_gx[16] = {};
+      for (int q = 0; j + q < inner; ++q) terms(j + q, tail_g[q], tail_gx[q]);
+      for (int q = 0; q < 16; ++q) part_g[q] += tail_g[q], part_gx[q] += tail_gx[q];
+    }
+    for (int q = 0; q < 8; ++q) part_g[q] += part_g[q + 8], part_gx[q] += part_gx[q + 8];
+    for (int q = 0; q < 4; ++q) part_g[q] += part_g[q + 4], part_gx[q] += part_gx[q + 4];
+    const double sum_g = (part_g[0] + part_g[2]) + (part_g[1] + part_g[3]);
+    const double sum_gx = (part_gx[0] + part_gx[2]) + (part_gx[1] + part_gx[3]);
     if (!dx) continue;
-    const double mean_g = part_g[0] / double(inner), mean_g_xhat = part_gx[0] / double(inner);
+    const double mean_g = sum_g / double(inner), mean_g_xhat = sum_gx / double(inner);
     for (int64_t j = 0; j < inner; ++j) {
       const double xhat = (double(xrow[j]) - mean) * inv, g = double(dyrow[j]) * scale[j];
       dx[r * inner + j] = T(inv * (g - mean_g - xhat * mean_g_xhat));
