@@ -204,12 +204,13 @@ struct LeakyRelu {
   float alpha = 0.01f;
   template <class T> ONNXDP_HD T operator()(T x) const { return x >= T(0) ? x : T(alpha) * x; }
 };
-// 1 / (1 + e^-x), evaluated so that no exp overflows: for x < 0, e^x / (1 + e^x).
+// 1 / (1 + e^-x), evaluated so that no exp overflows: for x < 0, e^x / (1 + e^x). One exp and one
+// division either way, e = e^-|x| (a NaN x passed as it is) and the numerator selected, so that a
+// vector loop computes one of each, not both sides' (the same values as the two branches).
 struct Sigmoid {
   template <class T> ONNXDP_HD T operator()(T x) const {
-    if (x >= T(0)) return T(1) / (T(1) + m::exp(-x));
-    T e = m::exp(x);
-    return e / (T(1) + e);
+    const T e = m::exp(x < T(0) || x != x ? x : -x);
+    return (x >= T(0) ? T(1) : e) / (T(1) + e);
   }
 };
 struct Tanh {
