@@ -50,8 +50,11 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-void MappedFile::release() const {
-  if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+void MappedFile::release(size_t touched) const {
+  if (!data_ || size_ <= kResidentBound) return;
+  if (touched_.fetch_add(touched) + touched < kResidentBound) return;
+  touched_ = 0;
+  ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
 }
 
 namespace {
@@ -96,8 +99,8 @@ class ArrayShard : public Shard {
     if (a.dtype == DType::boolean)  // any nonzero byte is True in NumPy; C++ bool holds 0 or 1
       for (size_t i = 0; i < row; ++i) dst[i] = dst[i] != 0;
   }
-  void release() const override {
-    for (const auto& m : maps_) m->release();
+  void release(size_t touched) const override {
+    for (const auto& m : maps_) m->release(touched);
   }
 
  private:
@@ -240,7 +243,7 @@ class TokenShard : public Shard {
       else reinterpret_cast<int32_t*>(dst)[t] = w[t];
     }
   }
-  void release() const override { map_.release(); }
+  void release(size_t touched) const override { map_.release(touched); }
 
  private:
   MappedFile map_;

@@ -12,6 +12,7 @@
 // Every problem (a truncated file, a bad header, a member that is not .npy) is an Error naming
 // the file and the array.
 #pragma once
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,13 +38,19 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
-  // Drops the pages read so far from this process (the kernel's page cache may keep them), so
-  // that the resident memory of a map stays what one batch touched.
-  void release() const;
+  // After a read of at most `touched` bytes of its pages (a batch's rows, each counted as a page
+  // at least): drops the pages read so far from this process (the kernel's page cache may keep
+  // them) once those reads reach kResidentBound since the last drop, so that the resident memory
+  // of a map stays under about that bound. A map no larger than the bound is never dropped: its
+  // pages are read again batch after batch, and dropping them each batch cost a TLB flush across
+  // the process's threads (a tenth of the mlp's step on a 2-core VM).
+  void release(size_t touched) const;
+  static constexpr size_t kResidentBound = size_t(8) << 20;
 
  private:
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  mutable std::atomic<size_t> touched_{0};  // since the last drop (the reader and the step may both read)
 };
 
 class Shard {
@@ -54,8 +61,9 @@ class Shard {
   const std::map<std::string, ArrayInfo>& arrays() const { return arrays_; }
   // Row r of array `name` into dst (that array's row_bytes()).
   virtual void read_row(const std::string& name, int64_t r, uint8_t* dst) const = 0;
-  // After a batch: give back the mapped pages it read (MappedFile::release).
-  virtual void release() const {}
+  // After a batch that read at most `touched` bytes of this shard's pages: give back the mapped
+  // pages read (MappedFile::release).
+  virtual void release(size_t touched) const {}
   size_t mapped_bytes() const { return mapped_bytes_; }  // of files mapped, read per batch
   size_t held_bytes() const { return held_bytes_; }      // held in memory (deflated .npz)
 

@@ -210,7 +210,12 @@ std::map<std::string, Tensor> take_rows(const Dataset& d, const std::vector<int6
     s[0] = int64_t(idx.size());
     out.emplace(name, Tensor(a.dtype, s));
   }
-  std::vector<char> touched(d.shards.size(), 0);
+  // The bytes of each shard's pages the rows may have touched: a row counts a page at least (rows
+  // read in a shuffled order each land on pages of their own).
+  constexpr size_t kPage = 4096;
+  size_t row_pages = 0;
+  for (const auto& [name, t] : out) row_pages += std::max(d.arrays.at(name).row_bytes(), kPage);
+  std::vector<size_t> touched(d.shards.size(), 0);
   for (int64_t i = own_begin; i < own_end; ++i) {
     const int64_t k = shard_of(d, idx[size_t(i)]);
     const Shard& s = *d.shards[size_t(k)];
@@ -218,10 +223,10 @@ std::map<std::string, Tensor> take_rows(const Dataset& d, const std::vector<int6
       const size_t row = d.arrays.at(name).row_bytes();
       s.read_row(name, idx[size_t(i)] - d.first[size_t(k)], t.as<uint8_t>() + size_t(i) * row);
     }
-    touched[size_t(k)] = 1;
+    touched[size_t(k)] += row_pages;
   }
   for (size_t k = 0; k < touched.size(); ++k)
-    if (touched[k]) d.shards[k]->release();
+    if (touched[k] > 0) d.shards[k]->release(touched[k]);
   if (d.classes > 0 && own_end > own_begin) {  // labels checked as they are read
     const Tensor& t = out.at(d.label);
     const size_t row = d.arrays.at(d.label).row_bytes();
@@ -263,7 +268,7 @@ void check_class_labels(Dataset& d, const std::string& path, const std::string& 
       check_label_rows(buf.data(), a.dtype, 1, int64_t(row / dtype_size(a.dtype)), path, label, classes,
                        [&](int64_t) { return sample_name(d, d.first[k] + r); });
     }
-    s.release();
+    s.release(s.mapped_bytes());  // every row read
   }
 }
 

@@ -37,6 +37,7 @@
 #include "train/evaluator.h"
 #include "train/loss_scaler.h"
 #include "train/progress.h"
+#include "train/read_ahead.h"
 #include "train/outputs.h"
 #include "train/replicas.h"
 #include "train/tensorboard.h"
@@ -561,7 +562,7 @@ class Replica {
     }
     if (next.rows > 0) {
       ahead_place_ = next;
-      ahead_ = std::async(std::launch::async, [this, next] { return read_batch(*ahead_order_, next); });
+      ahead_ = reader_.run([this, next] { return read_batch(*ahead_order_, next); });
     }
     return rows;
   }
@@ -959,6 +960,8 @@ class Replica {
   std::unique_ptr<SampleOrder> ahead_order_;  // the reader's (it may be an epoch ahead)
   std::future<std::map<std::string, Tensor>> ahead_;  // the next micro-batch, being read
   BatchPlace ahead_place_;
+  // Its thread (after data_ and ahead_order_, which its job reads: destroyed before them).
+  ReadAhead<std::map<std::string, Tensor>> reader_;
   std::string last_checkpoint_;
   Tensor full_m_, full_v_;  // --zero-stage 1: replica 0's whole moments for a checkpoint
   // outputs
