@@ -65,12 +65,16 @@ inline uint32_t philox_stream_id(const char* s) {
   return h;
 }
 
-// The uniform in [0, 1) of global element `pos` (see the layout at the top).
+// The block of group `group` (see the layout at the top): the words of global elements 4 * group
+// to 4 * group + 3. A loop over consecutive elements draws it once for the four.
+ONNXDP_HD inline Philox4x32 dropout_block(uint64_t seed, uint64_t step, uint32_t stream, uint64_t group) {
+  const Philox4x32 ctr{{uint32_t(group), uint32_t(group >> 32), uint32_t(step), stream}};
+  return philox4x32_10(ctr, uint32_t(seed), uint32_t(seed >> 32));
+}
+
+// The uniform in [0, 1) of global element `pos`: word pos % 4 of group pos / 4's block.
 ONNXDP_HD inline float dropout_uniform(uint64_t seed, uint64_t step, uint32_t stream, uint64_t pos) {
-  uint64_t group = pos >> 2;
-  Philox4x32 ctr{{uint32_t(group), uint32_t(group >> 32), uint32_t(step), stream}};
-  Philox4x32 r = philox4x32_10(ctr, uint32_t(seed), uint32_t(seed >> 32));
-  return philox_to_unit(r.v[pos & 3]);
+  return philox_to_unit(dropout_block(seed, step, stream, pos >> 2).v[pos & 3]);
 }
 
 }  // namespace onnxdp
